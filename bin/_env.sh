@@ -1,0 +1,60 @@
+# Sourced by bin/ortlab and bin/test: make sure the project's environment exists, then use it.
+# The environment lives outside the checkout, keyed by the lock file, so every checkout and CI run of the
+# same lock reuses it; a missing or half-built one is (re)built from nothing: venv, pinned packages, ortlab,
+# and ORTModule's torch C++ extensions.
+set -euo pipefail
+
+ORTLAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+_ortlab_python() {
+  for candidate in "${ORTLAB_PYTHON:-}" python3.11 python3; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+      command -v "$candidate"; return 0
+    fi
+  done
+  echo "ortlab: needs Python 3.11 (none found as python3.11 or python3; set ORTLAB_PYTHON=/path/to/python3.11)" >&2
+  return 1
+}
+
+_ortlab_ensure_env() {
+  local python key root
+  python=$(_ortlab_python)
+  key=$(cat "$ORTLAB_ROOT/requirements.lock" "$ORTLAB_ROOT/bin/_env.sh" | sha256sum | cut -c1-16)
+  root=${ORTLAB_ENV_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/ortlab}
+  ORTLAB_VENV="$root/env-$key"
+  mkdir -p "$root"
+  exec 9>"$root/.lock"
+  flock 9
+  if [ ! -f "$ORTLAB_VENV/.complete" ]; then
+    echo "ortlab: building the environment in $ORTLAB_VENV (once per lock file: ~5 GB of packages, then ~4 min compiling ORTModule's extensions)" >&2
+    rm -rf "$ORTLAB_VENV"
+    "$python" -m venv "$ORTLAB_VENV"
+    local log="$root/install-$key.log"
+    if ! "$ORTLAB_VENV/bin/python" -m pip install --no-input --disable-pip-version-check \
+         -r "$ORTLAB_ROOT/requirements.lock" >"$log" 2>&1; then
+      grep -v "^WARNING: Location" "$log" | tail -25 >&2
+      echo "ortlab: installing the pinned packages failed; full log: $log" >&2
+      return 1
+    fi
+    touch "$ORTLAB_VENV/.packages"
+  fi
+  # ortlab itself, editable from this checkout (cheap; redone when another checkout uses the environment)
+  if [ "$("$ORTLAB_VENV/bin/python" -c 'import ortlab, os; print(os.path.dirname(os.path.dirname(ortlab.__file__)))' 2>/dev/null)" != "$ORTLAB_ROOT" ]; then
+    if ! "$ORTLAB_VENV/bin/python" -m pip install --no-input --disable-pip-version-check --no-deps \
+         --no-build-isolation -e "$ORTLAB_ROOT" >"$root/install-ortlab.log" 2>&1; then
+      grep -v "^WARNING: Location" "$root/install-ortlab.log" | tail -25 >&2
+      echo "ortlab: installing ortlab from $ORTLAB_ROOT failed; full log: $root/install-ortlab.log" >&2
+      return 1
+    fi
+  fi
+  if [ ! -f "$ORTLAB_VENV/.complete" ]; then
+    "$ORTLAB_VENV/bin/ortlab" setup
+    touch "$ORTLAB_VENV/.complete"
+  fi
+  flock -u 9
+  export PATH="$ORTLAB_VENV/bin:$PATH" VIRTUAL_ENV="$ORTLAB_VENV"
+}
+
+_ortlab_ensure_env

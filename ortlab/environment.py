@@ -1,0 +1,238 @@
+"""What this machine can run: versions, CUDA, and the build of ORTModule's torch C++ extensions."""
+
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# The CPU extensions ORTModule loads on every device; the CUDA ones only matter on a GPU.
+CPU_EXTENSIONS = ("aten_op_executor", "torch_interop_utils")
+CUDA_EXTENSIONS = ("fused_ops", "torch_gpu_allocator")
+ORT_CUDA_MAJOR = "11"  # onnxruntime-training 1.19.2's wheel is a CUDA 11.8 build
+
+
+class SetupError(RuntimeError):
+    """The extension build failed; the message says what is missing and what to install."""
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def torch_cpp_dir() -> Path | None:
+    """ORTModule's torch_cpp_extensions folder, found without importing ORTModule (which needs it built)."""
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "training" / "ortmodule" / "torch_cpp_extensions"
+    return path if path.is_dir() else None
+
+
+def built_extensions(cpp_dir: Path | None = None) -> dict[str, bool]:
+    cpp_dir = cpp_dir or torch_cpp_dir()
+    names = CPU_EXTENSIONS + CUDA_EXTENSIONS
+    if cpp_dir is None:
+        return dict.fromkeys(names, False)
+    return {name: bool(glob.glob(str(cpp_dir / f"{name}*.so"))) for name in names}
+
+
+def _nvcc_cuda_major() -> str | None:
+    nvcc = shutil.which("nvcc") or (os.environ.get("CUDA_HOME") and shutil.which("nvcc", path=os.environ["CUDA_HOME"] + "/bin"))
+    if not nvcc:
+        return None
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    for token in out.replace(",", " ").split():
+        if token.startswith("V") and token[1:2].isdigit():
+            return token[1:].split(".")[0]
+    return None
+
+
+def setup(force: bool = False, log=print) -> dict[str, bool]:
+    """Build ORTModule's torch C++ extensions into the installed onnxruntime package.
+
+    The stock installer also compiles the CUDA extensions whenever torch is a CUDA build, which fails on a
+    machine without CUDA headers; here the CPU ones are always built and the CUDA ones only when a GPU and
+    a CUDA toolkit matching torch's are present. Idempotent: built extensions are left alone.
+    """
+    cpp_dir = torch_cpp_dir()
+    if cpp_dir is None:
+        raise SetupError(
+            "onnxruntime-training is not installed in this environment; install it with "
+            "'pip install onnxruntime-training==1.19.2' (or run bin/ortlab, which sets up everything)."
+        )
+    import torch
+
+    wanted = list(CPU_EXTENSIONS)
+    if torch.cuda.is_available() and torch.version.cuda:
+        nvcc_major = _nvcc_cuda_major()
+        if nvcc_major == torch.version.cuda.split(".")[0]:
+            wanted += CUDA_EXTENSIONS
+        else:
+            log(
+                f"ortlab setup: GPU found but no CUDA {torch.version.cuda} toolkit (nvcc: {nvcc_major or 'missing'}); "
+                "skipping ORTModule's CUDA extensions (fused Adam kernels, torch GPU allocator). "
+                f"Install the CUDA {torch.version.cuda} toolkit and set CUDA_HOME to build them."
+            )
+    state = built_extensions(cpp_dir)
+    todo = [name for name in wanted if force or not state[name]]
+    if not todo:
+        log("ortlab setup: ORTModule's torch C++ extensions are already built.")
+        return built_extensions(cpp_dir)
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        raise SetupError("no C++ compiler found: install one (Debian: 'apt-get install g++') and run again.")
+    env = dict(os.environ, MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count() or 2)))
+    env.setdefault("ONNXRUNTIME_CUDA_VERSION", "")
+    env.setdefault("ONNXRUNTIME_ROCM_VERSION", "")
+    for name in todo:
+        kind = "cpu" if name in CPU_EXTENSIONS else "cuda"
+        setup_py = cpp_dir / kind / name / "setup.py"
+        log(f"ortlab setup: compiling {name} (a few minutes on 2 cores)...")
+        proc = subprocess.run(
+            [sys.executable, str(setup_py), "build"], cwd=cpp_dir, env=env, capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise SetupError(
+                f"compiling ORTModule's '{name}' extension failed (exit {proc.returncode}). Needed: g++, the "
+                f"Python {platform.python_version()} headers (python3-dev) and ninja. Last lines:\n{tail}"
+            )
+        for so in glob.glob(str(cpp_dir / "build" / "lib.*" / f"{name}*.so")):
+            shutil.copyfile(so, cpp_dir / Path(so).name)
+    state = built_extensions(cpp_dir)
+    missing = [name for name in wanted if not state[name]]
+    if missing:
+        raise SetupError(f"built, but no shared library found for {', '.join(missing)} in {cpp_dir}")
+    log("ortlab setup: done: " + ", ".join(name for name in wanted))
+    return state
+
+
+@dataclass
+class Problem:
+    what: str
+    fix: str
+    fatal: bool = True
+
+
+@dataclass
+class Report:
+    python: str
+    platform: str
+    versions: dict[str, str | None]
+    cuda_available: bool
+    gpu_name: str | None
+    ort_cuda_provider: str
+    extensions: dict[str, bool]
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.fatal for p in self.problems)
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"ok": self.ok}
+
+    def __str__(self) -> str:
+        lines = [f"Python       {self.python} ({self.platform})"]
+        lines += [f"{name:<12} {ver or 'not installed'}" for name, ver in self.versions.items()]
+        lines.append(f"CUDA         {'available: ' + str(self.gpu_name) if self.cuda_available else 'not available (CPU only)'}")
+        lines.append(f"ORT CUDA EP  {self.ort_cuda_provider}")
+        built = [n for n, ok in self.extensions.items() if ok]
+        lines.append(f"extensions   {', '.join(built) if built else 'none built'}")
+        for p in self.problems:
+            lines.append(f"{'PROBLEM' if p.fatal else 'note'}: {p.what} -> {p.fix}")
+        lines.append("ORTModule can run." if self.ok else "ORTModule cannot run until the problems above are fixed.")
+        return "\n".join(lines)
+
+
+def _ort_cuda_provider(cuda_available: bool) -> tuple[str, Problem | None]:
+    """Whether ORT's CUDA execution provider library can load its CUDA 11.8 dependencies."""
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return "onnxruntime missing", None
+    lib = Path(next(iter(spec.submodule_search_locations))) / "capi" / "libonnxruntime_providers_cuda.so"
+    if not lib.exists():
+        return "not in this build", None
+    if not cuda_available:
+        return "present, unused (no GPU)", None
+    import ctypes
+
+    try:
+        ctypes.CDLL(str(lib))
+    except OSError as e:
+        return f"cannot load: {e}", Problem(
+            "ORT's CUDA execution provider cannot load its CUDA 11.8 libraries",
+            "install CUDA 11.8 runtime, cuBLAS 11 and cuDNN 8 (e.g. 'pip install nvidia-cuda-runtime-cu11 "
+            "nvidia-cublas-cu11 nvidia-cudnn-cu11' and put their lib folders on LD_LIBRARY_PATH), or run on the CPU",
+            fatal=False,
+        )
+    return "loads", None
+
+
+def doctor() -> Report:
+    """Everything that decides whether ORTModule can run here, each problem with its fix."""
+    versions = {
+        name: _version(dist)
+        for name, dist in [
+            ("torch", "torch"),
+            ("onnxruntime", "onnxruntime-training"),
+            ("onnx", "onnx"),
+            ("netron", "netron"),
+            ("ortlab", "ortlab"),
+        ]
+    }
+    problems: list[Problem] = []
+    cuda_available, gpu_name = False, None
+    if versions["torch"] is None:
+        problems.append(Problem("torch is not installed", "pip install torch==2.6.0"))
+    else:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+        gpu_name = torch.cuda.get_device_name(0) if cuda_available else None
+        major_minor = tuple(int(x) for x in versions["torch"].split("+")[0].split(".")[:2])
+        if major_minor > (2, 6):
+            problems.append(
+                Problem(
+                    f"torch {versions['torch']} is too new for onnxruntime-training 1.19.2 (its extensions fail to "
+                    "load from torch 2.7 on)",
+                    "pip install torch==2.6.0",
+                )
+            )
+    if versions["onnxruntime"] is None:
+        problems.append(Problem("onnxruntime-training is not installed", "pip install onnxruntime-training==1.19.2"))
+    if versions["onnx"] is None:
+        problems.append(Problem("onnx is not installed", "pip install onnx==1.16.2"))
+    if versions["netron"] is None:
+        problems.append(Problem("netron is not installed", "pip install netron (graphs fall back to ortlab's own view)", fatal=False))
+    extensions = built_extensions()
+    missing = [n for n in CPU_EXTENSIONS if not extensions[n]]
+    if versions["onnxruntime"] and missing:
+        problems.append(Problem(f"ORTModule's torch C++ extensions are not built ({', '.join(missing)})", "ortlab setup"))
+    if cuda_available and not all(extensions[n] for n in CUDA_EXTENSIONS):
+        problems.append(
+            Problem("ORTModule's CUDA extensions are not built (no fused Adam)", "install a CUDA toolkit matching torch, then: ortlab setup", fatal=False)
+        )
+    provider, problem = _ort_cuda_provider(cuda_available)
+    if problem:
+        problems.append(problem)
+    return Report(
+        python=platform.python_version(),
+        platform=f"{platform.system()} {platform.machine()}",
+        versions=versions,
+        cuda_available=cuda_available,
+        gpu_name=gpu_name,
+        ort_cuda_provider=provider,
+        extensions=extensions,
+        problems=problems,
+    )

@@ -1,0 +1,67 @@
+"""A PyTorch burst beside an ORTModule burst of the same steps: the numbers a person compares first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ortlab.run import Run
+
+
+@dataclass
+class Comparison:
+    pytorch: Run
+    ortmodule: Run
+
+    def losses(self):
+        """Loss per step, one column per backend, and their absolute difference."""
+        import pandas as pd
+
+        pt = self.pytorch.metrics.set_index("step")["loss"] if len(self.pytorch.metrics) else pd.Series(dtype=float)
+        ort = self.ortmodule.metrics.set_index("step")["loss"] if len(self.ortmodule.metrics) else pd.Series(dtype=float)
+        df = pd.DataFrame({"pytorch": pt, "ortmodule": ort})
+        df["abs_diff"] = (df["pytorch"] - df["ortmodule"]).abs()
+        return df
+
+    def to_dict(self) -> dict[str, Any]:
+        pt, ort = self.pytorch.summary(), self.ortmodule.summary()
+        losses = self.losses().dropna()
+        out = {
+            "pytorch": {**pt, "path": str(self.pytorch.path)},
+            "ortmodule": {**ort, "path": str(self.ortmodule.path)},
+            "max_loss_diff": float(losses["abs_diff"].max()) if len(losses) else None,
+            "step_time_ratio": (ort["median_step_s"] / pt["median_step_s"])
+            if pt.get("median_step_s") and ort.get("median_step_s") else None,
+            "ort_init_s": ort.get("ort_init_s"),
+            "parity": bool(self.ortmodule.meta.get("config", {}).get("parity")),
+        }
+        for run in (self.pytorch, self.ortmodule):
+            if run.error or run.meta.get("warning"):
+                out.setdefault("problems", []).append(f"{run.backend}: {run.error or run.meta['warning']}")
+        return out
+
+    def __str__(self) -> str:
+        d = self.to_dict()
+
+        def fmt(value, spec=".4f"):
+            return "-" if value is None else format(value, spec)
+
+        rows = [("", "pytorch", "ortmodule")]
+        for label, key, spec in (("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
+                                 ("median step (ms)", "median_step_s", "ms"), ("peak memory (MB)", "peak_mem_mb", ".0f")):
+            vals = []
+            for backend in ("pytorch", "ortmodule"):
+                v = d[backend].get(key)
+                vals.append("-" if v is None else f"{v * 1000:.1f}" if spec == "ms" else format(v, spec))
+            rows.append((label, *vals))
+        width = max(len(r[0]) for r in rows)
+        lines = [f"{r[0]:<{width}}  {r[1]:>12}  {r[2]:>12}" for r in rows]
+        lines.append(f"max |loss difference| {fmt(d['max_loss_diff'], '.3g')}")
+        lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) {fmt(d['step_time_ratio'], '.2f')}")
+        lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
+        if not d["parity"]:
+            lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ (use --parity)")
+        for problem in d.get("problems", []):
+            lines.append(f"problem: {problem}")
+        lines.append(f"runs: {d['pytorch']['path']}\n      {d['ortmodule']['path']}")
+        return "\n".join(lines)

@@ -1,0 +1,430 @@
+"""Bursts in a child process, and the kernel-side session that drives it.
+
+ORTModule at log level INFO/DEVINFO prints hundreds of KB at C level while holding the GIL, which hangs a
+Jupyter kernel whose output pipe fills; some options are read only at import; ORT can crash. So bursts run in
+a worker that ortlab starts: the kernel stays responsive, Stop can kill it, and a crash takes only the worker.
+A worker is kept while it can serve the next burst (same model, same import-time options).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from ortlab.options import Options, ReadAt
+from ortlab.run import Run, load_run, mark
+
+STOP_GRACE_S = 5.0  # after SIGINT, how long a burst may take to end by itself before the worker is terminated
+KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
+
+
+class WorkerError(RuntimeError):
+    """The worker could not start or answered with an error; the message says why."""
+
+
+# --------------------------------------------------------------------------- worker side (child process)
+
+
+def _serve(conn: Connection) -> None:
+    from ortlab.burst import BurstConfig, BurstError, Engine
+    from ortlab.workload import ModelRef, WorkloadError
+    from ortlab.wrapper import Transition
+
+    engine: Engine | None = None
+    while True:
+        try:
+            msg = conn.recv()
+        except KeyboardInterrupt:
+            continue  # a Stop that arrived between bursts
+        except EOFError:
+            return
+        op = msg["op"]
+        try:
+            if op == "init":
+                ref = ModelRef(msg["kind"], msg["target"], tuple(msg["kwargs"]), msg["label"])
+                engine = Engine(ref, seed=msg["seed"], import_options=Options(msg["import_options"]),
+                                snapshot=msg.get("snapshot"))
+                if msg.get("reason"):
+                    engine.pending_transition = Transition("", 0, "new worker", msg["reason"], msg.get("changes", {}))
+                conn.send({"event": "ready", "model": engine.workload.describe()})
+            elif op == "burst":
+                cfg = BurstConfig.from_dict(msg["config"])
+                path = engine.run(cfg, on_step=lambda row: conn.send({"event": "step", "row": row}),
+                                  on_start=lambda p: conn.send({"event": "started", "path": str(p)}))
+                conn.send({"event": "done", "path": str(path)})
+            elif op == "shutdown":
+                return
+        except KeyboardInterrupt:
+            conn.send({"event": "error", "kind": "interrupted", "message": "stopped before the burst started"})
+        except (BurstError, WorkloadError, ValueError, ImportError) as e:
+            conn.send({"event": "error", "kind": type(e).__name__, "message": str(e)})
+        except Exception as e:
+            conn.send({"event": "error", "kind": type(e).__name__, "message": f"{type(e).__name__}: {e}",
+                       "traceback": traceback.format_exc()})
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    conn = Connection(fd)
+    _serve(conn)
+
+
+# --------------------------------------------------------------------------- kernel side
+
+
+@dataclass
+class _Worker:
+    proc: subprocess.Popen
+    conn: Connection
+    model_key: tuple
+    import_options: Options
+    log_path: Path
+
+
+@dataclass
+class Session:
+    """Drives bursts of one model. Keeps a worker process alive while it can serve the next burst; keeps every
+    run it made and the transition table (why ORTModule exported, re-wrapped, or a new worker started).
+
+    `in_process=True` runs bursts in this process instead: fine for scripts and tests, but inside a Jupyter
+    kernel ORTModule at log level INFO/DEVINFO can hang the kernel (C-level output fills its pipe), an ORT
+    crash kills the kernel, and import-time options cannot change.
+    """
+
+    model: Any = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    out: str | Path = "runs"
+    in_process: bool = False
+    seed: int = 0
+    snapshot: str | Path | None = None
+    runs: list[Run] = field(default_factory=list)
+    transition_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self):
+        from ortlab.workload import ModelRef
+
+        self.ref = ModelRef.of(self.model, **self.model_kwargs)
+        self._worker: _Worker | None = None
+        self._engine = None
+        self._lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        self._new_worker_reason: tuple[str, dict] | None = None
+        self.worker_starts = 0
+
+    # -- public
+
+    def burst(self, backend: str = "ortmodule", steps: int = 20, options: Options | dict | None = None, *,
+              optimizer: str = "adamw", lr: float = 1e-3, seed: int = 0, precision: str = "fp32",
+              device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
+              on_step: Callable[[dict], None] | None = None) -> Run:
+        """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept."""
+        from ortlab.burst import BurstConfig
+
+        cfg = BurstConfig(backend=backend, steps=steps, options=Options(options), optimizer=optimizer, lr=lr,
+                          seed=seed, precision=precision, device=device, parity=parity,
+                          out=str(Path(self.out).expanduser().resolve()), name=name)
+        bar = _progress(cfg, progress)
+        callback = _chain(on_step, bar.update if bar else None)
+        try:
+            with self._lock:
+                self._stop_requested.clear()
+                path = self._run_in_process(cfg, callback) if self.in_process else self._run_in_worker(cfg, callback)
+        finally:
+            if bar:
+                bar.close()
+        run = load_run(path)
+        self.runs.append(run)
+        self.transition_rows.extend(run.read_json("transitions.json", []))
+        return run
+
+    def compare(self, steps: int = 20, options: Options | dict | None = None, **kwargs) -> "Comparison":
+        """A PyTorch burst and an ORTModule burst from the same snapshot, and their differences."""
+        from ortlab.summary import Comparison
+
+        pt = self.burst("pytorch", steps, options, **kwargs)
+        ort = self.burst("ortmodule", steps, options, **kwargs)
+        return Comparison(pt, ort)
+
+    def stop(self) -> None:
+        """Stop the running burst: SIGINT (the burst ends cleanly, keeping its steps), then terminate and kill
+        the worker if it does not end within seconds (e.g. stuck in C++ during export)."""
+        self._stop_requested.set()
+        w = self._worker
+        if self.in_process:
+            import _thread
+
+            _thread.interrupt_main()
+            return
+        if w is None or w.proc.poll() is not None:
+            return
+        w.proc.send_signal(signal.SIGINT)
+
+    @property
+    def transitions(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.transition_rows, columns=["run", "step", "action", "reason", "changes", "ort_exported"])
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._worker.proc.pid if self._worker and self._worker.proc.poll() is None else None
+
+    def close(self) -> None:
+        w, self._worker = self._worker, None
+        if w is None:
+            return
+        try:
+            w.conn.send({"op": "shutdown"})
+            w.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            _kill(w.proc)
+        w.conn.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        mode = "in-process" if self.in_process else f"worker pid {self.worker_pid}" if self.worker_pid else "no worker"
+        return f"Session(model={self.ref.describe()!r}, runs={len(self.runs)}, {mode})"
+
+    # -- in process
+
+    def _run_in_process(self, cfg, callback) -> Path:
+        from ortlab.burst import Engine
+
+        if self._engine is None:
+            self._engine = Engine(self.ref, seed=self.seed, import_options=Options.from_environ(),
+                                  snapshot=self.snapshot)
+        return self._engine.run(cfg, on_step=callback)
+
+    # -- worker
+
+    def _worker_for(self, cfg) -> _Worker:
+        wanted = cfg.effective_options().with_read_at(ReadAt.IMPORT) if cfg.backend == "ortmodule" else None
+        w = self._worker
+        reason, changes = None, {}
+        if w is not None and w.proc.poll() is not None:
+            reason = f"the previous worker had exited (code {w.proc.returncode})"
+            self._worker = w = None
+        if w is not None and wanted is not None and Options(wanted) != w.import_options:
+            old = w.import_options
+            changes = {k: {"old": o, "new": n} for k, (o, n) in old.diff(Options(wanted)).items()}
+            reason = "import-time options changed: " + ", ".join(
+                f"{k} {v['old']!r} -> {v['new']!r}" for k, v in changes.items()) + " (ORT reads them once per process)"
+            self.close()
+            w = None
+        if w is None:
+            if self._new_worker_reason:
+                reason, changes = self._new_worker_reason
+                self._new_worker_reason = None
+            w = self._start_worker(Options(wanted or {}), reason, changes)
+        return w
+
+    def _start_worker(self, import_options: Options, reason: str | None, changes: dict) -> _Worker:
+        parent, child = socket.socketpair()
+        out = Path(self.out).expanduser().resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        log_path = out / ".worker.log"
+        env = dict(os.environ)
+        with import_options.applied(env):
+            env["PYTHONUNBUFFERED"] = "1"
+            env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "ortlab.worker", str(child.fileno())],
+                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=env, cwd=os.getcwd(), start_new_session=True,
+                )
+        child.close()
+        conn = Connection(os.dup(parent.fileno()))
+        parent.close()
+        self.worker_starts += 1
+        w = _Worker(proc, conn, self.ref.key, import_options, log_path)
+        self._worker = w
+        conn.send({"op": "init", "kind": self.ref.kind, "target": self.ref.target, "kwargs": list(self.ref.kwargs),
+                   "label": self.ref.label, "seed": self.seed, "import_options": import_options.to_dict(),
+                   "snapshot": str(self.snapshot) if self.snapshot else None,
+                   "reason": reason if self.worker_starts > 1 or reason else None, "changes": changes})
+        msg = self._receive(w, timeout=600)
+        if msg is None or msg.get("event") != "ready":
+            self._worker = None
+            _kill(proc)
+            detail = msg.get("message") if msg else _tail(log_path)
+            raise WorkerError(f"the worker for model {self.ref.describe()} did not start: {detail}")
+        return w
+
+    def _receive(self, w: _Worker, timeout: float | None = None) -> dict | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                if w.conn.poll(0.1):
+                    return w.conn.recv()
+            except (EOFError, OSError):
+                return None
+            if w.proc.poll() is not None:
+                try:
+                    if w.conn.poll(0):
+                        return w.conn.recv()
+                except (EOFError, OSError):
+                    pass
+                return None
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+
+    def _run_in_worker(self, cfg, callback) -> Path:
+        w = self._worker_for(cfg)
+        w.conn.send({"op": "burst", "config": cfg.to_dict()})
+        path: Path | None = None
+        stop_deadline: float | None = None
+        while True:
+            try:
+                msg = self._receive_step(w)
+            except KeyboardInterrupt:
+                self.stop()
+                continue
+            if self._stop_requested.is_set() and stop_deadline is None:
+                stop_deadline = time.monotonic() + STOP_GRACE_S
+            if msg == "tick":
+                if stop_deadline is not None and time.monotonic() > stop_deadline:
+                    _kill(w.proc)
+                    stop_deadline = float("inf")
+                continue
+            if msg is None:  # the worker died
+                code = w.proc.wait()
+                self._worker = None
+                stopped = self._stop_requested.is_set()
+                what = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+                self._new_worker_reason = (
+                    "the previous worker was stopped" if stopped else f"the previous worker crashed ({what})", {})
+                if path is None:
+                    raise WorkerError(f"the worker died ({what}) before the burst started; its log: {w.log_path}\n"
+                                      f"{_tail(w.log_path)}")
+                if stopped:
+                    mark(path, "stopped", error=f"stopped: the worker was terminated ({what}) because it did not end "
+                                               f"the burst within {STOP_GRACE_S:.0f} s of the Stop request")
+                else:
+                    mark(path, "crashed", error=f"the worker process died ({what}) during the burst; the log is kept "
+                                               f"in {path / 'log.txt'}")
+                return path
+            event = msg.get("event")
+            if event == "started":
+                path = Path(msg["path"])
+            elif event == "step":
+                if callback:
+                    callback(msg["row"])
+            elif event == "done":
+                return Path(msg["path"])
+            elif event == "error":
+                from ortlab.burst import BurstError
+
+                raise BurstError(msg["message"]) if msg["kind"] in ("BurstError", "OptionError") else WorkerError(
+                    msg["message"])
+
+    def _receive_step(self, w: _Worker):
+        try:
+            if w.conn.poll(0.1):
+                return w.conn.recv()
+        except (EOFError, OSError):
+            return None
+        return None if w.proc.poll() is not None and not _has_data(w.conn) else "tick"
+
+
+def _has_data(conn: Connection) -> bool:
+    try:
+        return conn.poll(0)
+    except (EOFError, OSError):
+        return False
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _chain(*callbacks):
+    live = [c for c in callbacks if c]
+    if not live:
+        return None
+    return lambda row: [c(row) for c in live]
+
+
+class _Bar:
+    def __init__(self, cfg):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=cfg.steps, desc=cfg.backend, unit="step", leave=True)
+
+    def update(self, row: dict) -> None:
+        self.bar.set_postfix(loss=f"{row['loss']:.4f}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress(cfg, enabled: bool):
+    return _Bar(cfg) if enabled else None
+
+
+_sessions: dict[tuple, Session] = {}
+
+
+def session(model: Any = None, out: str | Path = "runs", **model_kwargs: Any) -> Session:
+    """The shared session for a model (and output folder): repeated `ortlab.burst()` calls reuse its worker."""
+    from ortlab.workload import ModelRef
+
+    key = (ModelRef.of(model, **model_kwargs).key, str(Path(out).expanduser().resolve()))
+    if key not in _sessions:
+        _sessions[key] = Session(model, model_kwargs, out=out)
+    return _sessions[key]
+
+
+def burst(model: Any = None, backend: str = "ortmodule", steps: int = 20, options: Options | dict | None = None, *,
+          out: str | Path = "runs", in_process: bool = False, model_kwargs: dict | None = None, **kwargs: Any) -> Run:
+    """Run N training steps of `model` (default: the bundled demo) on one backend and return the Run.
+
+    `model` is a factory: 'module:callable', 'path.py:callable' or a callable returning ortlab.Workload.
+    Other keywords: optimizer, lr, seed, precision, device, parity, name, progress, on_step (see Session.burst).
+    """
+    model_kwargs = model_kwargs or {}
+    if in_process:
+        with Session(model, model_kwargs, out=out, in_process=True) as s:
+            return s.burst(backend, steps, options, **kwargs)
+    return session(model, out, **model_kwargs).burst(backend, steps, options, **kwargs)
+
+
+if __name__ == "__main__":
+    main()

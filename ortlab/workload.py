@@ -1,0 +1,165 @@
+"""What a burst trains: the factory protocol (model, batches, loss) and references to factories a worker can load."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class WorkloadError(ValueError):
+    """A model factory that cannot be found, sent to a worker, or that returns the wrong thing."""
+
+
+@dataclass
+class Workload:
+    """The factory protocol: a factory returns one of these (or a `(model, batch, loss)` tuple).
+
+    - `model`: a `torch.nn.Module`, freshly initialised (ortlab seeds torch before calling the factory).
+    - `batch(step)`: the inputs and target of training step `step`, as `(inputs, target)`. `inputs` is a
+      tensor, a tuple of positional arguments, or a dict of keyword arguments. It must be deterministic in
+      `step`, so that a PyTorch burst and an ORTModule burst see the same data.
+    - `loss(outputs, target)`: a scalar tensor.
+    """
+
+    model: torch.nn.Module
+    batch: Callable[[int], tuple[Any, Any]]
+    loss: Callable[[Any, Any], torch.Tensor]
+    name: str = ""
+    batch_size: int | None = None  # samples per step, for samples/s
+
+    @classmethod
+    def coerce(cls, made: Any, origin: str) -> Workload:
+        if isinstance(made, Workload):
+            return made
+        if isinstance(made, tuple) and len(made) == 3:
+            return cls(*made)
+        raise WorkloadError(
+            f"model factory {origin} returned {type(made).__name__}; it must return ortlab.Workload(model, batch, loss) "
+            "or a (model, batch, loss) tuple"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        params = sum(p.numel() for p in self.model.parameters())
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        return {"name": self.name or type(self.model).__name__, "class": type(self.model).__qualname__,
+                "parameters": params, "trainable_parameters": trainable, "batch_size": self.batch_size}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model factory a worker process can load: `module:callable`, `path.py:callable`, or a pickled callable.
+
+    The `key` names the factory and its arguments: a worker built for one key serves bursts of that key only.
+    """
+
+    kind: str  # "import", "file" or "pickle"
+    target: str | bytes
+    kwargs: tuple[tuple[str, Any], ...] = field(default=())
+    label: str = ""
+
+    @classmethod
+    def of(cls, factory: str | Callable | ModelRef | None = None, **kwargs: Any) -> ModelRef:
+        if isinstance(factory, ModelRef):
+            return factory if not kwargs else cls(factory.kind, factory.target, tuple(sorted(kwargs.items())), factory.label)
+        frozen = tuple(sorted(kwargs.items()))
+        if factory is None:
+            return cls("import", "ortlab.demo:gpt", frozen, "ortlab.demo:gpt")
+        if isinstance(factory, str):
+            module, sep, name = factory.rpartition(":")
+            if not sep or not module or not name:
+                raise WorkloadError(
+                    f"model {factory!r} is not 'module:callable' or 'path/to/file.py:callable' "
+                    "(for example ortlab.demo:gpt or ./my_model.py:make)"
+                )
+            if module.endswith(".py"):
+                path = Path(module).expanduser().resolve()
+                if not path.is_file():
+                    raise WorkloadError(f"model file {module!r} does not exist (from --model {factory!r})")
+                return cls("file", f"{path}:{name}", frozen, factory)
+            return cls("import", factory, frozen, factory)
+        if callable(factory):
+            import cloudpickle
+
+            label = getattr(factory, "__qualname__", repr(factory))
+            try:
+                payload = cloudpickle.dumps(factory)
+            except Exception as e:
+                raise WorkloadError(
+                    f"model factory {label} cannot be sent to the worker process ({type(e).__name__}: {e}). "
+                    "Make it self-contained: build everything inside the function instead of capturing open files, "
+                    "locks or GPU tensors from the notebook, or put it in a .py file and pass 'file.py:name', or "
+                    "run in-process with in_process=True."
+                ) from e
+            return cls("pickle", payload, frozen, label)
+        raise WorkloadError(f"model must be a 'module:callable' string or a callable, not {type(factory).__name__}")
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.target, self.kwargs)
+
+    def describe(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs)
+        return f"{self.label}({args})" if args else self.label
+
+    def load(self) -> Callable[..., Any]:
+        if self.kind == "pickle":
+            import cloudpickle
+
+            return cloudpickle.loads(self.target)
+        module_name, _, attr = str(self.target).rpartition(":")
+        if self.kind == "file":
+            path = Path(module_name)
+            mod_name = f"ortlab_user_{path.stem}"
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            spec.loader.exec_module(module)
+        else:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as e:
+                raise WorkloadError(f"model module {module_name!r} cannot be imported: {e}") from e
+        try:
+            return getattr(module, attr)
+        except AttributeError:
+            names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+            raise WorkloadError(f"{module_name!r} has no {attr!r}; callables there: {', '.join(sorted(names)[:12])}") from None
+
+    def build(self) -> Workload:
+        factory = self.load()
+        kwargs = dict(self.kwargs)
+        try:
+            inspect.signature(factory).bind(**kwargs)
+        except TypeError as e:
+            raise WorkloadError(f"model factory {self.describe()} does not take these arguments: {e}") from None
+        except ValueError:
+            pass  # builtins without a signature
+        return Workload.coerce(factory(**kwargs), self.describe())
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    """Move every tensor in a nested structure of tuples, lists and dicts to `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, Mapping):
+        return type(value)({k: to_device(v, device) for k, v in value.items()}) if isinstance(value, dict) else {
+            k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return type(value)(to_device(v, device) for v in value)
+    return value
+
+
+def call_model(model: torch.nn.Module, inputs: Any) -> Any:
+    if isinstance(inputs, Mapping):
+        return model(**inputs)
+    if isinstance(inputs, tuple | list):
+        return model(*inputs)
+    return model(inputs)

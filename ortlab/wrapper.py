@@ -1,0 +1,253 @@
+"""One ORTModule per option set over the same module, and why ORTModule exported (cf. ORT PR 19007)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ortlab.options import Options, ReadAt
+
+# Every ORTModule wrap builds DebugOptions from these; the rest reach ORT through the environment.
+_DEBUG_FIELDS = ("log_level", "save_onnx", "onnx_prefix", "save_onnx_path")
+
+
+def input_schema(value: Any) -> Any:
+    """The part of the inputs ORTModule's re-export check looks at: structure, dtypes and ranks (not sizes:
+    dimensions are dynamic axes)."""
+    if isinstance(value, torch.Tensor):
+        return f"Tensor[{str(value.dtype).removeprefix('torch.')}, rank {value.dim()}]"
+    if isinstance(value, dict):
+        return {str(k): input_schema(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [input_schema(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return repr(value)
+    return type(value).__name__
+
+
+def requires_grad_set(model: torch.nn.Module, inputs: Any) -> list[str]:
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    flat, _ = torch.utils._pytree.tree_flatten(inputs)
+    names += [f"input[{i}]" for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and t.requires_grad]
+    return names
+
+
+def wrap_key(options: Options, parity: bool) -> tuple:
+    """What a wrap is built for: every option ORT reads at construction or export, and the parity switch (which
+    sets dropout to 0 and so changes the exported graph). Import-time options are the worker's business."""
+    kept = {k: v for k, v in options.items() if options_read_at(k) is not ReadAt.IMPORT}
+    return tuple(sorted(kept.items())), parity
+
+
+def options_read_at(name: str) -> ReadAt:
+    from ortlab.options import SPECS
+
+    return SPECS[name].read_at
+
+
+@dataclass
+class Transition:
+    """One row of the transition table: what happened before a burst's first step, or when ORT re-exported."""
+
+    run: str
+    step: int
+    action: str  # "new worker", "wrap", "re-wrap", "reuse", "re-export", "rebuild gradient graph"
+    reason: str
+    changes: dict[str, Any]
+    ort_exported: bool | None = None  # filled from ORT's own state after the step
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "step": self.step, "action": self.action, "reason": self.reason,
+                "changes": self.changes, "ort_exported": self.ort_exported}
+
+
+class Wrapper:
+    """Keeps the ORTModule for the current option set; a new option set means a new wrap (a new export)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        self.ort_module = None
+        self._key: tuple | None = None
+        self._options: Options | None = None
+        self._schema: Any = None
+        self._grad_set: list[str] | None = None
+        self._export_info: Any = None
+
+    def prepare(self, options: Options, parity: bool, inputs: Any, run: str, onnx_dir: Path) -> tuple[Any, Transition]:
+        """The ORTModule to train with for these options, and the transition row that says why."""
+        key = wrap_key(options, parity)
+        schema = input_schema(inputs)
+        grad_set = requires_grad_set(self.module, inputs)
+        if self.ort_module is None or key != self._key:
+            first = self.ort_module is None
+            changes = {}
+            if not first:
+                changes = {k: {"old": old, "new": new} for k, (old, new) in self._options.diff(options).items()
+                           if options_read_at(k) is not ReadAt.IMPORT}
+                if parity != self._key[1]:
+                    changes["parity"] = {"old": self._key[1], "new": parity}
+            self.ort_module = self._wrap(options, onnx_dir)
+            self._key, self._options, self._export_info = key, options, None
+            reason = "first export" if first else "options changed: " + ", ".join(
+                f"{k} {v['old']!r} -> {v['new']!r}" for k, v in changes.items())
+            row = Transition(run, 0, "wrap" if first else "re-wrap", reason, changes)
+        elif schema != self._schema:
+            row = Transition(run, 0, "re-export", "input schema changed", {"input_schema": {"old": self._schema, "new": schema}})
+            _note_skipped_check(row, options)
+        elif grad_set != self._grad_set:
+            old, new = set(self._grad_set or []), set(grad_set)
+            row = Transition(run, 0, "rebuild gradient graph", "requires-grad set changed",
+                             {"requires_grad": {"added": sorted(new - old), "removed": sorted(old - new)}})
+            _note_skipped_check(row, options)
+        else:
+            row = Transition(run, 0, "reuse", "same options, input schema and requires-grad set: no re-export", {})
+        self._schema, self._grad_set = schema, grad_set
+        return self.ort_module, row
+
+    def _wrap(self, options: Options, onnx_dir: Path):
+        from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
+
+        patch_label_hook_bug()
+        save_onnx = bool(options["save_onnx"])
+        save_path = options["save_onnx_path"] or str(onnx_dir)
+        if save_onnx:
+            Path(save_path).mkdir(parents=True, exist_ok=True)
+        debug = DebugOptions(log_level=LogLevel[options["log_level"]], save_onnx=save_onnx,
+                             onnx_prefix=options["onnx_prefix"], save_path=save_path)
+        return ORTModule(self.module, debug)
+
+    # ORT's own state, read after a step -------------------------------------------------------------
+
+    def _manager(self):
+        return self.ort_module._torch_module._execution_manager(self.module.training)
+
+    def exported_since_last_check(self) -> bool:
+        """Whether ORT exported (first time or again) since the last call, from ORT's own exported-model record."""
+        gtm = getattr(self._manager(), "_graph_transition_manager", None)
+        info = getattr(gtm, "_exported_model_info", None)
+        changed = info is not None and info is not self._export_info  # a reference, not id(): ids get reused
+        self._export_info = info
+        return changed
+
+    def fallback(self) -> str | None:
+        """Why ORTModule fell back to PyTorch, if it did."""
+        exc = getattr(getattr(self.ort_module, "_fallback_manager", None), "_exception", None)
+        return f"{type(exc).__name__}: {root_message(exc)}" if exc is not None else None
+
+    def overhead(self) -> dict[str, float]:
+        """ORT's first-time initialization breakdown in seconds (export, graph building, session creation ...)."""
+        from onnxruntime.training.ortmodule._logger import ORTModuleInitPhase, TimeTracker
+
+        tracker = self._manager().time_tracker
+        out = {}
+        for phase in ORTModuleInitPhase:
+            seconds = tracker._get_duration(phase)
+            if seconds != TimeTracker.NOT_RECORD:
+                out[phase.to_string()] = round(seconds, 4)
+        return out
+
+    def post_export(self) -> dict[str, Any]:
+        """What ORT's GraphTransitionManager knows about the exported graph."""
+        gtm = getattr(self._manager(), "_graph_transition_manager", None)
+        info = getattr(gtm, "_post_export_processed_model_info", None)
+        if info is None:
+            return {}
+        return {
+            "graph_input_names": list(info.onnx_graph_input_names),
+            "graph_inputs_requiring_grad": list(info.onnx_graph_input_names_require_grad),
+            "user_inputs": list(info.onnx_graph_input_names_user_defined),
+            "user_inputs_requiring_grad": list(info.onnx_graph_input_names_require_grad_user_defined),
+            "dynamic_axes": {k: {str(d): n for d, n in v.items()} for k, v in info.onnx_graph_input_dynamic_axes_map.items()},
+            "output_schema": str(info.module_forward_output_schema),
+        }
+
+
+def ort_checks_for_reexport(options: Options) -> bool:
+    """Whether ORT looks for a changed input schema or requires-grad set after the first step. Its default
+    ORTMODULE_SKIPCHECK_POLICY includes SKIP_CHECK_BUILD_GRADIENT, which skips that check entirely."""
+    policy = str(options["skipcheck_policy"])
+    return "SKIP_CHECK_DISABLED" in policy or "SKIP_CHECK_BUILD_GRADIENT" not in policy
+
+
+def _note_skipped_check(row: Transition, options: Options) -> None:
+    if not ort_checks_for_reexport(options):
+        row.action += " skipped"
+        row.reason += (": but ORT's skip-check policy (SKIP_CHECK_BUILD_GRADIENT, on by default) skips its re-export "
+                       "check after the first step, so the graph built for the old inputs is reused; set "
+                       "skipcheck_policy=SKIP_CHECK_DISABLED to make ORT re-export")
+
+
+KNOWN_BUG_LABEL_HOOK = (
+    "onnxruntime-training 1.19.2 fails every export with \"TypeError: 'NoneType' object is not iterable\" when "
+    "the embedding sparse optimizer is off (ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0 or "
+    "ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER=0): GraphTransitionManager._add_check_label_sparsity_hook returns "
+    "None instead of an empty list. ortlab makes it return [] so that these options can be used."
+)
+
+
+def patch_label_hook_bug() -> bool:
+    """Work around the 1.19.2 export crash described in KNOWN_BUG_LABEL_HOOK (a no-op when already fixed)."""
+    from onnxruntime.training.ortmodule._graph_transition_manager import GraphTransitionManager as GTM
+
+    original = GTM.__dict__["_add_check_label_sparsity_hook"]
+    if getattr(original, "_ortlab_patched", False):
+        return True
+    inner = original.__func__
+
+    def fixed(*args, **kwargs):
+        return inner(*args, **kwargs) or []
+
+    fixed._ortlab_patched = True
+    GTM._add_check_label_sparsity_hook = staticmethod(fixed)
+    GTM.__dict__["_add_check_label_sparsity_hook"]._ortlab_patched = True
+    return True
+
+
+# Function names in ORT's traceback -> the stage a person would name (most specific first).
+_STAGES = (
+    ("symbolic_shape_infer", "ORT's symbolic shape inference after export"),
+    ("_get_exported_model", "the export to ONNX"),
+    ("_export_model", "the export to ONNX"),
+    ("_post_export_process", "ORT's post-export processing"),
+    ("_build_graph", "ORT's graph building (gradient graph)"),
+    ("_initialize_graph_builder", "ORT's graph builder initialization"),
+    ("_create_execution_agent", "ORT's session creation"),
+    ("_detect_from_inputs", "ORT's runtime detection"),
+)
+
+
+def failure_stage(exc: BaseException) -> str | None:
+    """Where inside ORTModule an exception came from, named from the deepest ORT frames of its traceback."""
+    import traceback
+
+    frames = []
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames += traceback.extract_tb(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+    names = [(f.filename, f.name) for f in frames if "onnxruntime" in f.filename]
+    for needle, stage in _STAGES:
+        hits = [(file, name) for file, name in names if needle in file or name == needle]
+        if hits:
+            infer = [name for _, name in names if name.startswith("_infer_") and name != "_infer_impl"]
+            return stage + (f" (inferring a {infer[-1].removeprefix('_infer_')} node)" if infer else "")
+    return None
+
+
+def root_message(exc: BaseException | None) -> str:
+    """The innermost cause's first line: ORT wraps the real reason in several layers of exceptions."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None:
+            break
+        exc = nxt
+    if exc is None:
+        return ""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
