@@ -41,7 +41,7 @@ _ortlab_ensure_env() {
     touch "$ORTLAB_VENV/.packages"
   fi
   # ortlab itself, editable from this checkout (cheap; redone when another checkout uses the environment)
-  if [ "$("$ORTLAB_VENV/bin/python" -c 'import ortlab, os; print(os.path.dirname(os.path.dirname(ortlab.__file__)))' 2>/dev/null)" != "$ORTLAB_ROOT" ]; then
+  if [ "$("$ORTLAB_VENV/bin/python" -I -c 'import ortlab, os; print(os.path.dirname(os.path.dirname(ortlab.__file__)))' 2>/dev/null)" != "$ORTLAB_ROOT" ]; then
     if ! "$ORTLAB_VENV/bin/python" -m pip install --no-input --disable-pip-version-check --no-deps \
          --no-build-isolation -e "$ORTLAB_ROOT" >"$root/install-ortlab.log" 2>&1; then
       grep -v "^WARNING: Location" "$root/install-ortlab.log" | tail -25 >&2

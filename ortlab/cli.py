@@ -35,10 +35,16 @@ def cmd_options(args) -> int:
     from ortlab.options import REGISTRY
 
     specs = [s for s in REGISTRY if not args.area or args.area.lower() in s.area.lower()]
+    if args.markdown:
+        from ortlab.options import registry_markdown
+
+        print(registry_markdown(), end="")
+        return 0
     if args.json:
         _json([s.to_dict() for s in specs])
         return 0
-    width = max(len(s.env or s.name) for s in specs)
+    labels = {s.name: s.env or f"{s.name} (DebugOptions)" for s in specs}
+    width = max(map(len, labels.values()))
     area = None
     for s in specs:
         if s.area != area:
@@ -49,7 +55,7 @@ def cmd_options(args) -> int:
             flags.append("CUDA")
         if s.changes_graph:
             flags.append("graph")
-        print(f"  {s.env or s.name + ' (DebugOptions)':<{width + 15}} default {s.default!r:<10} [{', '.join(flags)}]  {s.description}")
+        print(f"  {labels[s.name]:<{width}}  default {s.default!r:<10} [{', '.join(flags)}]  {s.description}")
     print("\nread at: import = new worker, construction/export = new wrap; graph = changes the exported graph")
     return 0
 
@@ -130,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("options", help="every ORTModule option: variable, default, when ORT reads it")
     o.add_argument("--json", action="store_true")
     o.add_argument("--area", help="only options whose feature area contains this text")
+    o.add_argument("--markdown", action="store_true", help="the reference page docs/options.md")
     o.set_defaults(func=cmd_options)
 
     b = sub.add_parser("burst", help="train N steps on PyTorch and/or ORTModule and print a summary")
@@ -158,17 +165,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ortlab.burst import BurstError
     from ortlab.options import OptionError
+    from ortlab.worker import WorkerError
+    from ortlab.workload import WorkloadError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except OptionError as e:
-        print(f"ortlab: {e}", file=sys.stderr)
+    except (OptionError, BurstError, WorkloadError, WorkerError) as e:
+        print(f"ortlab {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ortlab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ortlab options | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -372,3 +372,35 @@ def registry_table():
     import pandas as pd
 
     return pd.DataFrame([s.to_dict() for s in REGISTRY])
+
+
+def registry_markdown() -> str:
+    """The options reference page (docs/options.md), generated from the registry."""
+    lines = [
+        "# ORTModule options",
+        "",
+        "Generated from `ortlab.options.REGISTRY` by `ortlab options --markdown`; a test keeps this page equal to it.",
+        "Every `ORTMODULE_*` variable that onnxruntime-training 1.19.2 reads or its guidelines document, and the",
+        "`DebugOptions` fields. **Read at** is taken from the 1.19.2 source (a test checks it against the AST):",
+        "",
+        "- `import`: read once when onnxruntime is imported. ortlab starts a new worker process; in-process, restart the kernel.",
+        "- `construction`: read when `ORTModule(...)` is built. ortlab re-wraps the model, which re-exports it.",
+        "- `export`: read while exporting. ortlab re-wraps so the model is exported again.",
+        "- `runtime`: read when the feature first runs.",
+        "- `never`: documented, but 1.19.2 never reads it; setting it has no effect.",
+        "",
+        "**Graph**: a change alters the exported or optimized graph. **CUDA**: needs a GPU (disabled on the CPU).",
+        "",
+    ]
+    area = None
+    for s in REGISTRY:
+        if s.area != area:
+            area = s.area
+            lines += ["", f"## {area}", "", "| option | variable | type | default | allowed | read at | graph | CUDA | description |",
+                      "|---|---|---|---|---|---|---|---|---|"]
+        default = "" if s.default == "" else f"`{s.default}`"
+        allowed = s.allowed().replace("|", "\\|")
+        notes = s.description + ("" if s.documented else " *(not in the guidelines)*")
+        lines.append(f"| `{s.name}` | {f'`{s.env}`' if s.env else '(DebugOptions)'} | {s.kind.value} | {default} | {allowed} "
+                     f"| {s.read_at.value} | {'yes' if s.changes_graph else ''} | {'yes' if s.needs_cuda else ''} | {notes} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,79 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def ortlab(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "ortlab.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_options_json_lists_the_registry():
+    r = ortlab("options", "--json")
+    assert r.returncode == 0
+    rows = json.loads(r.stdout)
+    env = {row["env"]: row for row in rows}
+    assert env["ORTMODULE_MEMORY_OPT_LEVEL"]["read_at"] == "construction"
+    assert env["ORTMODULE_ENABLE_SPARSE_OPTIMIZER"]["read_at"] == "never"
+
+
+def test_options_table():
+    r = ortlab("options", "--area", "triton")
+    assert r.returncode == 0 and "ORTMODULE_USE_TRITON" in r.stdout and "ORTMODULE_LOG_LEVEL" not in r.stdout
+
+
+def test_bad_option_is_one_line_exit_2(tmp_path):
+    r = ortlab("burst", "--option", "memory_opt_level=7", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "memory_opt_level" in r.stderr and "7" in r.stderr and "0, 1, 2" in r.stderr
+    r = ortlab("burst", "--option", "no_such_option=1", "--out", str(tmp_path))
+    assert r.returncode == 2 and "unknown option 'no_such_option'" in r.stderr
+
+
+def test_bad_model_is_one_line_exit_2(tmp_path):
+    r = ortlab("burst", "--model", "missing.py:make", "--out", str(tmp_path))
+    assert r.returncode == 2 and "model file 'missing.py' does not exist" in r.stderr
+
+
+def test_doctor_json():
+    r = ortlab("doctor", "--json")
+    report = json.loads(r.stdout)
+    assert report["versions"]["onnxruntime"] == "1.19.2"
+    assert report["extensions"]["aten_op_executor"] and report["extensions"]["torch_interop_utils"]
+    assert r.returncode == (0 if report["ok"] else 1) and report["ok"]
+
+
+def test_setup_is_idempotent():
+    r = ortlab("setup")
+    assert r.returncode == 0 and "already built" in r.stdout
+
+
+@pytest.mark.timeout(600)
+def test_burst_both_json(tmp_path):
+    r = ortlab("burst", "--steps", "4", "--parity", "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["pytorch"]["status"] == summary["ortmodule"]["status"] == "ok"
+    assert summary["max_loss_diff"] < 1e-3
+    assert summary["ort_init_s"] > 0
+    from ortlab import load_run
+
+    assert load_run(summary["ortmodule"]["path"]).backend == "ortmodule"
+
+
+@pytest.mark.timeout(600)
+def test_burst_table(tmp_path):
+    r = ortlab("burst", "--steps", "3", "--backend", "ortmodule", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "final_loss" in r.stdout and "ort_init_s" in r.stdout
+
+
+def test_options_reference_page_is_generated_from_the_registry():
+    from pathlib import Path
+
+    from ortlab.options import registry_markdown
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "options.md"
+    assert page.read_text(encoding="utf-8") == registry_markdown(), "regenerate: ortlab options --markdown > docs/options.md"
