@@ -24,6 +24,14 @@ from ortlab.workload import ModelRef, call_model, to_device
 from ortlab.wrapper import Transition, Wrapper, failure_stage, root_message
 
 BACKENDS = ("pytorch", "ortmodule")
+
+# Optional per-burst data collection, by name -> "module:Class". A collector class is built with the
+# keyword arguments given in BurstConfig.collect[name] and implements Collector below. Loaded lazily, in
+# whichever process runs the burst.
+COLLECTORS: dict[str, str] = {
+    "plans": "ortlab.recompute:PlanCollector",  # the memory optimizer's recompute plans (ORTModule bursts)
+    "stats": "ortlab.activations.collect:StatsCollector",  # per-step activation and gradient statistics
+}
 OPTIMIZERS = ("adamw", "sgd", "fused_adam", "fp16_optimizer")
 PRECISIONS = ("fp32", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -46,6 +54,7 @@ class BurstConfig:
     parity: bool = False
     out: str = "runs"
     name: str | None = None
+    collect: dict[str, dict[str, Any]] = field(default_factory=dict)  # collector name -> its keyword arguments
 
     def __post_init__(self):
         def check(label, value, allowed):
@@ -62,6 +71,9 @@ class BurstConfig:
             raise BurstError(f"lr {self.lr!r} is not allowed; allowed: a number > 0")
         if not isinstance(self.options, Options):
             object.__setattr__(self, "options", Options(self.options))
+        unknown = sorted(set(self.collect) - set(COLLECTORS))
+        if unknown:
+            raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")
 
     def effective_options(self) -> Options:
         """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute)."""
@@ -99,6 +111,33 @@ def make_optimizer(name: str, params, lr: float, device: torch.device):
         return FusedAdam(params, lr=lr)
     raise BurstError("optimizer 'fp16_optimizer' wraps a DeepSpeed or Apex optimizer; ortlab trains with "
                      "torch.autocast + GradScaler for fp16 instead (precision='fp16')")
+
+
+class Collector:
+    """What a collector implements; every method is optional. `changes_graph = True` means its instrumentation
+    is part of the exported graph, so a burst with it needs its own ORTModule wrap."""
+
+    changes_graph = False
+
+    def start(self, engine: Engine, cfg: BurstConfig, run_dir: Path) -> None:
+        """Before the first step and before ORTModule wraps the model."""
+
+    def step_begin(self, step: int) -> None: ...
+
+    def step_end(self, step: int) -> None: ...
+
+    def finish(self, engine: Engine, cfg: BurstConfig, run_dir: Path, status: str) -> None:
+        """Always called (also after a failure): write results into run_dir and undo any global change."""
+
+
+def _make_collectors(cfg: BurstConfig) -> list[Collector]:
+    import importlib
+
+    out = []
+    for name, kwargs in sorted(cfg.collect.items()):
+        module, _, attr = COLLECTORS[name].partition(":")
+        out.append(getattr(importlib.import_module(module), attr)(**(kwargs or {})))
+    return out
 
 
 class _PeakMemory:
@@ -219,6 +258,7 @@ class Engine:
             with contextlib.suppress(ValueError, KeyError):
                 optimizer.load_state_dict(self.initial.optimizer)
 
+        collectors = _make_collectors(cfg)
         path = new_run_dir(cfg.out, cfg.backend, cfg.name)
         writer = RunWriter(path, {
             "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": options.to_dict(),
@@ -234,6 +274,8 @@ class Engine:
         scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.model.train()
         stage = "setup"
+        graph_collectors = tuple(sorted(name for name, c in zip(sorted(cfg.collect), collectors, strict=True)
+                                        if c.changes_graph))
         with captured_output(log_path), options.applied(), _parity(self.model, cfg.parity, cfg.seed):
             try:
                 if cfg.backend == "ortmodule":
@@ -241,19 +283,25 @@ class Engine:
 
                     onnxruntime.set_seed(cfg.seed)
                 runner = self.model
+                stage = "collectors"
+                for c in collectors:
+                    c.start(self, cfg, path)
                 memory.reset()
                 for step in range(cfg.steps):
                     stage = "data"
                     inputs, target = to_device(self.workload.batch(step), device)
                     if step == 0 and cfg.backend == "ortmodule":
                         stage = "wrap"
-                        runner, row = self.wrapper.prepare(options, cfg.parity, inputs, path.name, path / "onnx")
+                        runner, row = self.wrapper.prepare(options, cfg.parity, inputs, path.name, path / "onnx",
+                                                           extra_key=graph_collectors)
                         if self.pending_transition is not None:
                             row = Transition(path.name, 0, self.pending_transition.action,
                                              f"{self.pending_transition.reason}; then {row.action}: {row.reason}",
                                              {**self.pending_transition.changes, **row.changes})
                             self.pending_transition = None
                         transitions.append(row)
+                    for c in collectors:
+                        c.step_begin(step)
                     started = time.perf_counter()
                     stage = "forward"
                     with torch.autocast(device.type, dtype=torch.float16, enabled=scaler is not None):
@@ -282,6 +330,8 @@ class Engine:
                             transitions.append(Transition(path.name, step, "re-export", "ORT exported again mid-burst", {}, True))
                     elif step == 0 and transitions:
                         transitions[-1].ort_exported = False
+                    for c in collectors:
+                        c.step_end(step)
                     writer.step(row)
                     if on_step:
                         on_step(row)
@@ -302,6 +352,12 @@ class Engine:
                                      "fails on its export; write attention with Linear/view/matmul (as ortlab.demo does)")
                 print(f"[ortlab] {extra['error']}\n{traceback.format_exc()}", flush=True)
             finally:
+                for c in collectors:
+                    try:
+                        c.finish(self, cfg, path, status)
+                    except Exception as e:  # a collector must not lose the run
+                        extra.setdefault("collector_errors", []).append(f"{type(c).__name__}: {root_message(e)}")
+                        print(f"[ortlab] collector {type(c).__name__} failed:\n{traceback.format_exc()}", flush=True)
                 if cfg.backend == "ortmodule" and self.wrapper.ort_module is not None:
                     ort_info = self._ort_info(exported=any(t.ort_exported for t in transitions) or status == "failed")
         if cfg.backend == "ortmodule":

@@ -127,13 +127,13 @@ class Session:
     def burst(self, backend: str = "ortmodule", steps: int = 20, options: Options | dict | None = None, *,
               optimizer: str = "adamw", lr: float = 1e-3, seed: int = 0, precision: str = "fp32",
               device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
-              on_step: Callable[[dict], None] | None = None) -> Run:
+              on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept."""
         from ortlab.burst import BurstConfig
 
         cfg = BurstConfig(backend=backend, steps=steps, options=Options(options), optimizer=optimizer, lr=lr,
                           seed=seed, precision=precision, device=device, parity=parity,
-                          out=str(Path(self.out).expanduser().resolve()), name=name)
+                          out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {})
         bar = _progress(cfg, progress)
         callback = _chain(on_step, bar.update if bar else None)
         try:

@@ -35,11 +35,12 @@ def requires_grad_set(model: torch.nn.Module, inputs: Any) -> list[str]:
     return names
 
 
-def wrap_key(options: Options, parity: bool) -> tuple:
-    """What a wrap is built for: every option ORT reads at construction or export, and the parity switch (which
-    sets dropout to 0 and so changes the exported graph). Import-time options are the worker's business."""
+def wrap_key(options: Options, parity: bool, extra: tuple = ()) -> tuple:
+    """What a wrap is built for: every option ORT reads at construction or export, the parity switch (which
+    sets dropout to 0 and so changes the exported graph) and any instrumentation that is part of the graph
+    (`extra`: collector names). Import-time options are the worker's business."""
     kept = {k: v for k, v in options.items() if options_read_at(k) is not ReadAt.IMPORT}
-    return tuple(sorted(kept.items())), parity
+    return tuple(sorted(kept.items())), parity, tuple(extra)
 
 
 def options_read_at(name: str) -> ReadAt:
@@ -76,9 +77,10 @@ class Wrapper:
         self._grad_set: list[str] | None = None
         self._export_info: Any = None
 
-    def prepare(self, options: Options, parity: bool, inputs: Any, run: str, onnx_dir: Path) -> tuple[Any, Transition]:
+    def prepare(self, options: Options, parity: bool, inputs: Any, run: str, onnx_dir: Path,
+                extra_key: tuple = ()) -> tuple[Any, Transition]:
         """The ORTModule to train with for these options, and the transition row that says why."""
-        key = wrap_key(options, parity)
+        key = wrap_key(options, parity, extra_key)
         schema = input_schema(inputs)
         grad_set = requires_grad_set(self.module, inputs)
         if self.ort_module is None or key != self._key:
@@ -89,6 +91,8 @@ class Wrapper:
                            if options_read_at(k) is not ReadAt.IMPORT}
                 if parity != self._key[1]:
                     changes["parity"] = {"old": self._key[1], "new": parity}
+                if key[2] != self._key[2]:
+                    changes["instrumentation"] = {"old": list(self._key[2]), "new": list(key[2])}
             self.ort_module = self._wrap(options, onnx_dir)
             self._key, self._options, self._export_info = key, options, None
             reason = "first export" if first else "options changed: " + ", ".join(
