@@ -23,6 +23,7 @@ _EXPORTS = {
     "list_runs": "ortlab.run",
     "Comparison": "ortlab.summary",
     "Snapshot": "ortlab.snapshot",
+    "Lab": "ortlab.widgets.lab",
     "doctor": "ortlab.environment",
     "setup": "ortlab.environment",
 }

@@ -242,9 +242,11 @@ class Engine:
                 f"import-time options differ from this process's ({theirs} vs {mine}): ORT reads them once per process; "
                 "run the burst through a worker (the default) so ortlab can start a new one, or restart the kernel")
 
-    def run(self, cfg: BurstConfig, on_step: StepCallback | None = None, on_start: Callable[[Path], None] | None = None):
-        """Run one burst and return its folder. KeyboardInterrupt ends it cleanly ("interrupted"), a failure
-        gives a "failed" run with its log and a one-sentence reason; neither raises."""
+    def run(self, cfg: BurstConfig, on_step: StepCallback | None = None, on_start: Callable[[Path], None] | None = None,
+            should_stop: Callable[[], bool] | None = None):
+        """Run one burst and return its folder. KeyboardInterrupt (or `should_stop()` turning true, checked after
+        each step, for bursts on a background thread) ends it cleanly ("interrupted"); a failure gives a "failed"
+        run with its log and a one-sentence reason; neither raises."""
         options = cfg.effective_options()
         if cfg.backend == "ortmodule":
             self.check_import_options(options)
@@ -335,6 +337,8 @@ class Engine:
                     writer.step(row)
                     if on_step:
                         on_step(row)
+                    if should_stop is not None and should_stop():
+                        raise KeyboardInterrupt
                 stage = "done"
             except KeyboardInterrupt:
                 status = "interrupted"

@@ -298,6 +298,11 @@ class Options(Mapping[str, Any]):
         s = spec(key)
         return self._values.get(s.name, s.default)
 
+    def __contains__(self, key: object) -> bool:
+        """Whether the option is set to a non-default value (as iteration and len() count)."""
+        return isinstance(key, str) and key in SPECS and key in self._values or (
+            isinstance(key, str) and key in _BY_ENV and _BY_ENV[key].name in self._values)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 

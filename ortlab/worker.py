@@ -159,12 +159,9 @@ class Session:
     def stop(self) -> None:
         """Stop the running burst: SIGINT (the burst ends cleanly, keeping its steps), then terminate and kill
         the worker if it does not end within seconds (e.g. stuck in C++ during export)."""
-        self._stop_requested.set()
+        self._stop_requested.set()  # in-process bursts check it after every step
         w = self._worker
         if self.in_process:
-            import _thread
-
-            _thread.interrupt_main()
             return
         if w is None or w.proc.poll() is not None:
             return
@@ -215,7 +212,7 @@ class Session:
         if self._engine is None:
             self._engine = Engine(self.ref, seed=self.seed, import_options=Options.from_environ(),
                                   snapshot=self.snapshot)
-        return self._engine.run(cfg, on_step=callback)
+        return self._engine.run(cfg, on_step=callback, should_stop=self._stop_requested.is_set)
 
     # -- worker
 

@@ -1,0 +1,1 @@
+"""ipywidgets panels over ortlab's Python API; the Lab composes them."""

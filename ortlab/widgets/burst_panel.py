@@ -1,0 +1,130 @@
+"""Burst panel: run PyTorch and/or ORTModule bursts with a live loss curve; Stop really stops."""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Callable
+
+import ipywidgets as W
+
+from ortlab.options import Options
+
+
+def _table(df) -> str:
+    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True) if len(df) else ""
+
+
+class BurstPanel(W.VBox):
+    """Thin over Session.burst: a background thread runs the bursts so the kernel stays responsive and Stop
+    works; each step updates the progress bar and the loss curve."""
+
+    def __init__(self, session, options: Callable[[], Options], on_done: Callable[[list], None] | None = None):
+        self.session = session
+        self.get_options = options
+        self.on_done = on_done
+        self.backend = W.ToggleButtons(options=[("PyTorch", "pytorch"), ("ORTModule", "ortmodule"), ("both", "both")],
+                                       value="both", description="backend")
+        self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps")
+        self.seed = W.IntText(value=0, description="seed")
+        self.parity = W.Checkbox(value=True, description="parity mode", tooltip="same seeds, dropout 0, compute optimizer off, deterministic")
+        self.optimizer = W.Dropdown(options=["adamw", "sgd", "fused_adam", "fp16_optimizer"], value="adamw", description="optimizer")
+        self.precision = W.Dropdown(options=["fp32", "fp16"], value="fp32", description="precision")
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self.progress = W.IntProgress(value=0, min=0, max=1, description="", layout=W.Layout(width="400px"))
+        self.status = W.HTML()
+        self.plot = W.Image(format="png", layout=W.Layout(width="600px"))
+        self.results = W.HTML()
+        self.transitions = W.HTML()
+        self.run_button.on_click(lambda _: self.run())
+        self.stop_button.on_click(lambda _: self.stop())
+        self._thread: threading.Thread | None = None
+        self._curves: dict[str, list[float]] = {}
+        self.last_runs: list = []
+        super().__init__([
+            self.backend, W.HBox([self.steps, self.seed, self.parity]), W.HBox([self.optimizer, self.precision]),
+            W.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.plot,
+            W.HTML("<b>Results</b>"), self.results, W.HTML("<b>Why ORTModule exported (transitions)</b>"),
+            self.transitions])
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def run(self, wait: bool = False) -> None:
+        if self.running:
+            return
+        backends = ["pytorch", "ortmodule"] if self.backend.value == "both" else [self.backend.value]
+        self._curves = {b: [] for b in backends}
+        self.progress.max, self.progress.value = self.steps.value * len(backends), 0
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self.status.value = "starting (the first burst starts a worker process and exports the model)..."
+        self._thread = threading.Thread(target=self._work, args=(backends,), daemon=True)
+        self._thread.start()
+        if wait:
+            self.wait()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def stop(self) -> None:
+        self.status.value = "stopping..."
+        self.session.stop()
+
+    def _work(self, backends: list[str]) -> None:
+        runs = []
+        try:
+            for backend in backends:
+                self.status.value = f"running {backend}..."
+                run = self.session.burst(
+                    backend, self.steps.value, self.get_options(), seed=self.seed.value, parity=self.parity.value,
+                    optimizer=self.optimizer.value, precision=self.precision.value, progress=False,
+                    on_step=lambda row, b=backend: self._step(b, row))
+                runs.append(run)
+                if run.status != "ok":
+                    break
+            self.status.value = self._summary(runs)
+        except Exception as e:  # shown in the panel, never printed over the notebook
+            self.status.value = f"<span style='color:#c00'>{html.escape(f'{type(e).__name__}: {e}'.splitlines()[0])}</span>"
+        finally:
+            self.last_runs = runs
+            self._show_results(runs)
+            self.run_button.disabled, self.stop_button.disabled = False, True
+            if self.on_done:
+                self.on_done(runs)
+
+    def _step(self, backend: str, row: dict) -> None:
+        from ortlab.plots import figure_png, loss_figure
+
+        self._curves[backend].append(row["loss"])
+        self.progress.value += 1
+        self.plot.value = figure_png(loss_figure(self._curves))
+
+    @staticmethod
+    def _summary(runs) -> str:
+        parts = []
+        for run in runs:
+            text = f"{run.backend}: {run.status}"
+            if run.error:
+                text += f" ({run.error}; full log in the Log tab)"
+            color = "#080" if run.status == "ok" else "#c00"
+            parts.append(f"<span style='color:{color}'>{html.escape(text)}</span>")
+        return "<br>".join(parts)
+
+    def _show_results(self, runs) -> None:
+        import pandas as pd
+
+        rows = []
+        for run in runs:
+            s = run.summary()
+            rows.append({"backend": run.backend, "status": run.status, "steps": s.get("steps"),
+                         "final loss": s.get("final_loss"), "median step (ms)": (s.get("median_step_s") or 0) * 1000,
+                         "peak memory (MB)": s.get("peak_mem_mb"), "ORT init (s)": s.get("ort_init_s")})
+        self.results.value = _table(pd.DataFrame(rows))
+        transitions = self.session.transitions
+        self.transitions.value = _table(transitions[["run", "action", "reason", "ort_exported"]]) if len(transitions) else ""
+
+    def __repr__(self) -> str:
+        return f"BurstPanel(backend={self.backend.value!r}, steps={self.steps.value}, parity={self.parity.value}, running={self.running})"

@@ -1,0 +1,79 @@
+"""The Lab: ortlab's panels as tabs over one Session. Displaying it is the whole user interface."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import ipywidgets as W
+
+from ortlab.widgets.burst_panel import BurstPanel
+from ortlab.widgets.log_panel import LogPanel
+from ortlab.widgets.options_panel import OptionsPanel
+
+# Tabs that other modules add when they are present: title -> (module, class, how it is built)
+_OPTIONAL_TABS = (
+    ("Graphs", "ortlab.widgets.graphs", "GraphsPanel", "runs"),
+    ("Recompute", "ortlab.widgets.recompute", "RecomputePanel", "session"),
+    ("Activations", "ortlab.widgets.activations", "ActivationsPanel", "runs"),
+)
+
+
+class Lab(W.Tab):
+    """`ortlab.Lab()` over the bundled demo, or `ortlab.Lab(my_factory, {"kw": 1})` over your model.
+
+    Everything it does is a Session call (`lab.session`); `lab.runs` are the runs it made, oldest first.
+    """
+
+    def __init__(self, model_factory: Any = None, model_kwargs: dict | None = None, out: str = "runs",
+                 in_process: bool = False, cuda_available: bool | None = None):
+        from ortlab.worker import Session
+
+        self.session = Session(model_factory, model_kwargs or {}, out=out, in_process=in_process)
+        self.options_panel = OptionsPanel(cuda_available=cuda_available)
+        self.burst_panel = BurstPanel(self.session, lambda: self.options_panel.options, on_done=self._after_burst)
+        self.log_panel = LogPanel(lambda: self.session.runs)
+        panels = {"Options": self.options_panel, "Burst": self.burst_panel, "Log": self.log_panel}
+        self.extra_panels: dict[str, W.Widget] = {}
+        for title, module, cls, needs in _OPTIONAL_TABS:
+            try:
+                panel_cls = getattr(importlib.import_module(module), cls)
+            except (ImportError, AttributeError):
+                continue
+            panel = panel_cls(self.session) if needs == "session" else panel_cls(lambda: self.session.runs)
+            self.extra_panels[title] = panels[title] = panel
+        super().__init__(children=list(panels.values()), titles=tuple(panels))
+        self.selected_index = 1
+
+    @property
+    def runs(self) -> list:
+        return self.session.runs
+
+    def compare(self, steps: int = 20, **kwargs):
+        """A PyTorch and an ORTModule burst with the panel's current options (what the Run button does for
+        backend 'both'), returned as a Comparison."""
+        comparison = self.session.compare(steps, self.options_panel.options, **kwargs)
+        self._after_burst([comparison.pytorch, comparison.ortmodule])
+        return comparison
+
+    def burst(self, backend: str = "ortmodule", steps: int = 20, **kwargs):
+        run = self.session.burst(backend, steps, self.options_panel.options, **kwargs)
+        self._after_burst([run])
+        return run
+
+    def _after_burst(self, runs: list) -> None:
+        if any(r.backend == "ortmodule" for r in runs):
+            self.options_panel.reference = self.options_panel.options
+            self.options_panel._refresh()
+        self.log_panel.refresh()
+        for panel in self.extra_panels.values():
+            if hasattr(panel, "refresh"):
+                panel.refresh()
+
+    def close(self) -> None:
+        self.session.close()
+        super().close()
+
+    def __repr__(self) -> str:
+        tabs = ", ".join(self.titles)
+        return f"Lab(model={self.session.ref.describe()!r}, tabs=[{tabs}], runs={len(self.runs)})"

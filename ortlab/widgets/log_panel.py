@@ -1,0 +1,62 @@
+"""Log panel: the captured log of a chosen run, filterable by level and source, newest first."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import ipywidgets as W
+
+from ortlab.capture import log_records
+
+LEVELS = ["all", "WARNING and above", "ERROR and above"]
+_RANK = {"VERBOSE": 0, "DEBUG": 0, "OUTPUT": 1, "INFO": 1, "WARNING": 2, "ERROR": 3, "CRITICAL": 3, "FATAL": 3}
+
+
+class LogPanel(W.VBox):
+    def __init__(self, runs: Callable[[], list]):
+        self.get_runs = runs
+        self.run = W.Dropdown(description="run", options=[], layout=W.Layout(width="520px"))
+        self.level = W.Dropdown(description="level", options=LEVELS, value="all")
+        self.source = W.Dropdown(description="source", options=["all", "ortmodule", "ortlab", "output"], value="all")
+        self.search = W.Text(description="contains", continuous_update=False)
+        self.view = W.HTML()
+        for control in (self.run, self.level, self.source, self.search):
+            control.observe(lambda _: self.render(), names="value")
+        super().__init__([W.HBox([self.run]), W.HBox([self.level, self.source, self.search]), self.view])
+        self.refresh()
+
+    def refresh(self) -> None:
+        runs = list(reversed(self.get_runs()))
+        self.run.options = [(f"{r.path.name} ({r.status})", i) for i, r in enumerate(runs)]
+        self._runs = runs
+        if runs:
+            self.run.value = 0
+        self.render()
+
+    def records(self) -> list[dict]:
+        if not getattr(self, "_runs", None) or self.run.value is None:
+            return []
+        minimum = {"all": 0, "WARNING and above": 2, "ERROR and above": 3}[self.level.value]
+        out = []
+        for rec in reversed(log_records(self._runs[self.run.value].log)):
+            if _RANK.get(rec["level"], 1) < minimum:
+                continue
+            if self.source.value != "all" and rec["source"] != self.source.value:
+                continue
+            if self.search.value and self.search.value.lower() not in rec["text"].lower():
+                continue
+            out.append(rec)
+        return out
+
+    def render(self) -> None:
+        recs = self.records()
+        if not recs:
+            self.view.value = "<i>no log records</i>"
+            return
+        body = "\n".join(html.escape(r["text"]) for r in recs[:2000])
+        more = f"<i>{len(recs) - 2000} more not shown</i>" if len(recs) > 2000 else ""
+        self.view.value = (f"<div style='max-height:400px;overflow:auto'><pre style='font-size:11px'>{body}</pre></div>{more}")
+
+    def __repr__(self) -> str:
+        return f"LogPanel(runs={len(self.run.options)}, level={self.level.value!r}, source={self.source.value!r})"

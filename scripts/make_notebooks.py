@@ -1,0 +1,171 @@
+"""Write the tutorial notebooks 01 and 02 from their cell sources (then execute them in place with nbconvert)."""
+
+from pathlib import Path
+
+import nbformat as nbf
+
+HERE = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def md(text):
+    return nbf.v4.new_markdown_cell(text.strip())
+
+
+def code(text):
+    return nbf.v4.new_code_cell(text.strip())
+
+
+quickstart = [
+    md("""
+# ortlab quickstart
+
+`ortlab.Lab()` is the whole user interface: tabs for ORTModule's options, training bursts beside a plain
+PyTorch baseline, the captured logs, and (when present) exported graphs, recompute plans and activation
+statistics. It runs over the bundled demo, a tiny GPT-style character model, unless you give it your own
+model factory.
+
+Bursts run in a worker process, so ORTModule's C-level output and crashes never reach this kernel.
+"""),
+    code("""
+import ortlab
+
+lab = ortlab.Lab(out="runs")
+lab
+"""),
+    md("""
+Open the **Burst** tab and press **Run**, or do the same from code: a PyTorch burst and an ORTModule burst
+from the same snapshot, in parity mode (same seeds, dropout 0, compute optimizer off, deterministic algorithms).
+"""),
+    code("""
+comparison = lab.compare(steps=10, parity=True, progress=False)
+print(comparison)
+"""),
+    code("""
+comparison.losses()
+"""),
+    code("""
+from ortlab.plots import loss_figure
+
+loss_figure({"pytorch": comparison.pytorch.losses, "ortmodule": comparison.ortmodule.losses})
+"""),
+    md("In parity mode the two backends agree to float rounding; the check below must print `ok ok True`."),
+    code("""
+# NBVAL_CHECK_OUTPUT
+summary = comparison.to_dict()
+print(summary["pytorch"]["status"], summary["ortmodule"]["status"], summary["max_loss_diff"] < 1e-4)
+"""),
+    md("What ORT spent on its first-time initialization, in seconds, and the runs on disk:"),
+    code("""
+comparison.ortmodule.ort["overhead"]
+"""),
+    code("""
+ortlab.list_runs("runs")[["run", "backend", "status", "steps", "final_loss"]].head()
+"""),
+]
+
+options = [
+    md("""
+# Options, re-export reasons, parity, your own model
+
+Every ORTModule option is in ortlab's registry, with when ORT 1.19.2 reads it: at **import** (a change needs a
+new process: ortlab starts a new worker), at **construction** (a new `ORTModule` wrap, which re-exports), or
+during **export**.
+"""),
+    code("""
+import ortlab
+
+table = ortlab.registry_table()
+table[["env", "default", "read_at", "changes_graph", "needs_cuda", "area"]].head(12)
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+opts = ortlab.Options(memory_opt_level=1, log_level="INFO")
+print(opts)
+print(opts.export_lines())
+"""),
+    md("A bad name or value says what is allowed:"),
+    code("""
+# NBVAL_CHECK_OUTPUT
+for bad in ({"memory_opt_level": 3}, {"memory_opt_levl": 1}):
+    try:
+        ortlab.Options(bad)
+    except ortlab.OptionError as e:
+        print(e)
+"""),
+    md("""
+## Why ORTModule exported
+
+One session, four bursts: the same options reuse the ORTModule (no export), a construction-time option
+re-wraps it, an import-time option needs a new worker process. `ort_exported` is read from ORT's own state.
+"""),
+    code("""
+s = ortlab.Session(out="runs")
+s.burst("ortmodule", 3, progress=False)
+s.burst("ortmodule", 3, progress=False)
+s.burst("ortmodule", 3, {"memory_opt_level": 1}, progress=False)
+s.burst("ortmodule", 3, {"enable_custom_autograd": False}, progress=False)
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+print(s.transitions[["action", "reason", "ort_exported"]].to_string(index=False))
+"""),
+    md("""
+## Parity mode
+
+Without parity mode, dropout (0.1 in the demo) and ORT's compute optimizer make the losses differ; with it,
+they agree to float rounding.
+"""),
+    code("""
+loose = s.compare(steps=8, parity=False, progress=False).to_dict()["max_loss_diff"]
+strict = s.compare(steps=8, parity=True, progress=False).to_dict()["max_loss_diff"]
+print(f"max |loss difference|: without parity {loose:.2e}, with parity {strict:.2e}")
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+print(loose > 1e-3, strict < 1e-4)
+s.close()
+"""),
+    md("""
+## Your own model
+
+A factory returns `ortlab.Workload(model, batch, loss)`: the model, the batch of each step (deterministic in the
+step, so both backends see the same data) and the loss. A factory defined in the notebook is sent to the worker
+by value. Here, a Hugging Face GPT-2 from a tiny random config (no download), with the loss computed in PyTorch.
+"""),
+    code("""
+def tiny_gpt2():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import ortlab
+
+    config = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=2, use_cache=False,
+                        attn_implementation="eager")
+    model = GPT2LMHeadModel(config)
+
+    def batch(step):
+        ids = torch.randint(0, 128, (4, 32), generator=torch.Generator().manual_seed(step))
+        return {"input_ids": ids}, ids
+
+    def loss(out, ids):
+        logits = out["logits"][:, :-1]
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, 128), ids[:, 1:].reshape(-1))
+
+    return ortlab.Workload(model, batch, loss, name="tiny GPT-2", batch_size=4)
+
+
+try:
+    import transformers  # noqa: F401
+except ImportError:
+    print("transformers is not installed: pip install transformers to run this part")
+else:
+    with ortlab.Session(tiny_gpt2, out="runs") as hf:
+        print(hf.compare(steps=5, parity=True, progress=False))
+"""),
+]
+
+for name, cells in (("01_quickstart.ipynb", quickstart), ("02_options_and_bursts.ipynb", options)):
+    nb = nbf.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbf.write(nb, HERE / name)
+    print("wrote", HERE / name)

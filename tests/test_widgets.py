@@ -1,0 +1,114 @@
+"""The Lab's panels without a browser: set values, click buttons, read what they show."""
+
+import pytest
+
+from ortlab import Lab, Options
+from ortlab.widgets.options_panel import OptionsPanel
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    lab = Lab(out=tmp_path_factory.mktemp("lab"), in_process=True, cuda_available=False)
+    yield lab
+    lab.close()
+
+
+def test_options_panel_controls_and_export_lines():
+    panel = OptionsPanel(cuda_available=False)
+    assert repr(panel) == "OptionsPanel(32 options, changed=[], invalid=[])"
+    assert "all defaults" in panel.export_lines.value
+    panel.controls["memory_opt_level"].value = 1
+    panel.controls["log_level"].value = "INFO"
+    assert panel.options == Options(memory_opt_level=1, log_level="INFO")
+    assert "export ORTMODULE_MEMORY_OPT_LEVEL=1" in panel.export_lines.value
+    assert "changed" in panel.status["memory_opt_level"].value
+    panel.reset()
+    assert panel.options == Options()
+
+
+def test_cuda_options_are_disabled_on_cpu_with_the_reason():
+    panel = OptionsPanel(cuda_available=False)
+    assert panel.controls["use_triton"].disabled and "needs CUDA" in panel.status["use_triton"].value
+    assert not panel.controls["memory_opt_level"].disabled
+    assert not OptionsPanel(cuda_available=True).controls["use_triton"].disabled
+
+
+def test_invalid_input_is_shown_at_the_control():
+    panel = OptionsPanel(cuda_available=True)
+    panel.controls["max_tuning_duration_ms"].value = "-5"
+    assert "max_tuning_duration_ms" in panel.errors
+    assert "allowed" in panel.status["max_tuning_duration_ms"].value
+    assert "invalid" in panel.notice.value and "max_tuning_duration_ms" not in panel.options
+    panel.controls["max_tuning_duration_ms"].value = "250"
+    assert not panel.errors and panel.options["max_tuning_duration_ms"] == 250
+
+
+def test_rewrap_notice_follows_the_last_ortmodule_burst():
+    panel = OptionsPanel(cuda_available=False)
+    assert "first export" in panel.notice.value
+    panel.reference = Options()
+    panel._refresh()
+    assert "reuses the ORTModule" in panel.notice.value
+    panel.controls["memory_opt_level"].value = 2
+    assert "re-wraps and re-exports" in panel.notice.value and "memory_opt_level" in panel.notice.value
+    panel.controls["enable_custom_autograd"].value = False
+    assert "new worker" in panel.notice.value
+
+
+def test_burst_panel_runs_both_backends_and_shows_results(lab):
+    panel = lab.burst_panel
+    panel.steps.value = 3
+    panel.run_button.click()
+    panel.wait(300)
+    assert "pytorch: ok" in panel.status.value and "ortmodule: ok" in panel.status.value
+    assert panel.progress.value == 6
+    assert panel.plot.value[:4] == b"\x89PNG"
+    assert "final loss" in panel.results.value and "first export" in panel.transitions.value
+    assert [r.backend for r in lab.runs[-2:]] == ["pytorch", "ortmodule"]
+    assert "reuses the ORTModule" in lab.options_panel.notice.value
+    assert repr(panel) == "BurstPanel(backend='both', steps=3, parity=True, running=False)"
+
+
+def test_stop_button_stops_a_running_burst(lab):
+    panel = lab.burst_panel
+    panel.backend.value, panel.steps.value = "pytorch", 100_000
+    panel.run_button.click()
+    import time
+
+    while not lab.runs or lab.runs[-1].backend != "pytorch" or panel.progress.value < 3:
+        time.sleep(0.05)
+        if panel.progress.value >= 3:
+            break
+    panel.stop_button.click()
+    panel.wait(60)
+    assert not panel.running
+    assert "interrupted" in panel.status.value
+    assert 3 <= len(lab.runs[-1].metrics) < 100_000
+
+
+def test_errors_stay_inside_the_panel(lab, capsys):
+    panel = lab.burst_panel
+    panel.backend.value, panel.steps.value = "pytorch", 1
+    panel.precision.value = "fp16"  # needs CUDA
+    panel.run_button.click()
+    panel.wait(60)
+    panel.precision.value = "fp32"
+    assert "precision &#x27;fp16&#x27; needs CUDA" in panel.status.value or "precision 'fp16' needs CUDA" in panel.status.value
+    assert capsys.readouterr().out == ""
+
+
+def test_log_panel_filters(lab):
+    log = lab.log_panel
+    log.refresh()
+    assert log.run.options and repr(log).startswith("LogPanel(runs=")
+    everything = len(log.records())
+    log.level.value = "ERROR and above"
+    assert len(log.records()) <= everything
+    log.level.value = "all"
+    log.search.value = "no such text anywhere"
+    assert log.records() == [] and "no log records" in log.view.value
+    log.search.value = ""
+
+
+def test_lab_repr_is_short_and_deterministic(lab):
+    assert repr(lab).startswith("Lab(model='ortlab.demo:gpt', tabs=[Options, Burst, Log")
