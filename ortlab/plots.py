@@ -11,8 +11,10 @@ def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per st
 
     fig = Figure(figsize=(6, 3), dpi=100, layout="constrained")
     ax = fig.add_subplot()
-    for label, values in series.items():
-        ax.plot(range(len(values)), list(values), marker="." if len(values) < 40 else None, label=label)
+    styles = ["-", "--", ":", "-."]  # identical curves (parity mode) stay visible on top of each other
+    for i, (label, values) in enumerate(series.items()):
+        ax.plot(range(len(values)), list(values), styles[i % len(styles)], marker="." if len(values) < 40 else None,
+                label=label, linewidth=1.5 + (len(series) - i - 1))
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title)

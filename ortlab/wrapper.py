@@ -109,7 +109,16 @@ class Wrapper:
         else:
             row = Transition(run, 0, "reuse", "same options, input schema and requires-grad set: no re-export", {})
         self._schema, self._grad_set = schema, grad_set
+        self._save_graphs_into(options, onnx_dir)
         return self.ort_module, row
+
+    def _save_graphs_into(self, options: Options, onnx_dir: Path) -> None:
+        """ORT writes a re-export's graphs where the wrap's DebugOptions point: point them at this burst's
+        folder, or a re-export in a later burst would overwrite the graphs of the burst that wrapped."""
+        if not options["save_onnx"] or options["save_onnx_path"]:
+            return
+        onnx_dir.mkdir(parents=True, exist_ok=True)
+        self._manager()._debug_options.save_onnx_models._path = str(onnx_dir)  # one DebugOptions per ORTModule
 
     def _wrap(self, options: Options, onnx_dir: Path):
         from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule

@@ -12,7 +12,7 @@ from ortlab.options import Options
 
 
 def _table(df) -> str:
-    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True) if len(df) else ""
+    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True, na_rep="-") if len(df) else ""
 
 
 class BurstPanel(W.VBox):
@@ -34,7 +34,7 @@ class BurstPanel(W.VBox):
         self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
         self.progress = W.IntProgress(value=0, min=0, max=1, description="", layout=W.Layout(width="400px"))
         self.status = W.HTML()
-        self.plot = W.Image(format="png", layout=W.Layout(width="600px"))
+        self.plot = W.Image(format="png", layout=W.Layout(width="600px", display="none"))  # shown from the first step
         self.results = W.HTML()
         self.transitions = W.HTML()
         self.run_button.on_click(lambda _: self.run())
@@ -101,6 +101,7 @@ class BurstPanel(W.VBox):
         self._curves[backend].append(row["loss"])
         self.progress.value += 1
         self.plot.value = figure_png(loss_figure(self._curves))
+        self.plot.layout.display = None
 
     @staticmethod
     def _summary(runs) -> str:
@@ -121,7 +122,9 @@ class BurstPanel(W.VBox):
             s = run.summary()
             rows.append({"backend": run.backend, "status": run.status, "steps": s.get("steps"),
                          "final loss": s.get("final_loss"), "median step (ms)": (s.get("median_step_s") or 0) * 1000,
-                         "peak memory (MB)": s.get("peak_mem_mb"), "ORT init (s)": s.get("ort_init_s")})
+                         "peak memory (MB)": s.get("peak_mem_mb"),
+                         "ORT init (s)": s.get("ort_init_s") if run.backend == "pytorch" or run.ort.get("exported")
+                         else "reused (no export)"})
         self.results.value = _table(pd.DataFrame(rows))
         transitions = self.session.transitions
         self.transitions.value = _table(transitions[["run", "action", "reason", "ort_exported"]]) if len(transitions) else ""

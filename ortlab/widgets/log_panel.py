@@ -30,8 +30,8 @@ class LogPanel(W.VBox):
         runs = list(reversed(self.get_runs()))
         self.run.options = [(f"{r.path.name} ({r.status})", i) for i, r in enumerate(runs)]
         self._runs = runs
-        if runs:
-            self.run.value = 0
+        if runs:  # the newest run that logged anything (a burst that reused its ORTModule may log nothing)
+            self.run.value = next((i for i, r in enumerate(runs) if r.log.strip()), 0)
         self.render()
 
     def records(self) -> list[dict]:
@@ -52,7 +52,8 @@ class LogPanel(W.VBox):
     def render(self) -> None:
         recs = self.records()
         if not recs:
-            self.view.value = "<i>no log records</i>"
+            empty = getattr(self, "_runs", None) and self.run.value is not None and not self._runs[self.run.value].log.strip()
+            self.view.value = "<i>this run logged nothing</i>" if empty else "<i>no log records match</i>"
             return
         body = "\n".join(html.escape(r["text"]) for r in recs[:2000])
         more = f"<i>{len(recs) - 2000} more not shown</i>" if len(recs) > 2000 else ""

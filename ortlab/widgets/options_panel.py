@@ -14,8 +14,9 @@ def _control(spec: OptionSpec) -> W.Widget:
     label = spec.env or f"{spec.name} (DebugOptions)"
     common = {"description": label, "style": {"description_width": "360px"}, "layout": W.Layout(width="620px"),
               "tooltip": spec.description}
-    if spec.kind is Kind.BOOL:
-        return W.Checkbox(value=bool(spec.default), indent=True, **common)
+    if spec.kind is Kind.BOOL:  # label on the right, full width (an indented one is cut at 360px)
+        common["style"] = {"description_width": "initial"}
+        return W.Checkbox(value=bool(spec.default), indent=False, **common)
     if spec.choices:
         return W.Dropdown(options=list(spec.choices), value=spec.default, **common)
     return W.Text(value=str(spec.default), placeholder=spec.allowed(), continuous_update=False, **common)

@@ -1,0 +1,143 @@
+"""A real JupyterLab in a real browser (Debian's Chromium driven by Playwright): open the quickstart notebook,
+run it, press Run in the Burst panel, watch the loss curve and results appear, change an option and see the
+re-wrap notice. Screenshots go to docs/img/ (the user guide shows them)."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "docs" / "img"
+TOKEN = "ortlab-browser-test"
+
+pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
+                                reason="Debian's chromium is not installed (scripts/ensure-chromium installs it as root)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / "01_quickstart.ipynb", as_version=4)
+    for cell in nb.cells:  # start from a clean notebook, as a new user would after "Clear All Outputs"
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nbformat.write(nb, root / "01_quickstart.ipynb")
+    settings = root / ".settings"  # render every cell (no windowing), no news pop-up
+    (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+        '{"fetchNews": "false", "checkForUpdates": false}')
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JUPYTER_PLATFORM_DIRS="1",
+               JUPYTERLAB_SETTINGS_DIR=str(settings))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+         "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=root, env=env, stdout=open(root / "server.log", "wb"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("JupyterLab did not start:\n" + (root / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def page(jupyterlab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=shutil.which("chromium"),
+            args=["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(120_000)
+        yield page
+        browser.close()
+
+
+@pytest.mark.timeout(900)
+def test_quickstart_lab_in_chromium(jupyterlab, page, tmp_path):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        _drive(jupyterlab, page)
+    except Exception:
+        page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+        print(f"browser state at the failure: {tmp_path / 'failure.png'}")
+        raise
+
+
+def _drive(jupyterlab, page):
+    page.goto(f"{jupyterlab}/lab/tree/01_quickstart.ipynb?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    select = page.locator(".jp-Dialog button", has_text="Select")
+    try:  # JupyterLab may ask which kernel to start
+        select.wait_for(timeout=10_000)
+        select.click()
+    except Exception:
+        pass
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+    lab = page.locator(".jp-OutputArea .jupyter-widgets.widget-tab >> visible=true").first
+    lab.wait_for()
+    # the notebook's own comparison finishes: its check cell prints "ok ok True"
+    page.locator(".jp-OutputArea-output pre", has_text="ok ok True").first.wait_for(timeout=300_000)
+    lab.scroll_into_view_if_needed()
+
+    lab.locator(".lm-TabBar-tab", has_text="Burst").first.click()
+    steps = lab.locator(".widget-text", has_text="steps").locator("input").first
+    steps.fill("8")
+    steps.press("Enter")
+    lab.locator("button.widget-button", has_text="Run").first.click()
+    lab.locator("table", has_text="final loss").first.wait_for(timeout=300_000)
+    lab.locator(".widget-html", has_text="ortmodule: ok").first.wait_for()
+    assert lab.locator("img >> visible=true").count() == 1  # the loss curve
+    assert "first export" in lab.inner_text() or "reuse" in lab.inner_text()
+    lab.scroll_into_view_if_needed()
+    lab.screenshot(path=str(SHOTS / "lab-burst.png"))
+
+    lab.locator(".lm-TabBar-tab", has_text="Options").first.click()
+    lab.locator(".jupyter-widget-Collapse-header, .p-Collapse-header, .lm-Collapse-header",
+                has_text="ORTMODULE/Optimizations").first.click()
+    level = lab.locator(".widget-dropdown", has_text="ORTMODULE_MEMORY_OPT_LEVEL").locator("select").first
+    level.select_option("1")
+    notice = lab.locator(".widget-html", has_text="re-wraps and re-exports").first
+    notice.wait_for()
+    assert "memory_opt_level" in notice.inner_text()
+    assert "export ORTMODULE_MEMORY_OPT_LEVEL=1" in lab.inner_text()
+    lab.screenshot(path=str(SHOTS / "lab-options.png"))
+
+    lab.locator(".lm-TabBar-tab", has_text="Log").first.click()
+    lab.locator(".widget-html pre >> visible=true", has_text="ORTModule is enabled").first.wait_for()
+    lab.screenshot(path=str(SHOTS / "lab-log.png"))
