@@ -1,0 +1,235 @@
+"""Recompute panel: the memory optimizer's plans with checkboxes, what-if sliders, apply and run, a sweep."""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import ipywidgets as W
+
+
+def _table(df) -> str:
+    if not len(df):
+        return ""
+    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True)
+
+
+def _error(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".splitlines()[0]
+    return f"<span style='color:#c00'>{html.escape(text)}</span>"
+
+
+class RecomputePanel(W.VBox):
+    """Thin over ortlab.recompute: Find plans runs a short ORTModule burst that collects them; the sliders
+    re-evaluate every plan's saving for other dimension values; Apply and run trains with the checked plans
+    (memory_opt_config); Sweep measures plan sets. Bursts run in a background thread (`wait=True` blocks)."""
+
+    def __init__(self, session=None, steps: int = 4):
+        self._session = session
+        self.table = None  # the plans DataFrame shown
+        self.plans_run = None
+        self.last_run = None
+        self.last_sweep = None
+        self._thread: threading.Thread | None = None
+        self.steps = W.BoundedIntText(value=steps, min=2, max=100_000, description="steps")
+        self.find_button = W.Button(description="Find plans", icon="search",
+                                    tooltip="a short ORTModule burst that reads ORT's plans")
+        self.apply_button = W.Button(description="Apply and run", button_style="primary", icon="play",
+                                     tooltip="a burst with the checked plans (memory_opt_config)")
+        self.sweep_button = W.Button(description="Sweep", icon="chart-line",
+                                     tooltip="none, each top plan, all type 1, level 1, level 2")
+        self.status = W.HTML()
+        self.checkboxes = W.VBox()
+        self.sliders = W.VBox()
+        self.what_if_table = W.HTML()
+        self.what_if_plot = W.Image(format="png", layout=W.Layout(width="650px"))
+        self.apply_result = W.HTML()
+        self.sweep_table = W.HTML()
+        self.sweep_plots = W.HBox([W.Image(format="png", layout=W.Layout(width="500px")),
+                                   W.Image(format="png", layout=W.Layout(width="430px"))])
+        self.find_button.on_click(lambda _: self.find())
+        self.apply_button.on_click(lambda _: self.apply())
+        self.sweep_button.on_click(lambda _: self.sweep())
+        super().__init__([
+            W.HBox([self.find_button, self.steps, self.apply_button, self.sweep_button]), self.status,
+            W.HTML("<b>Plans</b> (check the ones to apply)"), self.checkboxes,
+            W.HTML("<b>What if</b> (symbolic dimensions)"), self.sliders, self.what_if_table,
+            self.what_if_plot, W.HTML("<b>Apply and run</b>"), self.apply_result,
+            W.HTML("<b>Sweep</b>"), self.sweep_table, self.sweep_plots])
+
+    # -- state
+
+    @property
+    def session(self):
+        if self._session is None:
+            from ortlab.worker import Session
+
+            self._session = Session()
+        return self._session
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def checked(self) -> list[int]:
+        return [box.plan for box in self.checkboxes.children if box.value]
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return {s.description: s.value for s in self.sliders.children}
+
+    # -- actions
+
+    def find(self, wait: bool = False) -> None:
+        def work():
+            run = self.session.burst("ortmodule", self.steps.value, {"save_onnx": True},
+                                     collect={"plans": {}}, progress=False, name="plans")
+            self.load(run)
+
+        self._launch("finding plans (an ORTModule burst; the first one exports the model)...", work, wait)
+
+    def load(self, run) -> None:
+        """Show the plans of a run (a Run or its folder) that collected them."""
+        from ortlab.recompute import plans
+
+        try:
+            table = plans(run)
+        except Exception as e:
+            self.status.value = _error(e)
+            return
+        self.table, self.plans_run = table, run
+        boxes = []
+        for row in table.itertuples():
+            label = (f"{row.plan}: {row.cluster_id} (type {row.type}, x{row.frequency}) "
+                     f"{row.saving_mb:.3f} MiB")
+            box = W.Checkbox(value=False, indent=False, description=label, layout=W.Layout(width="auto"))
+            box.plan = int(row.plan)
+            boxes.append(box)
+        self.checkboxes.children = boxes
+        sliders = []
+        for name, value in sorted((table.attrs.get("dims") or {}).items()):
+            slider = W.IntSlider(value=value, min=1, max=max(4 * value, 8), description=name,
+                                 continuous_update=False)
+            slider.observe(lambda _: self.update_what_if(), names="value")
+            sliders.append(slider)
+        self.sliders.children = sliders
+        name = Path(str(getattr(run, "path", run))).name
+        self.status.value = html.escape(f"{len(table)} plans from run {name}")
+        self.update_what_if()
+
+    def update_what_if(self) -> None:
+        from ortlab.plots import figure_png
+        from ortlab.recompute import what_if, what_if_figure
+
+        if self.table is None or not len(self.table):
+            self.what_if_table.value, self.what_if_plot.value = "", b""
+            return
+        try:
+            table = what_if(self.table, **self.dims)
+            shown = table[["plan", "cluster_id", "saving_expr", "saving_bytes", "what_if_bytes", "ratio"]]
+            self.what_if_table.value = _table(shown)
+            self.what_if_plot.value = figure_png(what_if_figure(table))
+        except Exception as e:
+            self.status.value = _error(e)
+
+    def apply(self, wait: bool = False) -> None:
+        if self.table is None:
+            self.status.value = _error(ValueError("no plans yet: click Find plans first"))
+            return
+        self._launch("running with the checked plans...", self._apply, wait)
+
+    def _apply(self) -> None:
+        from ortlab.recompute import plan_config, plans, write_config
+
+        checked = self.checked
+        options = {"save_onnx": True}
+        entries = plan_config(checked, self.table) if checked else []
+        if entries:
+            path = Path(self.session.out).expanduser().resolve() / "plan-configs" / \
+                f"plans-{'-'.join(map(str, checked))}.json"
+            options["memory_opt_config"] = str(write_config(entries, path))
+        run = self.session.burst("ortmodule", self.steps.value, options, progress=False, name="plans-applied",
+                                 collect={"plans": {"steady_peak": True}})
+        self.last_run = run
+        graph = (plans(run).attrs.get("execution_graph") or {}) if run.status == "ok" else {}
+        later = run.metrics.iloc[1:]
+        parts = [f"{run.status}: {len(entries)} plan(s) {', '.join(entries) or '(none)'}",
+                 f"recompute nodes in the execution graph: {graph.get('recompute_nodes', 'unknown')}"]
+        if entries and graph.get("recompute_nodes") == 0:
+            parts.append("chosen but not applied")
+        if len(later):
+            parts.append(f"median step {later['step_time_s'].median() * 1000:.1f} ms, peak memory after "
+                         f"step 0 {later['peak_mem_mb'].max():.0f} MB (coarse on the CPU)")
+        reference = getattr(self.plans_run, "metrics", None)
+        if reference is not None and len(reference) and len(run.metrics):
+            n = min(len(reference), len(run.metrics))
+            a, b = reference["loss"].to_numpy()[:n], run.metrics["loss"].to_numpy()[:n]
+            diff = float((abs(a - b) / abs(a).clip(1e-12)).max())
+            parts.append(f"loss vs the plans' run {self.plans_run.path.name}: max relative difference "
+                         f"{diff:.1e}")
+        if run.error:
+            parts.append(run.error)
+        self.apply_result.value = html.escape("; ".join(parts))
+
+    def sweep(self, wait: bool = False) -> None:
+        def work():
+            from ortlab.plots import figure_png
+            from ortlab.recompute import plan_sweep
+
+            sweep = plan_sweep(self.session, steps=self.steps.value)
+            self.last_sweep = sweep
+            cols = ["set", "status", "median_step_ms", "peak_mem_mb", "predicted_saving_mb",
+                    "measured_saving_mb", "recompute_nodes", "loss_equal"]
+            notes = "".join(f"<li>{html.escape(n)}</li>" for n in sweep.notes)
+            self.sweep_table.value = _table(sweep.table[cols]) + (f"<ul>{notes}</ul>" if notes else "")
+            self.sweep_plots.children[0].value = figure_png(sweep.pareto())
+            self.sweep_plots.children[1].value = figure_png(sweep.savings())
+            if self.table is None:
+                self.load(next(iter(sweep.runs.values())))
+
+        self._launch("sweeping plan sets (one short burst each)...", work, wait)
+
+    def refresh(self) -> None:
+        """After a burst elsewhere (the Lab): show the newest run's plans if none are shown yet."""
+        if self.table is not None or self.running or self._session is None:
+            return
+        for run in reversed(self.session.runs):
+            if (run.path / "plans.json").exists():
+                self.load(run)
+                return
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _launch(self, message: str, work: Callable[[], None], wait: bool) -> None:
+        if self.running:
+            self.status.value = _error(RuntimeError("a burst is already running"))
+            return
+        self.status.value = html.escape(message)
+        buttons = (self.find_button, self.apply_button, self.sweep_button)
+
+        def target():
+            for b in buttons:
+                b.disabled = True
+            try:
+                work()
+                if self.status.value == html.escape(message):
+                    self.status.value = "done"
+            except Exception as e:  # shown in the panel, never printed over the notebook
+                self.status.value = _error(e)
+            finally:
+                for b in buttons:
+                    b.disabled = False
+
+        self._thread = threading.Thread(target=target, daemon=True)
+        self._thread.start()
+        if wait:
+            self.wait()
+
+    def __repr__(self) -> str:
+        n = 0 if self.table is None else len(self.table)
+        return f"RecomputePanel(plans={n}, checked={self.checked}, dims={self.dims}, running={self.running})"

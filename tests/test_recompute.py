@@ -1,0 +1,187 @@
+"""Recompute plans with the real ORTModule on the CPU: read from ORT, what-if, choose, sweep, CLI, panel."""
+
+import argparse
+import json
+
+import pytest
+
+from ortlab import Session
+from ortlab.recompute import (
+    PlanError,
+    evaluate,
+    plan_config,
+    plan_sweep,
+    plans,
+    register_cli,
+    what_if,
+    what_if_figure,
+    write_config,
+)
+
+# dropout 0: recompute reruns the same kernels, so every plan set must reproduce the no-plan losses exactly;
+# with dropout the recomputed graph draws other masks and the sweep says so instead.
+MODEL = {"dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    with Session("ortlab.demo:gpt", MODEL, out=tmp_path_factory.mktemp("runs"), in_process=True) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def plan_run(session):
+    run = session.burst("ortmodule", 2, {"save_onnx": True}, collect={"plans": {}}, progress=False)
+    assert run.ok, run.error
+    return run
+
+
+def test_demo_model_yields_plans_with_positive_savings(plan_run):
+    table = plans(plan_run)
+    assert len(table) >= 3
+    assert (table["saving_bytes"] > 0).all()
+    assert set(table["type"]) <= {1, 2} and (table["frequency"] >= 1).all()
+    assert list(table["plan"]) == list(range(1, len(table) + 1))
+    assert table["saving_bytes"].is_monotonic_decreasing
+    # this burst's shapes (batch 8, sequence 64) and ORT's own evaluation at its first batch agree
+    assert table.attrs["dims"] == {"idx_dim0": 8, "idx_dim1": 64} == table.attrs["ort_dims"]
+    assert (table["saving_bytes"] == table["ort_saving_bytes"]).all()
+    # level 0 without a config applies nothing, and the saved execution graph has no recompute node
+    assert not table["applied"].any() and table.attrs["memory_opt_level"] == 0
+    assert table.attrs["execution_graph"]["recompute_nodes"] == 0
+    assert "BiasGelu+:1:-1" in set(table["cluster_id"])  # the demo MLP's GELU activation
+
+
+def test_what_if_matches_direct_evaluation(plan_run):
+    table = plans(plan_run)
+    dims = {"idx_dim0": 32, "idx_dim1": 128}
+    out = what_if(plan_run, **dims)
+    for raw, value in zip(table["raw_expr"], out["what_if_bytes"], strict=True):
+        direct = eval(raw, {"__builtins__": {}}, dict(dims))  # ORT's unsimplified expression, plain Python
+        assert value == pytest.approx(direct, rel=1e-12)
+    same = what_if(table)
+    assert (same["what_if_bytes"] == table["saving_bytes"]).all()
+    only_batch = what_if(table, idx_dim0=16)  # the other dimension keeps the burst's value
+    assert only_batch.attrs["dims"] == {"idx_dim0": 16, "idx_dim1": 64}
+    assert (only_batch["ratio"][table["saving_expr"].str.contains("idx_dim0")] == 2).all()
+    assert len(what_if_figure(out).axes) == 1
+    with pytest.raises(PlanError, match=r"'batch' is not a symbol of these plans; known: idx_dim0, idx_dim1"):
+        what_if(table, batch=4)
+    with pytest.raises(PlanError, match=r"idx_dim0=0 is not allowed"):
+        what_if(table, idx_dim0=0)
+    for text in ("idx_dim0.__class__", "1.0.real", "__import__(1)"):  # plans.json is data: never code
+        with pytest.raises(PlanError, match="not plain arithmetic"):
+            evaluate(text, dims)
+
+
+def test_invalid_plan_ids_are_rejected_with_the_valid_ones(plan_run, tmp_path):
+    table = plans(plan_run)
+    valid = [f"{n} = {c}" for n, c in zip(table["plan"], table["cluster_id"], strict=True)]
+    for bad in ([99], ["NoSuchOp+:1"], ["nonsense"]):
+        with pytest.raises(PlanError) as e:
+            write_config(bad, tmp_path / "c.json", plans=table)
+        assert all(v in str(e.value) for v in valid)
+    with pytest.raises(PlanError, match="type 3 is not allowed"):
+        plan_config(["BiasGelu+:3"], table)
+    with pytest.raises(PlanError, match="count 0 is not allowed"):
+        plan_config(["BiasGelu+:1:0"])
+    with pytest.raises(PlanError, match="needs the plans table"):
+        plan_config([1])
+    assert not (tmp_path / "c.json").exists()  # nothing written for a bad id
+    path = write_config([1, "BiasGelu+:1:1", table["cluster_id"][1]], tmp_path / "c.json", plans=plan_run)
+    entries = json.loads(path.read_text())
+    assert entries == list(dict.fromkeys([table["cluster_id"][0], "BiasGelu+:1:1", table["cluster_id"][1]]))
+
+
+def test_sweep_chosen_plans_add_recompute_nodes_and_keep_the_loss(session, plan_run):
+    sweep = plan_sweep(session, steps=3, top=1)
+    t = sweep.table.set_index("set")
+    table = plans(plan_run)
+    top = table.iloc[0]
+    single = f"plan 1: {top['cluster_id'].rsplit(':', 2)[0]}"
+    assert list(t.index) == ["none", single, "all type 1", "level 1", "level 2"]
+    assert (t["status"] == "ok").all()
+    assert t.loc["none", "recompute_nodes"] == 0 and t.loc["none", "predicted_saving_mb"] == 0
+    # one plan: recompute nodes only of that plan's operators, and ORT's predicted saving for it
+    assert t.loc[single, "recompute_nodes"] > 0
+    assert set(t.loc[single, "recompute_ops"]) <= set(top["subgraph"].strip("+").split("+"))
+    assert t.loc[single, "predicted_saving_mb"] == pytest.approx(top["saving_mb"])
+    for name in ("all type 1", "level 1", "level 2"):
+        assert t.loc[name, "recompute_nodes"] > t.loc[single, "recompute_nodes"]
+        assert t.loc[name, "predicted_saving_mb"] > t.loc[single, "predicted_saving_mb"]
+    assert t["loss_equal"].all(), t["max_loss_rel_diff"]
+    assert not [n for n in sweep.notes if "loss differs" in n or "not applied" in n]
+    assert any("coarse" in n for n in sweep.notes)
+    assert (sweep.path / "sweep.json").exists()
+    assert len(sweep.pareto().axes) == 1 and len(sweep.savings().axes) == 1
+
+
+def test_pytorch_run_has_no_plans(session):
+    run = session.burst("pytorch", 1, collect={"plans": {}}, progress=False)
+    with pytest.raises(PlanError, match="PyTorch burst: plans exist only for ORTModule bursts"):
+        plans(run)
+
+
+def _cli(*argv):
+    parser = argparse.ArgumentParser(prog="ortlab")
+    register_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+def test_cli_plans_json_at_the_given_shapes(tmp_path, capsys):
+    model = ["--model-arg", "batch_size=4", "--model-arg", "seq_len=32"]
+    code = _cli("plans", *model, "--json", "--out", str(tmp_path))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    data = json.loads(out.out)
+    assert data["dims"] == {"idx_dim0": 4, "idx_dim1": 32}
+    assert data["plans"] and all(p["saving_bytes"] > 0 for p in data["plans"])
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    assert _cli("plans", "--model-arg", "n_layer", "--out", str(tmp_path)) == 2
+    assert _cli("plans", "--sweep", "--steps", "1", "--out", str(tmp_path)) == 2
+    assert _cli("plans", "--model", "missing.py:make", "--out", str(tmp_path)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3
+    assert "KEY=VALUE" in err[0] and "--steps 1 is not allowed" in err[1] and "missing.py" in err[2]
+
+
+def test_panel_find_what_if_apply(session, capsys):
+    from ortlab.widgets.recompute import RecomputePanel
+
+    panel = RecomputePanel(session, steps=2)
+    assert repr(panel) == "RecomputePanel(plans=0, checked=[], dims={}, running=False)"
+    panel.apply(wait=True)
+    assert "Find plans first" in panel.status.value
+    panel.find(wait=True)
+    n = len(panel.table)
+    assert n >= 3 and len(panel.checkboxes.children) == n
+    assert panel.dims == {"idx_dim0": 8, "idx_dim1": 64}
+    panel.sliders.children[0].value = 32  # idx_dim0
+    expected = what_if(panel.table, idx_dim0=32)["what_if_bytes"].iloc[0]
+    assert f"{expected:.4g}" in panel.what_if_table.value and panel.what_if_plot.value
+    panel.checkboxes.children[0].value = True
+    panel.apply(wait=True)
+    assert panel.last_run.ok
+    result = panel.apply_result.value
+    top = panel.table["cluster_id"][0]
+    assert result.startswith(f"ok: 1 plan(s) {top}; recompute nodes in the execution graph: ")
+    assert "graph: 0;" not in result and "max relative difference 0.0e+00" in result  # dropout 0: same losses
+    dims = "{'idx_dim0': 32, 'idx_dim1': 64}"
+    assert repr(panel) == f"RecomputePanel(plans={n}, checked=[1], dims={dims}, running=False)"
+    panel.sweep(wait=True)
+    assert panel.last_sweep is not None and "level 2" in panel.sweep_table.value
+    assert all(image.value for image in panel.sweep_plots.children)
+    assert capsys.readouterr().out == ""
+
+
+def test_sweep_says_when_the_loss_differs(tmp_path):
+    # dropout 0.1: the recomputed graph draws other dropout masks, so the loss check must fail and say so
+    with Session("ortlab.demo:gpt", {"dropout": 0.1}, out=tmp_path, in_process=True) as s:
+        sweep = plan_sweep(s, steps=2, sets={"none": [], "level 1": {"memory_opt_level": 1}})
+    t = sweep.table.set_index("set")
+    assert t.loc["none", "loss_equal"] and not t.loc["level 1", "loss_equal"]
+    assert t.loc["level 1", "max_loss_rel_diff"] > 1e-4
+    assert any(n.startswith("level 1: loss differs from 'none'") for n in sweep.notes)
