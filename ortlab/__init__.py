@@ -24,14 +24,19 @@ _EXPORTS = {
     "Comparison": "ortlab.summary",
     "Snapshot": "ortlab.snapshot",
     "Lab": "ortlab.widgets.lab",
+    "plans": "ortlab.recompute",
+    "plan_sweep": "ortlab.recompute",
+    "what_if": "ortlab.recompute",
     "doctor": "ortlab.environment",
     "setup": "ortlab.environment",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "graphs"])
 
 
 def __getattr__(name: str):
+    if name == "graphs":  # a callable module: ortlab.graphs(run) and ortlab.graphs.Stage both work
+        return _import_module("ortlab.graphs")
     if name in _EXPORTS:
         value = getattr(_import_module(_EXPORTS[name]), name)
         globals()[name] = value

@@ -157,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_burst)
 
+    # views added by their own modules (each registers its subcommands)
+    import importlib
+
+    for module in ("ortlab.graphs", "ortlab.recompute", "ortlab.activations"):
+        try:
+            register = importlib.import_module(module).register_cli
+        except (ImportError, AttributeError):
+            continue
+        register(sub)
+
     r = sub.add_parser("runs", help="list the runs in a folder")
     r.add_argument("folder", nargs="?", default="runs")
     r.add_argument("--json", action="store_true")
