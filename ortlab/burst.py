@@ -276,7 +276,8 @@ class Engine:
         scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.model.train()
         stage = "setup"
-        graph_collectors = tuple(sorted(name for name, c in zip(sorted(cfg.collect), collectors, strict=True)
+        graph_collectors = tuple(sorted(getattr(c, "graph_key", None) or name  # graph_key: what it puts in the graph
+                                        for name, c in zip(sorted(cfg.collect), collectors, strict=True)
                                         if c.changes_graph))
         with captured_output(log_path), options.applied(), _parity(self.model, cfg.parity, cfg.seed):
             try:

@@ -27,6 +27,7 @@ model factory.
 Bursts run in a worker process, so ORTModule's C-level output and crashes never reach this kernel.
 """),
     code("""
+%matplotlib inline
 import ortlab
 
 lab = ortlab.Lab(out="runs")

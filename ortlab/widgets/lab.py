@@ -71,6 +71,12 @@ class Lab(W.Tab):
                 panel.refresh()
 
     def close(self) -> None:
+        """Stop the worker and whatever the panels run (a netron server, a burst thread)."""
+        for panel in (self.burst_panel, *self.extra_panels.values()):
+            if getattr(panel, "running", False):
+                panel.stop()
+        for panel in self.extra_panels.values():
+            panel.close()
         self.session.close()
         super().close()
 
