@@ -10,7 +10,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -393,7 +393,3 @@ class Engine:
 def _step_of(writer: RunWriter) -> int:
     path = writer.path / "metrics.jsonl"
     return sum(1 for _ in path.open()) if path.exists() else 0
-
-
-def config_with(cfg: BurstConfig, **changes: Any) -> BurstConfig:
-    return replace(cfg, **changes)

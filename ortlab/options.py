@@ -340,9 +340,6 @@ class Options(Mapping[str, Any]):
         keys = set(self._values) | set(other._values)
         return {k: (self[k], other[k]) for k in sorted(keys) if self[k] != other[k]}
 
-    def cuda_only(self) -> list[str]:
-        return [k for k in self._values if SPECS[k].needs_cuda]
-
     @contextlib.contextmanager
     def applied(self, environ: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
         """Set exactly these options in the environment (unsetting every other registry variable) and restore

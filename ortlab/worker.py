@@ -134,7 +134,7 @@ class Session:
         cfg = BurstConfig(backend=backend, steps=steps, options=Options(options), optimizer=optimizer, lr=lr,
                           seed=seed, precision=precision, device=device, parity=parity,
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {})
-        bar = _progress(cfg, progress)
+        bar = _Bar(cfg) if progress else None
         callback = _chain(on_step, bar.update if bar else None)
         try:
             with self._lock:
@@ -261,7 +261,7 @@ class Session:
         conn.send({"op": "init", "kind": self.ref.kind, "target": self.ref.target, "kwargs": list(self.ref.kwargs),
                    "label": self.ref.label, "seed": self.seed, "import_options": import_options.to_dict(),
                    "snapshot": str(self.snapshot) if self.snapshot else None,
-                   "reason": reason if self.worker_starts > 1 or reason else None, "changes": changes})
+                   "reason": reason, "changes": changes})
         msg = self._receive(w, timeout=600)
         if msg is None or msg.get("event") != "ready":
             self._worker = None
@@ -390,10 +390,6 @@ class _Bar:
 
     def close(self) -> None:
         self.bar.close()
-
-
-def _progress(cfg, enabled: bool):
-    return _Bar(cfg) if enabled else None
 
 
 _sessions: dict[tuple, Session] = {}

@@ -13,7 +13,7 @@ from ortlab.options import REGISTRY, SPECS, Kind, OptionError, Options, OptionSp
 def _control(spec: OptionSpec) -> W.Widget:
     label = spec.env or f"{spec.name} (DebugOptions)"
     common = {"description": label, "style": {"description_width": "360px"}, "layout": W.Layout(width="620px"),
-              "tooltip": spec.description}
+              "tooltip": f"{spec.description}. {spec.restart_note[0].upper()}{spec.restart_note[1:]}."}
     if spec.kind is Kind.BOOL:  # label on the right, full width (an indented one is cut at 360px)
         common["style"] = {"description_width": "initial"}
         return W.Checkbox(value=bool(spec.default), indent=False, **common)
