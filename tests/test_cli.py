@@ -77,3 +77,14 @@ def test_options_reference_page_is_generated_from_the_registry():
 
     page = Path(__file__).resolve().parents[1] / "docs" / "options.md"
     assert page.read_text(encoding="utf-8") == registry_markdown(), "regenerate: ortlab options --markdown > docs/options.md"
+
+
+def test_setup_failure_says_what_is_missing():
+    import os
+
+    env = dict(os.environ, CXX="no-such-compiler")
+    r = subprocess.run([sys.executable, "-m", "ortlab.cli", "setup", "--force"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 1
+    assert "no C++ compiler found" in r.stderr and "apt-get install g++" in r.stderr
+    assert ortlab("doctor", "--json").returncode == 0  # the built extensions are untouched
