@@ -1,0 +1,146 @@
+"""What recording activation statistics every step costs, ortlab's collector beside ORT's StatisticsSubscriber.
+
+For each model (the demo, and a 4-layer d=128 GPT with batch 8, sequence 128) and backend, the same bursts run
+with and without collect={"stats": {}} on two engines built from the same seed (so neither re-exports between
+rounds); rounds alternate so that machine noise hits both alike, and the ratio is of the median step time
+(after step 0; a step is forward, backward and optimizer, where the statistics are taken). ORT's subscriber is
+measured the same way in a plain training loop. Output size per step: ortlab's stats.npz, ORT's step_N folder.
+Targets: <= 1.15 on PyTorch, <= 1.3 on ORTModule.
+
+    python benchmarks/stats_overhead.py [--steps 12] [--rounds 5] [--models demo,gpt4] [--threads 1] [--numpy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ortlab.burst import BurstConfig, Engine
+from ortlab.capture import captured_output
+from ortlab.workload import ModelRef, call_model
+
+TARGETS = {"pytorch": 1.15, "ortmodule": 1.3}
+MODELS = {"demo": {}, "gpt4": {"n_layer": 4, "d_model": 128, "seq_len": 128, "batch_size": 8}}
+
+
+def ortlab_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) -> tuple[float, float, int]:
+    """(median step time with stats / without, bytes of statistics per step, tensors per step)."""
+    plain, stats = Engine(ModelRef.of(None, **kwargs)), Engine(ModelRef.of(None, **kwargs))
+    cfg = BurstConfig(backend=backend, steps=steps, parity=True, out=out)
+    with_stats = BurstConfig(backend=backend, steps=steps, parity=True, out=out, collect={"stats": {}})
+    for engine, c in ((plain, cfg), (stats, with_stats)):
+        engine.run(BurstConfig(**{**c.__dict__, "steps": 2}))  # warm up: export once
+    base, ours, size, tensors = [], [], 0, 0
+    for _ in range(rounds):
+        for engine, c, into in ((plain, cfg, base), (stats, with_stats, ours)):
+            path = engine.run(c)
+            from ortlab.run import load_run
+
+            run = load_run(path)
+            if run.status != "ok" or run.meta.get("collector_errors"):
+                raise RuntimeError(f"{backend} burst failed: {run.error or run.meta.get('collector_errors')}")
+            into.append(statistics.median(run.metrics["step_time_s"].iloc[1:]))
+            if c is with_stats:
+                size = (path / "stats.npz").stat().st_size / steps
+                import numpy as np
+
+                with np.load(path / "stats.npz") as z:
+                    tensors = len(z["slot_name"])
+            shutil.rmtree(path)
+    return min(ours) / min(base), size, tensors
+
+
+def subscriber_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) -> tuple[float, float]:
+    """ORT's StatisticsSubscriber in a plain loop: (median step time ratio, bytes written per step)."""
+    from onnxruntime.training.utils.hooks import StatisticsSubscriber, SubscriberManager
+
+    from ortlab.wrapper import patch_label_hook_bug
+
+    def loop(subscribe: bool):
+        torch.manual_seed(0)
+        w = ModelRef.of(None, **kwargs).build()
+        for m in w.model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        runner = w.model
+        if backend == "ortmodule":
+            from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
+
+            patch_label_hook_bug()
+            runner = ORTModule(w.model, DebugOptions(log_level=LogLevel.WARNING))
+        folder = Path(out) / f"dump-{backend}-{subscribe}"
+        if subscribe:
+            SubscriberManager().subscribe(runner, [StatisticsSubscriber(str(folder), override_output_dir=True)])
+        opt = torch.optim.AdamW(w.model.parameters(), lr=1e-3)
+        state = {"step": 0}
+
+        def run(n: int) -> float:
+            times = []
+            for _ in range(n):
+                x, y = w.batch(state["step"] % 50)
+                state["step"] += 1
+                started = time.perf_counter()
+                loss = w.loss(call_model(runner, x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                float(loss.detach())
+                times.append(time.perf_counter() - started)
+            return statistics.median(times)
+
+        run(2)
+        return run, folder
+
+    base_run, _ = loop(False)
+    sub_run, folder = loop(True)
+    base, sub = [], []
+    for _ in range(rounds):
+        base.append(base_run(steps))
+        sub.append(sub_run(steps))
+    step_dir = folder / "step_3"
+    size = sum(f.stat().st_size for f in step_dir.iterdir()) if step_dir.is_dir() else float("nan")
+    return min(sub) / min(base), size
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--models", default="demo,gpt4", help=f"comma-separated: {', '.join(MODELS)}")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the other core stays quiet)")
+    parser.add_argument("--no-subscriber", action="store_true", help="skip ORT's StatisticsSubscriber")
+    parser.add_argument("--numpy", action="store_true", help="summarize with numpy instead of the one-pass C kernel")
+    args = parser.parse_args()
+    if args.numpy:
+        os.environ["ORTLAB_STATS_KERNEL"] = "numpy"
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    print(f"{'model':<6} {'backend':<10} {'ortlab':>7} {'target':>7} {'ORT subscriber':>15} "
+          f"{'ortlab/step':>12} {'ORT/step':>10} {'tensors':>8}   ({args.steps} steps, min of {args.rounds} rounds)")
+    misses = []
+    with tempfile.TemporaryDirectory() as out:
+        for model in args.models.split(","):
+            for backend in ("pytorch", "ortmodule"):
+                ratio, size, tensors = ortlab_ratio(MODELS[model], backend, args.steps, args.rounds, out)
+                with captured_output(Path(out) / "subscriber.log"):  # ORT prints at C level
+                    sub, sub_size = (float("nan"), float("nan")) if args.no_subscriber else subscriber_ratio(
+                        MODELS[model], backend, args.steps, max(2, args.rounds // 2), out)
+                target = TARGETS[backend]
+                if ratio > target:
+                    misses.append(f"{model}/{backend}")
+                print(f"{model:<6} {backend:<10} {ratio:>7.3f} {target:>7.2f} {sub:>15.2f} {size / 1024:>10.1f}KB "
+                      f"{sub_size / 1024:>8.0f}KB {tensors:>8}", flush=True)
+    print("meets the targets" if not misses else f"misses the target: {', '.join(misses)}")
+    return 0 if not misses else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The one table every source of activation statistics becomes: ortlab's stats files and ORT's dump folders.
+
+One row per tensor, step and phase. `seq` is the execution order within a step (forward rows first, then the
+gradients); `order` is the tensor's forward position, shared by its two rows. Reading needs numpy and pandas
+only, not torch, so `ortlab diff` and the widgets stay quick.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STATS_FILE = "stats.npz"
+FORMAT = "ortlab-stats-1"
+FIELDS = ("numel", "min", "max", "sum", "sumsq", "css", "nan", "inf", "zero")  # a stats row, before the samples
+COLUMNS = ("step", "phase", "seq", "order", "name", "ort_name", "kind", "module", "cls", "shape", "dtype", "numel",
+           "min", "max", "mean", "std", "norm", "nan", "inf", "zero", "samples", "std_reliable")
+PHASES = ("forward", "backward")
+
+
+class StatsFileError(ValueError):
+    """A file or folder that holds no statistics ortlab can read; the message names it and why."""
+
+
+def stats_path(source: Any) -> Path:
+    """The stats file of a Run, a run folder or the file itself."""
+    path = Path(getattr(source, "path", source))
+    if path.is_dir():
+        path = path / STATS_FILE
+    if not path.is_file():
+        raise StatsFileError(f"{path} does not exist: the run did not collect statistics "
+                             "(burst with collect={'stats': {}})")
+    return path
+
+
+def read_stats(source: Any):
+    """The statistics a burst collected (Run, run folder or stats.npz) as a table with COLUMNS."""
+    import pandas as pd
+
+    path = stats_path(source)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if meta.get("format") != FORMAT:
+                raise StatsFileError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError, KeyError) as e:
+        if isinstance(e, StatsFileError):
+            raise
+        raise StatsFileError(f"{path}: not a readable ortlab stats file ({type(e).__name__}: {e})") from None
+    steps = data["step"]
+    n = len(data["slot_name"])
+    frames = []
+    for p, phase in enumerate(PHASES):
+        rows = data[phase]  # [step, tensor, field]
+        if not rows.size:
+            continue
+        present = ~np.isnan(rows[:, :, 0])
+        si, ti = np.nonzero(present)
+        r = rows[si, ti]
+        numel = r[:, 0]
+        finite_n = numel - r[:, 6] - r[:, 7]  # min, max and the sums are over the finite values
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(finite_n > 0, r[:, 3] / finite_n, np.nan)
+            std = np.where(finite_n > 1, np.sqrt(r[:, 5] / (finite_n - 1)), np.nan)
+        order = data["slot_index"][ti]
+        kind = data["slot_kind"][ti]
+        ort_name = np.where(kind == "module", np.char.add(np.char.add(data["slot_cls"][ti], "_"), np.char.add(
+            np.char.add(data["slot_ort_index"][ti].astype(str), "_"),
+            np.char.add(data["slot_output_index"][ti].astype(str), "th_output"))), data["slot_name"][ti])
+        frames.append(pd.DataFrame({
+            "step": steps[si], "phase": phase,
+            "seq": order if p == 0 else 2 * n - 1 - order,  # gradients flow back in reverse forward order
+            "order": order, "name": data["slot_name"][ti], "ort_name": ort_name, "kind": kind,
+            "module": data["slot_module"][ti], "cls": data["slot_cls"][ti], "shape": data["slot_shape"][ti],
+            "dtype": data["slot_dtype"][ti], "numel": numel.astype(np.int64), "min": r[:, 1], "max": r[:, 2],
+            "mean": mean, "std": std, "norm": np.sqrt(r[:, 4]), "nan": r[:, 6].astype(np.int64),
+            "inf": r[:, 7].astype(np.int64), "zero": r[:, 8].astype(np.int64),
+            "samples": list(data[f"{phase}_samples"][si, ti]), "std_reliable": True}))
+    if not frames:
+        return empty_table()
+    df = pd.concat(frames, ignore_index=True)
+    df = df.sort_values(["step", "seq"], ignore_index=True)
+    df.attrs.update(source=str(path.parent), kind="ortlab", meta=meta)
+    return df
+
+
+def empty_table():
+    import pandas as pd
+
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})

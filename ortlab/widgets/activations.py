@@ -1,0 +1,127 @@
+"""Activations panel: compare two runs' activation statistics, see the first divergence, a tensor x step
+heatmap, and one tensor's statistics over the steps. Thin over ortlab.activations.compare."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from pathlib import Path
+
+import ipywidgets as W
+
+
+def _png(fig) -> bytes:
+    from ortlab.plots import figure_png
+
+    return figure_png(fig)
+
+
+class ActivationsPanel(W.VBox):
+    """`runs()` lists the runs to choose from (the Lab passes its session's); runs without statistics are left
+    out. A folder path (a run, or an ORT StatisticsSubscriber folder) can be typed instead."""
+
+    def __init__(self, runs: Callable[[], list] | None = None):
+        self.get_runs = runs or (lambda: [])
+        self.diff = None  # the last ActivationDiff
+        self.a = W.Dropdown(description="A", options=[], layout=W.Layout(width="420px"))
+        self.b = W.Dropdown(description="B", options=[], layout=W.Layout(width="420px"))
+        self.a_path = W.Text(placeholder="or a folder: run or ORT dump", layout=W.Layout(width="300px"))
+        self.b_path = W.Text(placeholder="or a folder: run or ORT dump", layout=W.Layout(width="300px"))
+        self.tolerance = W.FloatLogSlider(value=1e-3, base=10, min=-7, max=0, step=0.5, description="tolerance",
+                                          readout_format=".0e")
+        self.compare_button = W.Button(description="Compare", button_style="primary", icon="search")
+        self.status = W.HTML()
+        self.heatmap = W.Image(format="png", layout=W.Layout(max_width="900px"))
+        self.tensor = W.Select(options=[], rows=12, description="tensor", layout=W.Layout(width="420px"))
+        self.tensor_stats = W.HTML()
+        self.tensor_plot = W.Image(format="png", layout=W.Layout(max_width="900px"))
+        self.compare_button.on_click(lambda _: self.compare())
+        self.tensor.observe(lambda change: self.show_tensor(), names="value")
+        super().__init__([
+            W.HBox([self.a, self.a_path]), W.HBox([self.b, self.b_path]),
+            W.HBox([self.tolerance, self.compare_button]), self.status, self.heatmap,
+            W.HTML("<b>Tensor over steps</b> (the first divergence is selected; pick another)"),
+            W.HBox([self.tensor, self.tensor_stats]), self.tensor_plot])
+        self.refresh()
+
+    # -- state
+
+    def refresh(self) -> None:
+        """Re-read the runs (those that collected statistics), newest first; A defaults to the newest PyTorch
+        run and B to the newest ORTModule run."""
+        runs = [r for r in reversed(self.get_runs() or []) if (Path(r.path) / "stats.npz").is_file()]
+        options = [(f"{r.path.name} ({r.backend})", str(r.path)) for r in runs]
+        keep_a, keep_b = self.a.value, self.b.value
+        self.a.options, self.b.options = options, options
+        paths = [p for _, p in options]
+        by_backend = {r.backend: str(r.path) for r in reversed(runs)}  # newest of each backend
+        self.a.value = keep_a if keep_a in paths else by_backend.get("pytorch", paths[0] if paths else None)
+        self.b.value = keep_b if keep_b in paths else by_backend.get("ortmodule", paths[-1] if paths else None)
+        if not runs and not self.diff:
+            self.status.value = "<i>no run with statistics yet: burst with collect={'stats': {}}</i>"
+
+    def _source(self, path_box: W.Text, dropdown: W.Dropdown) -> str | None:
+        return path_box.value.strip() or dropdown.value
+
+    # -- actions
+
+    def compare(self):
+        """Compare A and B (what the button does); returns the ActivationDiff, or None after an error (shown)."""
+        from ortlab.activations import compare
+
+        a, b = self._source(self.a_path, self.a), self._source(self.b_path, self.b)
+        if not a or not b:
+            self._error("choose two runs (or type two folders)")
+            return None
+        try:
+            self.diff = compare(a, b, self.tolerance.value)
+            self.heatmap.value = _png(self.diff.heatmap())
+        except Exception as e:  # the panel shows every failure itself: a notebook cell should not see it
+            self._error(f"{type(e).__name__}: {e}")
+            return None
+        self.status.value = self._summary()
+        rows = self.diff.table.drop_duplicates(["phase", "name"]).sort_values("seq")
+        self.tensor.options = [(("grad " if p == "backward" else "") + n, (p, n))
+                               for p, n in zip(rows["phase"], rows["name"], strict=True)]
+        first = self.diff.first
+        self.tensor.value = (first.phase, first.name) if first else (self.tensor.options[0][1] if rows.size else None)
+        self.show_tensor()
+        return self.diff
+
+    def show_tensor(self) -> None:
+        if self.diff is None or self.tensor.value is None:
+            return
+        phase, name = self.tensor.value
+        try:
+            t = self.diff.over_steps(name, phase)
+            self.tensor_plot.value = _png(self.diff.figure(name, phase))
+        except Exception as e:
+            self.tensor_stats.value = f"<span style='color:#c00'>{html.escape(str(e))}</span>"
+            return
+        cols = [c for c in ("mean_a", "mean_b", "std_a", "std_b", "norm_a", "norm_b", "score") if c in t]
+        self.tensor_stats.value = t[cols].to_html(float_format=lambda v: f"{v:.4g}", border=0)
+
+    def _summary(self) -> str:
+        d = self.diff
+        head = f"<b>{html.escape(d.a)}</b> vs <b>{html.escape(d.b)}</b>, aligned by {d.aligned_by}<br>"
+        if d.first:
+            head += f"<span style='color:#c00;font-weight:bold'>first divergence: {html.escape(str(d.first))}</span>"
+        else:
+            head += "<span style='color:#080'>no divergence beyond tolerance</span>"
+        for label, nf in d.nonfinite.items():
+            if nf:
+                head += f"<br><span style='color:#c60'>first nan/inf in {html.escape(label)}: {html.escape(str(nf))}</span>"
+        for e in d.errors[:3]:
+            head += f"<br><span style='color:#c60'>unreadable: {html.escape(e)}</span>"
+        return head
+
+    def _error(self, text: str) -> None:
+        self.status.value = f"<span style='color:#c00'>{html.escape(text.splitlines()[0])}</span>"
+
+    def __repr__(self) -> str:
+        first = "none"
+        if self.diff is not None and self.diff.first is not None:
+            first = f"{self.diff.first.name!r} at step {self.diff.first.step}"
+        elif self.diff is None:
+            first = "not compared"
+        return f"ActivationsPanel(runs={len(self.a.options)}, first divergence: {first})"

@@ -1,0 +1,136 @@
+"""Models for the activation-statistics tests: the demo with a difference injected into one module from a chosen
+step on, with randomness that escapes parity mode, and one whose modules return structured outputs and tap."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ortlab import Workload
+from ortlab.activations import tap
+from ortlab.demo import gpt
+
+
+def injected(module: str = "blocks.1.mlp.0", step: int | None = None, scale: float = 1.01, **kwargs) -> Workload:
+    """The demo GPT whose `module` multiplies its output by `scale` from `step` on. The switch is a buffer that
+    `batch(step)` sets, so it works inside ORTModule's graph too (persistent buffers are graph inputs).
+    A huge `scale` (3e38) overflows: the values beyond +-1.13 become inf, and the loss nan after them."""
+    w = gpt(**kwargs)
+    target = dict(w.model.named_modules())[module]
+    target.register_buffer("inject_on", torch.zeros(()))  # persistent: a graph input, not a constant
+    target.register_forward_hook(lambda m, args, out: out + out * ((scale - 1) * m.inject_on))
+    batch = w.batch
+
+    def switched(i: int):
+        target.inject_on.fill_(1.0 if step is not None and i >= step else 0.0)
+        return batch(i)
+
+    return Workload(w.model, switched, w.loss, name=f"demo, {module} x{scale} from step {step}", batch_size=w.batch_size)
+
+
+def functional_dropout(module: str = "blocks.0.attn", p: float = 0.1, **kwargs) -> Workload:
+    """The demo GPT where `module`'s output goes through F.dropout: no Dropout module, so parity mode's
+    dropout-0 switch does not reach it (T5's attention does this)."""
+    w = gpt(**kwargs)
+    target = dict(w.model.named_modules())[module]
+    target.register_forward_hook(lambda m, args, out: F.dropout(out, p, m.training))
+    return w
+
+
+def own_rng(module: str = "blocks.0.mlp.1", **kwargs) -> Workload:
+    """The demo GPT where `module` adds noise from its own generator, which no seed resets: not deterministic."""
+    w = gpt(**kwargs)
+    target = dict(w.model.named_modules())[module]
+    generator = torch.Generator().manual_seed(1234)
+    target.register_forward_hook(lambda m, args, out: out + 1e-3 * torch.randn(out.shape, generator=generator))
+    return w
+
+
+Pair = namedtuple("Pair", "first second")
+
+
+@dataclass
+class Output:
+    hidden: torch.Tensor
+    extra: dict
+
+
+class Cache:
+    """Like transformers' cache objects: tensors in lists on a plain object."""
+
+    def __init__(self, keys: list[torch.Tensor]):
+        self.key_cache = keys
+        self.seen = 3
+
+
+class Splitter(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.lin = nn.Linear(d, 2 * d)
+
+    def forward(self, x):
+        a, b = self.lin(x).chunk(2, dim=-1)
+        return Pair(a, b), "a label", 7
+
+
+class Mixer(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, pair):
+        h = tap("mixer_product", pair.first * torch.sigmoid(pair.second))
+        h = self.lin(h)
+        return Output(h, {"gate": torch.sigmoid(pair.second), "note": None}), Cache([h.detach() * 2])
+
+
+class Structured(nn.Module):
+    def __init__(self, vocab: int = 16, d: int = 8):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.split = Splitter(d)
+        self.mix = Mixer(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        pair, _, _ = self.split(self.emb(idx))
+        out, _cache = self.mix(pair)
+        return {"logits": self.head(out.hidden), "gate": out.extra["gate"]}
+
+
+def structured(batch_size: int = 4, seq_len: int = 6) -> Workload:
+    model = Structured()
+
+    def batch(step: int):
+        g = torch.Generator().manual_seed(step)
+        idx = torch.randint(0, 16, (batch_size, seq_len), generator=g)
+        return idx, idx
+
+    def loss(out, target):
+        return F.cross_entropy(out["logits"].reshape(-1, 16), target.reshape(-1))
+
+    return Workload(model, batch, loss, name="structured outputs", batch_size=batch_size)
+
+
+def tiny_t5(batch_size: int = 2, seq_len: int = 8) -> Workload:
+    """A transformers T5 from a tiny random config (no download). Its decoder returns an EncoderDecoderCache,
+    which ORT's own StatisticsSubscriber cannot flatten; its attention calls F.dropout (see functional_dropout)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2,
+                      decoder_start_token_id=0, pad_token_id=0)
+    model = T5ForConditionalGeneration(config)
+
+    def batch(step: int):
+        g = torch.Generator().manual_seed(step)
+        ids = torch.randint(1, 64, (batch_size, seq_len), generator=g)
+        return {"input_ids": ids, "decoder_input_ids": ids}, ids
+
+    def loss(out, ids):
+        return F.cross_entropy(out["logits"].reshape(-1, 64), ids.reshape(-1))
+
+    return Workload(model, batch, loss, name="tiny T5", batch_size=batch_size)
