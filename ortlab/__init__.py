@@ -24,6 +24,9 @@ _EXPORTS = {
     "Comparison": "ortlab.summary",
     "Snapshot": "ortlab.snapshot",
     "Lab": "ortlab.widgets.lab",
+    "compare": "ortlab.activations",
+    "tap": "ortlab.activations",
+    "bisect": "ortlab.activations",
     "plans": "ortlab.recompute",
     "plan_sweep": "ortlab.recompute",
     "what_if": "ortlab.recompute",
@@ -31,12 +34,12 @@ _EXPORTS = {
     "setup": "ortlab.environment",
 }
 
-__all__ = sorted([*_EXPORTS, "graphs"])
+__all__ = sorted([*_EXPORTS, "activations", "graphs"])
 
 
 def __getattr__(name: str):
-    if name == "graphs":  # a callable module: ortlab.graphs(run) and ortlab.graphs.Stage both work
-        return _import_module("ortlab.graphs")
+    if name in ("graphs", "activations"):  # ortlab.graphs is a callable module: graphs(run) and graphs.Stage
+        return _import_module(f"ortlab.{name}")
     if name in _EXPORTS:
         value = getattr(_import_module(_EXPORTS[name]), name)
         globals()[name] = value
