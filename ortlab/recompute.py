@@ -570,16 +570,22 @@ def _compare(df, runs: dict[str, Any], reference: str, rtol: float) -> list[str]
     return notes
 
 
-def pareto_figure(table):
-    """Peak memory against median step time, one point per plan set; the non-dominated sets on a line."""
+def _labelled_scatter(table, x: str, y: str, size: tuple[float, float]):
+    """A figure with one labelled point per plan set that has both values; returns (fig, ax, rows used)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.5, 4), dpi=100, layout="constrained")
+    fig = Figure(figsize=size, dpi=100, layout="constrained")
     ax = fig.add_subplot()
-    ok = table.dropna(subset=["median_step_ms", "peak_mem_mb"])
-    ax.scatter(ok["median_step_ms"], ok["peak_mem_mb"])
-    for name, x, y in zip(ok["set"], ok["median_step_ms"], ok["peak_mem_mb"], strict=True):
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ok = table.dropna(subset=[x, y])
+    ax.scatter(ok[x], ok[y])
+    for name, px, py in zip(ok["set"], ok[x], ok[y], strict=True):
+        ax.annotate(name, (px, py), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    return fig, ax, ok
+
+
+def pareto_figure(table):
+    """Peak memory against median step time, one point per plan set; the non-dominated sets on a line."""
+    fig, ax, ok = _labelled_scatter(table, "median_step_ms", "peak_mem_mb", (6.5, 4))
     front = _front(list(zip(ok["median_step_ms"], ok["peak_mem_mb"], strict=True)))
     if len(front) > 1:
         ax.plot(*zip(*front, strict=True), linestyle="--", alpha=0.5, label="Pareto front")
@@ -602,14 +608,7 @@ def _front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def saving_figure(table):
     """Predicted saving (ORT's expressions) against measured saving (peak memory vs the no-plan set)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5.5, 4), dpi=100, layout="constrained")
-    ax = fig.add_subplot()
-    ok = table.dropna(subset=["predicted_saving_mb", "measured_saving_mb"])
-    ax.scatter(ok["predicted_saving_mb"], ok["measured_saving_mb"])
-    for name, x, y in zip(ok["set"], ok["predicted_saving_mb"], ok["measured_saving_mb"], strict=True):
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    fig, ax, ok = _labelled_scatter(table, "predicted_saving_mb", "measured_saving_mb", (5.5, 4))
     hi = max([1.0, *ok["predicted_saving_mb"], *ok["measured_saving_mb"]])
     ax.plot([0, hi], [0, hi], linestyle=":", color="gray", label="measured = predicted")
     ax.set_xlabel("predicted saving (MB)")
