@@ -22,7 +22,7 @@ _ortlab_ensure_env() {
   local python key root
   python=$(_ortlab_python)
   key=$(cat "$ORTLAB_ROOT/requirements.lock" "$ORTLAB_ROOT/bin/_env.sh" | sha256sum | cut -c1-16)
-  root=${ORTLAB_ENV_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/ortlab}
+  root=${ORTLAB_ENV_ROOT:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ortlab}
   ORTLAB_VENV="$root/env-$key"
   mkdir -p "$root"
   exec 9>"$root/.lock"
