@@ -141,3 +141,22 @@ def _drive(jupyterlab, page):
     lab.locator(".lm-TabBar-tab", has_text="Log").first.click()
     lab.locator(".widget-html pre >> visible=true", has_text="ORTModule is enabled").first.wait_for()
     lab.screenshot(path=str(SHOTS / "lab-log.png"))
+
+    # save the graphs of the next burst, run it on ORTModule only, and look at them in the Graphs tab
+    lab.locator(".lm-TabBar-tab", has_text="Options").first.click()
+    lab.locator(".jupyter-widget-Collapse-header, .p-Collapse-header, .lm-Collapse-header",
+                has_text="ORTMODULE/DebugOptions").first.click()
+    lab.locator(".widget-checkbox >> visible=true", has_text="save_onnx").locator("input").first.check()
+    lab.locator(".widget-html", has_text="export ORTMODULE_MEMORY_OPT_LEVEL=1").first.wait_for()
+    lab.locator(".lm-TabBar-tab", has_text="Burst").first.click()
+    lab.locator("button >> visible=true", has_text="ORTModule").first.click()
+    stop = lab.locator("button.widget-button", has_text="Stop").first
+    lab.locator("button.widget-button", has_text="Run").first.click()
+    page.wait_for_function("b => !b.disabled", arg=stop.element_handle(), timeout=60_000)
+    page.wait_for_function("b => b.disabled", arg=stop.element_handle(), timeout=300_000)
+    lab.locator(".lm-TabBar-tab", has_text="Graphs").first.click()
+    graphs = lab.locator(".widget-html >> visible=true", has_text="execution_model").first
+    graphs.wait_for(timeout=60_000)
+    assert "recompute" in lab.inner_text()  # memory_opt_level=1 adds recompute nodes
+    lab.locator(".lm-TabBar-tab", has_text="Graphs").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "lab-graphs.png"))  # the viewport: the whole panel is taller than a screen
