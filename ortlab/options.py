@@ -300,8 +300,8 @@ class Options(Mapping[str, Any]):
 
     def __contains__(self, key: object) -> bool:
         """Whether the option is set to a non-default value (as iteration and len() count)."""
-        return isinstance(key, str) and key in SPECS and key in self._values or (
-            isinstance(key, str) and key in _BY_ENV and _BY_ENV[key].name in self._values)
+        found = (SPECS.get(key) or _BY_ENV.get(key)) if isinstance(key, str) else None
+        return found is not None and found.name in self._values
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)

@@ -87,7 +87,6 @@ def main() -> None:
 class _Worker:
     proc: subprocess.Popen
     conn: Connection
-    model_key: tuple
     import_options: Options
     log_path: Path
 
@@ -256,7 +255,7 @@ class Session:
         conn = Connection(os.dup(parent.fileno()))
         parent.close()
         self.worker_starts += 1
-        w = _Worker(proc, conn, self.ref.key, import_options, log_path)
+        w = _Worker(proc, conn, import_options, log_path)
         self._worker = w
         conn.send({"op": "init", "kind": self.ref.kind, "target": self.ref.target, "kwargs": list(self.ref.kwargs),
                    "label": self.ref.label, "seed": self.seed, "import_options": import_options.to_dict(),
@@ -270,23 +269,13 @@ class Session:
             raise WorkerError(f"the worker for model {self.ref.describe()} did not start: {detail}")
         return w
 
-    def _receive(self, w: _Worker, timeout: float | None = None) -> dict | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                if w.conn.poll(0.1):
-                    return w.conn.recv()
-            except (EOFError, OSError):
+    def _receive(self, w: _Worker, timeout: float) -> dict | None:
+        """The next message, or None when the worker died or `timeout` seconds passed."""
+        deadline = time.monotonic() + timeout
+        while (msg := self._receive_step(w)) == "tick":
+            if time.monotonic() > deadline:
                 return None
-            if w.proc.poll() is not None:
-                try:
-                    if w.conn.poll(0):
-                        return w.conn.recv()
-                except (EOFError, OSError):
-                    pass
-                return None
-            if deadline is not None and time.monotonic() > deadline:
-                return None
+        return msg
 
     def _run_in_worker(self, cfg, callback) -> Path:
         w = self._worker_for(cfg)
@@ -338,6 +327,7 @@ class Session:
                     msg["message"])
 
     def _receive_step(self, w: _Worker):
+        """A message, "tick" when none came within 0.1 s, or None when the worker died with nothing left to read."""
         try:
             if w.conn.poll(0.1):
                 return w.conn.recv()
