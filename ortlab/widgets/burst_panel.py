@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 from collections.abc import Callable
 
 import ipywidgets as W
 
 from ortlab.options import Options
+
+
+PLOT_INTERVAL_S = 0.5
 
 
 def _table(df) -> str:
@@ -57,6 +61,7 @@ class BurstPanel(W.VBox):
             return
         backends = ["pytorch", "ortmodule"] if self.backend.value == "both" else [self.backend.value]
         self._curves = {b: [] for b in backends}
+        self._drawn = 0.0
         self.progress.max, self.progress.value = self.steps.value * len(backends), 0
         self.run_button.disabled, self.stop_button.disabled = True, False
         self.status.value = "starting (the first burst starts a worker process and exports the model)..."
@@ -89,6 +94,11 @@ class BurstPanel(W.VBox):
         except Exception as e:  # shown in the panel, never printed over the notebook
             self.status.value = f"<span style='color:#c00'>{html.escape(f'{type(e).__name__}: {e}'.splitlines()[0])}</span>"
         finally:
+            if any(self._curves.values()):  # the steps after the last throttled draw (a stopped burst)
+                from ortlab.plots import figure_png, loss_figure
+
+                self.plot.value = figure_png(loss_figure(self._curves))
+                self.plot.layout.display = None
             self.last_runs = runs
             self._show_results(runs)
             self.run_button.disabled, self.stop_button.disabled = False, True
@@ -100,8 +110,13 @@ class BurstPanel(W.VBox):
 
         self._curves[backend].append(row["loss"])
         self.progress.value += 1
-        self.plot.value = figure_png(loss_figure(self._curves))
-        self.plot.layout.display = None
+        # drawing takes ~50 ms: at most twice a second (in-process bursts call this from their training loop);
+        # the final curve is drawn when the bursts end
+        now = time.monotonic()
+        if now - self._drawn >= PLOT_INTERVAL_S:
+            self.plot.value = figure_png(loss_figure(self._curves))
+            self.plot.layout.display = None
+            self._drawn = now
 
     @staticmethod
     def _summary(runs) -> str:
