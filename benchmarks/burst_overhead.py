@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from ortlab.burst import BurstConfig, Engine
+from ortlab.engine import BurstConfig, Engine
 from ortlab.workload import ModelRef, call_model
 
 TARGET = 1.05

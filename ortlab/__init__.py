@@ -4,18 +4,20 @@ from importlib import import_module as _import_module
 
 __version__ = "0.1.0"
 
-# name -> module; loaded on first use so that `import ortlab` imports neither torch nor onnxruntime.
+# name -> "module" or "module:attribute"; loaded on first use so that `import ortlab` imports neither torch nor onnxruntime.
 _EXPORTS = {
     "Options": "ortlab.options",
     "OptionError": "ortlab.options",
     "OptionSpec": "ortlab.options",
     "REGISTRY": "ortlab.options",
     "registry_table": "ortlab.options",
-    "Session": "ortlab.worker",
-    "burst": "ortlab.worker",
-    "session": "ortlab.worker",
-    "WorkerError": "ortlab.worker",
-    "BurstError": "ortlab.burst",
+    "Session": "ortlab.engine.session",
+    "burst": "ortlab.engine.session",
+    "session": "ortlab.engine.session",
+    "WorkerError": "ortlab.engine.session",
+    "BurstError": "ortlab.engine.config",
+    "InputError": "ortlab.errors",
+    "OrtlabError": "ortlab.errors",
     "Workload": "ortlab.workload",
     "WorkloadError": "ortlab.workload",
     "Run": "ortlab.run",
@@ -30,18 +32,24 @@ _EXPORTS = {
     "plans": "ortlab.recompute",
     "plan_sweep": "ortlab.recompute",
     "what_if": "ortlab.recompute",
+    "load_graphs": "ortlab.graphs:load",
     "doctor": "ortlab.environment",
     "setup": "ortlab.environment",
 }
 
-__all__ = sorted([*_EXPORTS, "activations", "graphs"])
+# Subpackages reachable as attributes (`ortlab.graphs.load(run)`); no public name above equals a submodule's name
+# (importing the submodule would rebind the attribute), which tests/test_api.py checks.
+_PACKAGES = ("activations", "graphs", "recompute")
+
+__all__ = sorted([*_EXPORTS, *_PACKAGES])
 
 
 def __getattr__(name: str):
-    if name in ("graphs", "activations"):  # ortlab.graphs is a callable module: graphs(run) and graphs.Stage
+    if name in _PACKAGES:
         return _import_module(f"ortlab.{name}")
     if name in _EXPORTS:
-        value = getattr(_import_module(_EXPORTS[name]), name)
+        module, _, attr = _EXPORTS[name].partition(":")
+        value = getattr(_import_module(module), attr or name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'ortlab' has no attribute {name!r}")

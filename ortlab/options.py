@@ -14,8 +14,10 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
+from ortlab.errors import InputError
 
-class OptionError(ValueError):
+
+class OptionError(InputError):
     """A bad option name or value; the message names the option, the value and what is allowed."""
 
 
@@ -272,8 +274,13 @@ class Options(Mapping[str, Any]):
             items.update(values._values)
         elif isinstance(values, Mapping):
             items.update(values)
-        elif values is not None:
+        elif isinstance(values, str):  # one assignment, not a sequence of characters
+            items.update(_split_assignments([values]))
+        elif isinstance(values, Iterable):
             items.update(_split_assignments(values))
+        elif values is not None:
+            raise OptionError(f"options {values!r} are not allowed; allowed: Options, a dict, keyword arguments, "
+                              "or KEY=VALUE strings")
         items.update(kwargs)
         parsed: dict[str, Any] = {}
         for key, value in items.items():

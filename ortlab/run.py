@@ -6,10 +6,13 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import json
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ortlab.errors import InputError
 
 STATUSES = ("running", "ok", "interrupted", "stopped", "failed", "crashed")
 
@@ -39,26 +42,66 @@ def new_run_dir(out: str | Path, backend: str, name: str | None = None) -> Path:
     raise AssertionError("unreachable")
 
 
+class RunWriteError(OSError):
+    """A run file could not be written (a full disk, a file-size limit): names the file."""
+
+
+def _finite(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """JSON has no NaN or infinity: such values are written as null and named."""
+    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    return ({**row, **dict.fromkeys(bad)} if bad else row), bad
+
+
 class RunWriter:
-    """Writes one run folder as the burst goes."""
+    """Writes one run folder as the burst goes. Each metrics line is written whole or not at all (a line that a
+    full disk cut is removed again), so a reader always sees complete steps."""
 
     def __init__(self, path: Path, meta: dict[str, Any]):
         self.path = path
         self.meta = {"status": "running", "started": _dt.datetime.now().isoformat(timespec="seconds"), **meta}
-        write_json(path / "meta.json", self.meta)
-        self._metrics = open(path / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self.write("meta.json", self.meta)
+        self._metrics_path = path / "metrics.jsonl"
+        self._metrics = os.open(self._metrics_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.nonfinite: dict[str, int] = {}  # metric -> first step where it was not finite
 
     def step(self, row: dict[str, Any]) -> None:
-        self._metrics.write(json.dumps(row) + "\n")
-        self._metrics.flush()
+        row, bad = _finite(row)
+        for key in bad:
+            self.nonfinite.setdefault(key, row.get("step"))
+        data = (json.dumps(row, allow_nan=False) + "\n").encode()
+        size = os.fstat(self._metrics).st_size
+        try:
+            written = os.write(self._metrics, data)
+            if written != len(data):
+                raise OSError(28, "No space left on device")
+        except OSError as e:
+            os.ftruncate(self._metrics, size)  # no half line
+            raise RunWriteError(e.errno, f"cannot write {self._metrics_path}: {e.strerror}",
+                                str(self._metrics_path)) from None
 
     def write(self, name: str, data: Any) -> None:
-        write_json(self.path / name, data)
+        try:
+            write_json(self.path / name, data)
+        except OSError as e:
+            with_tmp = self.path / f".{name}.{os.getpid()}.tmp"
+            with_tmp.unlink(missing_ok=True)
+            raise RunWriteError(e.errno, f"cannot write {self.path / name}: {e.strerror}", str(self.path / name)) from None
 
     def finish(self, status: str, **extra: Any) -> None:
-        self._metrics.close()
+        """The final status; after a write failure the shortest meta that says so is tried as well."""
+        if self._metrics is not None:
+            os.close(self._metrics)
+            self._metrics = None
+        if self.nonfinite and "warning" not in extra:
+            first = min(self.nonfinite.items(), key=lambda kv: kv[1] if kv[1] is not None else -1)
+            extra["warning"] = (f"{first[0]} became non-finite at step {first[1]} (written as null): the learning "
+                                "rate may be too high")
         self.meta.update(extra, status=status, finished=_dt.datetime.now().isoformat(timespec="seconds"))
-        write_json(self.path / "meta.json", self.meta)
+        try:
+            write_json(self.path / "meta.json", self.meta)
+        except OSError:
+            small = {k: self.meta.get(k) for k in ("status", "backend", "started", "finished", "error", "config")}
+            write_json(self.path / "meta.json", small)
 
 
 def mark(path: str | Path, status: str, **extra: Any) -> None:
@@ -71,14 +114,38 @@ def mark(path: str | Path, status: str, **extra: Any) -> None:
     write_json(path / "meta.json", meta)
 
 
-class RunError(ValueError):
+class RunError(InputError):
     """A folder that is not an ortlab run."""
+
+
+def _read_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The step rows, and the line numbers that are not a step row (damaged: skipped, the later steps kept)."""
+    rows, damaged = [], []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return rows, damaged
+    except OSError as e:
+        raise RunError(f"{path}: cannot be read ({e.strerror})") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and "step" in row and "loss" in row:
+            rows.append(row)
+        else:
+            damaged.append(number)
+    return rows, damaged
 
 
 @dataclass
 class Run:
     path: Path
     meta: dict[str, Any]
+    damaged_lines: list[int] = field(default_factory=list)  # metrics.jsonl lines that are not a step (after .metrics)
 
     @property
     def status(self) -> str:
@@ -100,14 +167,7 @@ class Run:
     def metrics(self):
         import pandas as pd
 
-        rows = []
-        path = self.path / "metrics.jsonl"
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a line cut by a killed worker: keep what came before
+        rows, self.damaged_lines = _read_metrics(self.path / "metrics.jsonl")
         return pd.DataFrame(rows, columns=None if rows else ["step", "loss", "step_time_s", "samples_per_s", "peak_mem_mb"])
 
     @property
@@ -120,8 +180,14 @@ class Run:
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
     def read_json(self, name: str, default: Any = None) -> Any:
+        """A JSON file of the run; a damaged one raises RunError naming it."""
         path = self.path / name
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
+        if not path.exists():
+            return default
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RunError(f"{path}: not readable as JSON ({e})") from None
 
     @property
     def ort(self) -> dict[str, Any]:
@@ -138,17 +204,29 @@ class Run:
         m = self.metrics
         out = {"run": self.path.name, "backend": self.backend, "status": self.status, "steps": len(m)}
         if len(m):
-            out["final_loss"] = float(m["loss"].iloc[-1])
-            timed = m["step_time_s"].iloc[1:] if len(m) > 1 else m["step_time_s"]
-            out["median_step_s"] = float(timed.median())
-            out["peak_mem_mb"] = float(m["peak_mem_mb"].max())
-        overhead = self.ort.get("overhead", {})
+            out["final_loss"] = _number(m["loss"].iloc[-1])
+            if "step_time_s" in m:
+                timed = m["step_time_s"].iloc[1:] if len(m) > 1 else m["step_time_s"]
+                out["median_step_s"] = _number(timed.median())
+            if "peak_mem_mb" in m:
+                out["peak_mem_mb"] = _number(m["peak_mem_mb"].max())
+        if self.damaged_lines:
+            out["damaged_metrics_lines"] = self.damaged_lines
+        overhead = (self.ort or {}).get("overhead") or {}
         if overhead:
             out["ort_init_s"] = overhead.get("end to end")
         return out
 
     def __repr__(self) -> str:
         return f"Run({self.path.name!r}, backend={self.backend!r}, status={self.status!r}, steps={len(self.metrics)})"
+
+
+def _number(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def load_run(path: str | Path) -> Run:
@@ -159,8 +237,10 @@ def load_run(path: str | Path) -> Run:
         raise RunError(f"{path} is not an ortlab run folder (no meta.json)")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RunError(f"{meta_path}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise RunError(f"{meta_path}: not a run's meta (a JSON object is expected, found {type(meta).__name__})")
     return Run(path, meta)
 
 
@@ -174,8 +254,9 @@ def list_runs(folder: str | Path = "runs"):
         for meta in folder.glob("*/meta.json"):
             try:
                 run = load_run(meta.parent)
-            except RunError:
-                continue
-            rows.append({**run.summary(), "started": run.meta.get("started"), "path": str(run.path)})
+                rows.append({**run.summary(), "started": run.meta.get("started"), "path": str(run.path)})
+            except RunError as e:  # one damaged run must not hide the others
+                rows.append({"run": meta.parent.name, "status": "unreadable", "error": str(e),
+                             "started": None, "path": str(meta.parent)})
     df = pd.DataFrame(rows)
-    return df.sort_values("started", ascending=False, ignore_index=True) if len(df) else df
+    return df.sort_values("started", ascending=False, ignore_index=True, na_position="last") if len(df) else df

@@ -10,32 +10,40 @@ from ortlab.run import Run
 
 @dataclass
 class Comparison:
+    """`ortmodule` is None when the comparison was stopped during the PyTorch burst (the second never ran)."""
+
     pytorch: Run
-    ortmodule: Run
+    ortmodule: Run | None
+
+    @property
+    def runs(self) -> list[Run]:
+        return [r for r in (self.pytorch, self.ortmodule) if r is not None]
 
     def losses(self):
         """Loss per step, one column per backend, and their absolute difference."""
         import pandas as pd
 
         pt = self.pytorch.metrics.set_index("step")["loss"] if len(self.pytorch.metrics) else pd.Series(dtype=float)
-        ort = self.ortmodule.metrics.set_index("step")["loss"] if len(self.ortmodule.metrics) else pd.Series(dtype=float)
+        ort = (self.ortmodule.metrics.set_index("step")["loss"] if self.ortmodule is not None
+               and len(self.ortmodule.metrics) else pd.Series(dtype=float))
         df = pd.DataFrame({"pytorch": pt, "ortmodule": ort})
         df["abs_diff"] = (df["pytorch"] - df["ortmodule"]).abs()
         return df
 
     def to_dict(self) -> dict[str, Any]:
-        pt, ort = self.pytorch.summary(), self.ortmodule.summary()
+        pt = self.pytorch.summary()
+        ort = self.ortmodule.summary() if self.ortmodule is not None else {"backend": "ortmodule", "status": "not run"}
         losses = self.losses().dropna()
         out = {
             "pytorch": {**pt, "path": str(self.pytorch.path)},
-            "ortmodule": {**ort, "path": str(self.ortmodule.path)},
+            "ortmodule": {**ort, "path": str(self.ortmodule.path) if self.ortmodule is not None else None},
             "max_loss_diff": float(losses["abs_diff"].max()) if len(losses) else None,
             "step_time_ratio": (ort["median_step_s"] / pt["median_step_s"])
             if pt.get("median_step_s") and ort.get("median_step_s") else None,
             "ort_init_s": ort.get("ort_init_s"),
-            "parity": bool(self.ortmodule.meta.get("config", {}).get("parity")),
+            "parity": bool(self.pytorch.meta.get("config", {}).get("parity")),
         }
-        for run in (self.pytorch, self.ortmodule):
+        for run in self.runs:
             if run.error or run.meta.get("warning"):
                 out.setdefault("problems", []).append(f"{run.backend}: {run.error or run.meta['warning']}")
         return out
@@ -63,5 +71,5 @@ class Comparison:
             lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ (use --parity)")
         for problem in d.get("problems", []):
             lines.append(f"problem: {problem}")
-        lines.append(f"runs: {d['pytorch']['path']}\n      {d['ortmodule']['path']}")
+        lines.append("runs: " + "\n      ".join(str(r.path) for r in self.runs))
         return "\n".join(lines)

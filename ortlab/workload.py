@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
+from ortlab.errors import InputError
 
-class WorkloadError(ValueError):
+
+class WorkloadError(InputError):
     """A model factory that cannot be found, sent to a worker, or that returns the wrong thing."""
 
 
@@ -142,7 +144,14 @@ class ModelRef:
             raise WorkloadError(f"model factory {self.describe()} does not take these arguments: {e}") from None
         except ValueError:
             pass  # builtins without a signature
-        return Workload.coerce(factory(**kwargs), self.describe())
+        try:
+            made = factory(**kwargs)
+        except SystemExit as e:  # a factory (or a script it runs) that exits must not end ortlab's process
+            raise WorkloadError(f"model factory {self.describe()} called sys.exit({e.code!r}) instead of returning "
+                                "a model") from None
+        except (ValueError, TypeError) as e:
+            raise WorkloadError(f"model factory {self.describe()} refused its arguments: {e}") from None
+        return Workload.coerce(made, self.describe())
 
 
 def to_device(value: Any, device: torch.device) -> Any:

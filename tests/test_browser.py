@@ -1,6 +1,6 @@
 """A real JupyterLab in a real browser (Debian's Chromium driven by Playwright): open the quickstart notebook,
 run it, press Run in the Burst panel, watch the loss curve and results appear, change an option and see the
-re-wrap notice. Screenshots go to docs/img/ (the user guide shows them)."""
+re-wrap notice. Screenshots go to a temporary folder; to docs/img/ with ORTLAB_UPDATE_SCREENSHOTS=1."""
 
 import os
 import shutil
@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "docs" / "img"
 TOKEN = "ortlab-browser-test"
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
@@ -86,17 +85,17 @@ def page(jupyterlab):
 
 
 @pytest.mark.timeout(900)
-def test_quickstart_lab_in_chromium(jupyterlab, page, tmp_path):
-    SHOTS.mkdir(parents=True, exist_ok=True)
+def test_quickstart_lab_in_chromium(jupyterlab, page, tmp_path, shots_dir):
+    shots_dir.mkdir(parents=True, exist_ok=True)
     try:
-        _drive(jupyterlab, page)
+        _drive(jupyterlab, page, shots_dir)
     except Exception:
         page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
         print(f"browser state at the failure: {tmp_path / 'failure.png'}")
         raise
 
 
-def _drive(jupyterlab, page):
+def _drive(jupyterlab, page, shots):
     page.goto(f"{jupyterlab}/lab/tree/01_quickstart.ipynb?token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     select = page.locator(".jp-Dialog button", has_text="Select")
@@ -125,7 +124,7 @@ def _drive(jupyterlab, page):
     assert lab.locator("img >> visible=true").count() == 1  # the loss curve
     assert "first export" in lab.inner_text() or "reuse" in lab.inner_text()
     lab.scroll_into_view_if_needed()
-    lab.screenshot(path=str(SHOTS / "lab-burst.png"))
+    lab.screenshot(path=str(shots / "lab-burst.png"))
 
     lab.locator(".lm-TabBar-tab", has_text="Options").first.click()
     lab.locator(".jupyter-widget-Collapse-header, .p-Collapse-header, .lm-Collapse-header",
@@ -136,11 +135,11 @@ def _drive(jupyterlab, page):
     notice.wait_for()
     assert "memory_opt_level" in notice.inner_text()
     assert "export ORTMODULE_MEMORY_OPT_LEVEL=1" in lab.inner_text()
-    lab.screenshot(path=str(SHOTS / "lab-options.png"))
+    lab.screenshot(path=str(shots / "lab-options.png"))
 
     lab.locator(".lm-TabBar-tab", has_text="Log").first.click()
     lab.locator(".widget-html pre >> visible=true", has_text="ORTModule is enabled").first.wait_for()
-    lab.screenshot(path=str(SHOTS / "lab-log.png"))
+    lab.screenshot(path=str(shots / "lab-log.png"))
 
     # save the graphs of the next burst, run it on ORTModule only, and look at them in the Graphs tab
     lab.locator(".lm-TabBar-tab", has_text="Options").first.click()
@@ -159,4 +158,4 @@ def _drive(jupyterlab, page):
     graphs.wait_for(timeout=60_000)
     assert "recompute" in lab.inner_text()  # memory_opt_level=1 adds recompute nodes
     lab.locator(".lm-TabBar-tab", has_text="Graphs").first.scroll_into_view_if_needed()
-    page.screenshot(path=str(SHOTS / "lab-graphs.png"))  # the viewport: the whole panel is taller than a screen
+    page.screenshot(path=str(shots / "lab-graphs.png"))  # the viewport: the whole panel is taller than a screen

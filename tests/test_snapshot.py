@@ -16,6 +16,10 @@ def test_round_trip_with_optimizer(tmp_path):
     snap = Snapshot.take(w.model, opt)
     path = snap.save(tmp_path / "s.pt")
     other = gpt()
+    with torch.no_grad():
+        for p in other.model.parameters():
+            p.add_(1.0)  # differs from w everywhere, so the restore below has something to undo
+    assert not torch.equal(other.model.head.weight, w.model.head.weight)
     other_opt = torch.optim.AdamW(other.model.parameters(), lr=1e-3)
     Snapshot.load(path).restore(other.model, other_opt)
     for (name, a), b in zip(w.model.state_dict().items(), other.model.state_dict().values(), strict=True):
@@ -29,8 +33,12 @@ def test_fp16_model_keeps_fp32_master_weights(tmp_path):
     snap = Snapshot.take(w.model)
     assert all(t.dtype == torch.float32 for t in snap.model.values() if t.is_floating_point())
     assert snap.dtypes["head.weight"] == "float16"
+    before = w.model.head.weight.detach().clone()
+    with torch.no_grad():
+        w.model.head.weight.zero_()
     Snapshot.load(snap.save(tmp_path / "h.pt")).restore(w.model)
     assert w.model.head.weight.dtype == torch.float16
+    assert torch.equal(w.model.head.weight, before)
 
 
 def test_model_only_state_dict_loads(tmp_path):

@@ -70,17 +70,20 @@ def test_burst_panel_runs_both_backends_and_shows_results(lab):
 
 
 def test_stop_button_stops_a_running_burst(lab):
+    import threading
+
     panel = lab.burst_panel
     panel.backend.value, panel.steps.value = "pytorch", 100_000
-    panel.run_button.click()
-    import time
-
-    while not lab.runs or lab.runs[-1].backend != "pytorch" or panel.progress.value < 3:
-        time.sleep(0.05)
-        if panel.progress.value >= 3:
-            break
-    panel.stop_button.click()
-    panel.wait(60)
+    three_steps = threading.Event()
+    watch = lambda change: three_steps.set() if change["new"] >= 3 else None  # noqa: E731
+    panel.progress.observe(watch, "value")
+    try:
+        panel.run_button.click()
+        assert three_steps.wait(300), "the burst did not reach step 3"
+        panel.stop_button.click()
+        panel.wait(300)
+    finally:
+        panel.progress.unobserve(watch, "value")
     assert not panel.running
     assert "interrupted" in panel.status.value
     assert 3 <= len(lab.runs[-1].metrics) < 100_000

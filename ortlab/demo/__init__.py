@@ -92,6 +92,14 @@ def gpt(n_layer: int = 2, d_model: int = 64, n_head: int = 4, seq_len: int = 64,
     """The demo workload. `attention="mha"` uses nn.MultiheadAttention, which ORTModule fails to export."""
     if attention not in ("linear", "mha"):
         raise ValueError(f"attention={attention!r}: allowed are 'linear' and 'mha'")
+    for label, value, low in (("n_layer", n_layer, 1), ("d_model", d_model, 1), ("n_head", n_head, 1),
+                              ("seq_len", seq_len, 2), ("batch_size", batch_size, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{label}={value!r}: allowed is a whole number >= {low}")
+    if d_model % n_head:
+        raise ValueError(f"d_model={d_model} is not a multiple of n_head={n_head}")
+    if not (isinstance(dropout, int | float) and 0 <= dropout < 1):
+        raise ValueError(f"dropout={dropout!r}: allowed is a number in [0, 1)")
     corpus = text()
     chars = sorted(set(corpus))
     data = torch.tensor([chars.index(c) for c in corpus], dtype=torch.long)

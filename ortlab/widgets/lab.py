@@ -11,8 +11,8 @@ from ortlab.widgets.burst_panel import BurstPanel
 from ortlab.widgets.log_panel import LogPanel
 from ortlab.widgets.options_panel import OptionsPanel
 
-# Tabs that other modules add when they are present: title -> (module, class, how it is built)
-_OPTIONAL_TABS = (
+# The view tabs: title -> (module, class, how it is built). A view that fails to load shows its error in its tab.
+_VIEW_TABS = (
     ("Graphs", "ortlab.widgets.graphs", "GraphsPanel", "runs"),
     ("Recompute", "ortlab.widgets.recompute", "RecomputePanel", "session"),
     ("Activations", "ortlab.widgets.activations", "ActivationsPanel", "runs"),
@@ -27,7 +27,7 @@ class Lab(W.Tab):
 
     def __init__(self, model_factory: Any = None, model_kwargs: dict | None = None, out: str = "runs",
                  in_process: bool = False, cuda_available: bool | None = None):
-        from ortlab.worker import Session
+        from ortlab.engine.session import Session
 
         self.session = Session(model_factory, model_kwargs or {}, out=out, in_process=in_process)
         self.options_panel = OptionsPanel(cuda_available=cuda_available)
@@ -35,12 +35,13 @@ class Lab(W.Tab):
         self.log_panel = LogPanel(lambda: self.session.runs)
         panels = {"Options": self.options_panel, "Burst": self.burst_panel, "Log": self.log_panel}
         self.extra_panels: dict[str, W.Widget] = {}
-        for title, module, cls, needs in _OPTIONAL_TABS:
+        for title, module, cls, needs in _VIEW_TABS:
             try:
                 panel_cls = getattr(importlib.import_module(module), cls)
-            except (ImportError, AttributeError):
+                panel = panel_cls(self.session) if needs == "session" else panel_cls(lambda: self.session.runs)
+            except Exception as e:  # one broken view must not take the Lab down: say what broke, in its tab
+                panels[title] = _broken_view(title, module, e)
                 continue
-            panel = panel_cls(self.session) if needs == "session" else panel_cls(lambda: self.session.runs)
             self.extra_panels[title] = panels[title] = panel
         super().__init__(children=list(panels.values()), titles=tuple(panels))
         self.selected_index = 1
@@ -53,7 +54,7 @@ class Lab(W.Tab):
         """A PyTorch and an ORTModule burst with the panel's current options (what the Run button does for
         backend 'both'), returned as a Comparison."""
         comparison = self.session.compare(steps, self.options_panel.options, **kwargs)
-        self._after_burst([comparison.pytorch, comparison.ortmodule])
+        self._after_burst(comparison.runs)
         return comparison
 
     def burst(self, backend: str = "ortmodule", steps: int = 20, **kwargs):
@@ -83,3 +84,10 @@ class Lab(W.Tab):
     def __repr__(self) -> str:
         tabs = ", ".join(self.titles)
         return f"Lab(model={self.session.ref.describe()!r}, tabs=[{tabs}], runs={len(self.runs)})"
+
+
+def _broken_view(title: str, module: str, error: Exception) -> W.HTML:
+    import html
+
+    return W.HTML(f"<p><b>The {html.escape(title)} view could not load</b> ({html.escape(module)}): "
+                  f"<code>{html.escape(type(error).__name__)}: {html.escape(str(error))}</code></p>")

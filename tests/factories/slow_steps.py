@@ -7,13 +7,15 @@ from ortlab.demo import gpt
 
 
 def deaf_after(step: int = 2, **kwargs):
-    """The demo, but from `step` on each batch ignores SIGINT and sleeps: a worker stuck like ORT in C++."""
+    """The demo, but deaf to SIGINT from step `step - 1` on and stuck from `step` on: a worker stuck like ORT in
+    C++. (Deaf one step early, so that a Stop sent when step `step - 1` is reported always finds it deaf.)"""
     w = gpt(**kwargs)
     inner = w.batch
 
     def batch(i):
-        if i >= step:
+        if i >= step - 1:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if i >= step:
             time.sleep(600)
         return inner(i)
 

@@ -1,13 +1,14 @@
-"""Bursts in a child process, and the kernel-side session that drives it.
+"""The kernel-side session that drives bursts in a worker process (or in this process).
 
 ORTModule at log level INFO/DEVINFO prints hundreds of KB at C level while holding the GIL, which hangs a
 Jupyter kernel whose output pipe fills; some options are read only at import; ORT can crash. So bursts run in
-a worker that ortlab starts: the kernel stays responsive, Stop can kill it, and a crash takes only the worker.
-A worker is kept while it can serve the next burst (same model, same import-time options).
+a worker that ortlab starts (ortlab.engine.worker): the kernel stays responsive, Stop can kill it, and a crash
+takes only the worker. A worker is kept while it can serve the next burst (same model, same import-time options).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -15,72 +16,27 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ortlab.engine import messages as m
+from ortlab.errors import OrtlabError
 from ortlab.options import Options, ReadAt
 from ortlab.run import Run, load_run, mark
 
+if TYPE_CHECKING:
+    from ortlab.summary import Comparison
+
 STOP_GRACE_S = 5.0  # after SIGINT, how long a burst may take to end by itself before the worker is terminated
 KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
+_log_numbers = itertools.count()
 
 
-class WorkerError(RuntimeError):
+class WorkerError(OrtlabError, RuntimeError):
     """The worker could not start or answered with an error; the message says why."""
-
-
-# --------------------------------------------------------------------------- worker side (child process)
-
-
-def _serve(conn: Connection) -> None:
-    from ortlab.burst import BurstConfig, BurstError, Engine
-    from ortlab.workload import ModelRef, WorkloadError
-    from ortlab.wrapper import Transition
-
-    engine: Engine | None = None
-    while True:
-        try:
-            msg = conn.recv()
-        except KeyboardInterrupt:
-            continue  # a Stop that arrived between bursts
-        except EOFError:
-            return
-        op = msg["op"]
-        try:
-            if op == "init":
-                ref = ModelRef(msg["kind"], msg["target"], tuple(msg["kwargs"]), msg["label"])
-                engine = Engine(ref, seed=msg["seed"], import_options=Options(msg["import_options"]),
-                                snapshot=msg.get("snapshot"))
-                if msg.get("reason"):
-                    engine.pending_transition = Transition("", 0, "new worker", msg["reason"], msg.get("changes", {}))
-                conn.send({"event": "ready", "model": engine.workload.describe()})
-            elif op == "burst":
-                cfg = BurstConfig.from_dict(msg["config"])
-                path = engine.run(cfg, on_step=lambda row: conn.send({"event": "step", "row": row}),
-                                  on_start=lambda p: conn.send({"event": "started", "path": str(p)}))
-                conn.send({"event": "done", "path": str(path)})
-            elif op == "shutdown":
-                return
-        except KeyboardInterrupt:
-            conn.send({"event": "error", "kind": "interrupted", "message": "stopped before the burst started"})
-        except (BurstError, WorkloadError, ValueError, ImportError) as e:
-            conn.send({"event": "error", "kind": type(e).__name__, "message": str(e)})
-        except Exception as e:
-            conn.send({"event": "error", "kind": type(e).__name__, "message": f"{type(e).__name__}: {e}",
-                       "traceback": traceback.format_exc()})
-
-
-def main() -> None:
-    fd = int(sys.argv[1])
-    conn = Connection(fd)
-    _serve(conn)
-
-
-# --------------------------------------------------------------------------- kernel side
 
 
 @dataclass
@@ -128,7 +84,7 @@ class Session:
               device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept."""
-        from ortlab.burst import BurstConfig
+        from ortlab.engine.config import BurstConfig
 
         cfg = BurstConfig(backend=backend, steps=steps, options=Options(options), optimizer=optimizer, lr=lr,
                           seed=seed, precision=precision, device=device, parity=parity,
@@ -147,11 +103,14 @@ class Session:
         self.transition_rows.extend(run.read_json("transitions.json", []))
         return run
 
-    def compare(self, steps: int = 20, options: Options | dict | None = None, **kwargs) -> "Comparison":
-        """A PyTorch burst and an ORTModule burst from the same snapshot, and their differences."""
+    def compare(self, steps: int = 20, options: Options | dict | None = None, **kwargs) -> Comparison:
+        """A PyTorch burst and an ORTModule burst from the same snapshot, and their differences. A Stop (or Ctrl-C)
+        during the PyTorch burst ends the comparison: the ORTModule burst does not start."""
         from ortlab.summary import Comparison
 
         pt = self.burst("pytorch", steps, options, **kwargs)
+        if pt.status in ("interrupted", "stopped"):
+            return Comparison(pt, None)
         ort = self.burst("ortmodule", steps, options, **kwargs)
         return Comparison(pt, ort)
 
@@ -181,7 +140,7 @@ class Session:
         if w is None:
             return
         try:
-            w.conn.send({"op": "shutdown"})
+            w.conn.send(m.Shutdown())
             w.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             _kill(w.proc)
@@ -206,7 +165,7 @@ class Session:
     # -- in process
 
     def _run_in_process(self, cfg, callback) -> Path:
-        from ortlab.burst import Engine
+        from ortlab.engine.loop import Engine
 
         if self._engine is None:
             self._engine = Engine(self.ref, seed=self.seed, import_options=Options.from_environ(),
@@ -240,14 +199,14 @@ class Session:
         parent, child = socket.socketpair()
         out = Path(self.out).expanduser().resolve()
         out.mkdir(parents=True, exist_ok=True)
-        log_path = out / ".worker.log"
+        log_path = out / f".worker-{os.getpid()}-{next(_log_numbers)}.log"  # one per worker: bursts may share out
         env = dict(os.environ)
         with import_options.applied(env):
             env["PYTHONUNBUFFERED"] = "1"
             env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "ortlab.worker", str(child.fileno())],
+                    [sys.executable, "-m", "ortlab.engine.worker", str(child.fileno())],
                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     env=env, cwd=os.getcwd(), start_new_session=True,
                 )
@@ -257,15 +216,17 @@ class Session:
         self.worker_starts += 1
         w = _Worker(proc, conn, import_options, log_path)
         self._worker = w
-        conn.send({"op": "init", "kind": self.ref.kind, "target": self.ref.target, "kwargs": list(self.ref.kwargs),
-                   "label": self.ref.label, "seed": self.seed, "import_options": import_options.to_dict(),
-                   "snapshot": str(self.snapshot) if self.snapshot else None,
-                   "reason": reason, "changes": changes})
+        conn.send(m.Init(self.ref.kind, self.ref.target, tuple(self.ref.kwargs), self.ref.label, self.seed,
+                         import_options.to_dict(), str(self.snapshot) if self.snapshot else None, reason, changes))
         msg = self._receive(w, timeout=600)
-        if msg is None or msg.get("event") != "ready":
+        if not isinstance(msg, m.Ready):
             self._worker = None
             _kill(proc)
-            detail = msg.get("message") if msg else _tail(log_path)
+            if isinstance(msg, m.Failed) and msg.bad_input:
+                from ortlab.workload import WorkloadError
+
+                raise WorkloadError(msg.message)
+            detail = (msg.message if isinstance(msg, m.Failed) else None) or _tail(log_path) or "no reason given"
             raise WorkerError(f"the worker for model {self.ref.describe()} did not start: {detail}")
         return w
 
@@ -279,7 +240,7 @@ class Session:
 
     def _run_in_worker(self, cfg, callback) -> Path:
         w = self._worker_for(cfg)
-        w.conn.send({"op": "burst", "config": cfg.to_dict()})
+        w.conn.send(m.RunBurst(cfg.to_dict()))
         path: Path | None = None
         stop_deadline: float | None = None
         while True:
@@ -312,19 +273,17 @@ class Session:
                     mark(path, "crashed", error=f"the worker process died ({what}) during the burst; the log is kept "
                                                f"in {path / 'log.txt'}")
                 return path
-            event = msg.get("event")
-            if event == "started":
-                path = Path(msg["path"])
-            elif event == "step":
+            if isinstance(msg, m.Started):
+                path = Path(msg.path)
+            elif isinstance(msg, m.Step):
                 if callback:
-                    callback(msg["row"])
-            elif event == "done":
-                return Path(msg["path"])
-            elif event == "error":
-                from ortlab.burst import BurstError
+                    callback(msg.row)
+            elif isinstance(msg, m.Done):
+                return Path(msg.path)
+            elif isinstance(msg, m.Failed):
+                from ortlab.engine.config import BurstError
 
-                raise BurstError(msg["message"]) if msg["kind"] in ("BurstError", "OptionError") else WorkerError(
-                    msg["message"])
+                raise BurstError(msg.message) if msg.bad_input else WorkerError(msg.message)
 
     def _receive_step(self, w: _Worker):
         """A message, "tick" when none came within 0.1 s, or None when the worker died with nothing left to read."""
@@ -408,6 +367,3 @@ def burst(model: Any = None, backend: str = "ortmodule", steps: int = 20, option
             return s.burst(backend, steps, options, **kwargs)
     return session(model, out, **model_kwargs).burst(backend, steps, options, **kwargs)
 
-
-if __name__ == "__main__":
-    main()

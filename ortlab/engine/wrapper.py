@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from ortlab.options import Options, ReadAt
+from ortlab import _ort
+from ortlab.options import SPECS, Options, ReadAt
 
 # Every ORTModule wrap builds DebugOptions from these; the rest reach ORT through the environment.
 _DEBUG_FIELDS = ("log_level", "save_onnx", "onnx_prefix", "save_onnx_path")
@@ -44,8 +45,6 @@ def wrap_key(options: Options, parity: bool, extra: tuple = ()) -> tuple:
 
 
 def options_read_at(name: str) -> ReadAt:
-    from ortlab.options import SPECS
-
     return SPECS[name].read_at
 
 
@@ -118,12 +117,12 @@ class Wrapper:
         if not options["save_onnx"] or options["save_onnx_path"]:
             return
         onnx_dir.mkdir(parents=True, exist_ok=True)
-        self._manager()._debug_options.save_onnx_models._path = str(onnx_dir)  # one DebugOptions per ORTModule
+        self.internals().set_onnx_save_path(onnx_dir)
 
     def _wrap(self, options: Options, onnx_dir: Path):
         from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
 
-        patch_label_hook_bug()
+        _ort.patch_label_hook_bug()
         save_onnx = bool(options["save_onnx"])
         save_path = options["save_onnx_path"] or str(onnx_dir)
         if save_onnx:
@@ -134,48 +133,30 @@ class Wrapper:
 
     # ORT's own state, read after a step -------------------------------------------------------------
 
-    def _manager(self):
-        return self.ort_module._torch_module._execution_manager(self.module.training)
+    def internals(self) -> _ort.Wrap | None:
+        """ORT's private state of the current wrap, in the module's current mode (None before the first wrap)."""
+        return None if self.ort_module is None else _ort.Wrap(self.ort_module, self.module.training)
 
     def exported_since_last_check(self) -> bool:
         """Whether ORT exported (first time or again) since the last call, from ORT's own exported-model record."""
-        gtm = getattr(self._manager(), "_graph_transition_manager", None)
-        info = getattr(gtm, "_exported_model_info", None)
+        info = self.internals().exported_model()
         changed = info is not None and info is not self._export_info  # a reference, not id(): ids get reused
         self._export_info = info
         return changed
 
     def fallback(self) -> str | None:
         """Why ORTModule fell back to PyTorch, if it did."""
-        exc = getattr(getattr(self.ort_module, "_fallback_manager", None), "_exception", None)
+        exc = self.internals().fallback()
         return f"{type(exc).__name__}: {root_message(exc)}" if exc is not None else None
 
     def overhead(self) -> dict[str, float]:
         """ORT's first-time initialization breakdown in seconds (export, graph building, session creation ...)."""
-        from onnxruntime.training.ortmodule._logger import ORTModuleInitPhase, TimeTracker
-
-        tracker = self._manager().time_tracker
-        out = {}
-        for phase in ORTModuleInitPhase:
-            seconds = tracker._get_duration(phase)
-            if seconds != TimeTracker.NOT_RECORD:
-                out[phase.to_string()] = round(seconds, 4)
-        return out
+        return self.internals().init_overhead()
 
     def post_export(self) -> dict[str, Any]:
         """What ORT's GraphTransitionManager knows about the exported graph."""
-        gtm = getattr(self._manager(), "_graph_transition_manager", None)
-        info = getattr(gtm, "_post_export_processed_model_info", None)
-        if info is None:
-            return {}
-        return {
-            "graph_input_names": list(info.onnx_graph_input_names),
-            "graph_inputs_requiring_grad": list(info.onnx_graph_input_names_require_grad),
-            "user_inputs": list(info.onnx_graph_input_names_user_defined),
-            "user_inputs_requiring_grad": list(info.onnx_graph_input_names_require_grad_user_defined),
-            "dynamic_axes": {k: {str(d): n for d, n in v.items()} for k, v in info.onnx_graph_input_dynamic_axes_map.items()},
-            "output_schema": str(info.module_forward_output_schema),
-        }
+        info = self.internals().post_export()
+        return {} if info is None else info.to_dict()
 
 
 def ort_checks_for_reexport(options: Options) -> bool:
@@ -193,45 +174,6 @@ def _note_skipped_check(row: Transition, options: Options) -> None:
                        "skipcheck_policy=SKIP_CHECK_DISABLED to make ORT re-export")
 
 
-KNOWN_BUG_LABEL_HOOK = (
-    "onnxruntime-training 1.19.2 fails every export with \"TypeError: 'NoneType' object is not iterable\" when "
-    "the embedding sparse optimizer is off (ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0 or "
-    "ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER=0): GraphTransitionManager._add_check_label_sparsity_hook returns "
-    "None instead of an empty list. ortlab makes it return [] so that these options can be used."
-)
-
-
-def patch_label_hook_bug() -> bool:
-    """Work around the 1.19.2 export crash described in KNOWN_BUG_LABEL_HOOK (a no-op when already fixed)."""
-    from onnxruntime.training.ortmodule._graph_transition_manager import GraphTransitionManager as GTM
-
-    original = GTM.__dict__["_add_check_label_sparsity_hook"]
-    if getattr(original, "_ortlab_patched", False):
-        return True
-    inner = original.__func__
-
-    def fixed(*args, **kwargs):
-        return inner(*args, **kwargs) or []
-
-    fixed._ortlab_patched = True
-    GTM._add_check_label_sparsity_hook = staticmethod(fixed)
-    GTM.__dict__["_add_check_label_sparsity_hook"]._ortlab_patched = True
-    return True
-
-
-# Function names in ORT's traceback -> the stage a person would name (most specific first).
-_STAGES = (
-    ("symbolic_shape_infer", "ORT's symbolic shape inference after export"),
-    ("_get_exported_model", "the export to ONNX"),
-    ("_export_model", "the export to ONNX"),
-    ("_post_export_process", "ORT's post-export processing"),
-    ("_build_graph", "ORT's graph building (gradient graph)"),
-    ("_initialize_graph_builder", "ORT's graph builder initialization"),
-    ("_create_execution_agent", "ORT's session creation"),
-    ("_detect_from_inputs", "ORT's runtime detection"),
-)
-
-
 def failure_stage(exc: BaseException) -> str | None:
     """Where inside ORTModule an exception came from, named from the deepest ORT frames of its traceback."""
     import traceback
@@ -243,7 +185,7 @@ def failure_stage(exc: BaseException) -> str | None:
         frames += traceback.extract_tb(exc.__traceback__)
         exc = exc.__cause__ or exc.__context__
     names = [(f.filename, f.name) for f in frames if "onnxruntime" in f.filename]
-    for needle, stage in _STAGES:
+    for needle, stage in _ort.FAILURE_STAGES:
         hits = [(file, name) for file, name in names if needle in file or name == needle]
         if hits:
             infer = [name for _, name in names if name.startswith("_infer_") and name != "_infer_impl"]

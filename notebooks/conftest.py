@@ -1,0 +1,9 @@
+"""Every tutorial notebook runs real ORTModule bursts: slow tier (the fast tier is `pytest -m "not slow"`)."""
+
+import pytest
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "notebooks" in item.path.parts and item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

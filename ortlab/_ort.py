@@ -1,0 +1,233 @@
+"""The one adapter to onnxruntime-training's private internals: nothing else in ortlab names them.
+
+ORTModule keeps what ortlab shows (why it exported, its post-export model info, the memory optimizer's plans,
+its init overhead, where it saved the stage graphs) in private attributes that move between releases. Every
+such access is here, behind a small typed surface, so that an ORT upgrade touches this file only. When
+something moved, `OrtInternalsError` names what is missing and which versions ortlab supports.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SUPPORTED = "onnxruntime-training 1.19.x (tested with 1.19.2)"
+
+
+class OrtInternalsError(RuntimeError):
+    """ORTModule's private state is not where ortlab expects it (another onnxruntime-training version)."""
+
+
+@functools.cache
+def ort_version() -> str | None:
+    import importlib.metadata as md
+
+    try:
+        return md.version("onnxruntime-training")
+    except md.PackageNotFoundError:
+        return None
+
+
+def _missing(what: str) -> OrtInternalsError:
+    return OrtInternalsError(f"onnxruntime-training {ort_version() or '(not installed)'} has no {what}; "
+                             f"ortlab supports {SUPPORTED}")
+
+
+def _get(obj: Any, attr: str, what: str) -> Any:
+    try:
+        return getattr(obj, attr)
+    except AttributeError:
+        raise _missing(f"{what} ({attr})") from None
+
+
+def _private(module: str, name: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        raise _missing(f"{module}.{name}") from None
+
+
+# --------------------------------------------------------------------------- one ORTModule wrap
+
+
+@dataclass(frozen=True)
+class PostExportInfo:
+    """What ORT's GraphTransitionManager knows about the exported graph's inputs and outputs."""
+
+    graph_input_names: list[str]
+    graph_inputs_requiring_grad: list[str]
+    user_inputs: list[str]
+    user_inputs_requiring_grad: list[str]
+    dynamic_axes: dict[str, dict[str, str]]  # input name -> {axis index: symbolic dimension name}
+    output_schema: str
+    input_accessors: dict[str, Callable[[tuple, dict], Any]]  # user input name -> (args, kwargs) -> its tensor
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graph_input_names": self.graph_input_names,
+                "graph_inputs_requiring_grad": self.graph_inputs_requiring_grad,
+                "user_inputs": self.user_inputs, "user_inputs_requiring_grad": self.user_inputs_requiring_grad,
+                "dynamic_axes": self.dynamic_axes, "output_schema": self.output_schema}
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """One recompute plan as ORT's memory observer holds it."""
+
+    cluster_id: str
+    saving_expr: str  # simplified symbolic saving, in bytes
+    raw_expr: str
+    frequency: int
+    ort_saving: Any  # ORT's own evaluation at the dims it saw first (a number, or a string when it could not)
+
+
+@dataclass(frozen=True)
+class MemoryObserver:
+    """ORT's memory observer of a wrap: the recompute plans it found and the settings it ran with."""
+
+    enabled: bool
+    dims: dict[str, int]  # symbolic dimension -> the value ORT saw in its first batch
+    plans: list[PlanSummary]
+    memory_opt_level: int
+    probe_config: str
+    config_path: str
+
+
+class Wrap:
+    """ORT's private state of one ORTModule, in one mode (training or eval)."""
+
+    def __init__(self, ort_module: Any, training: bool = True):
+        self.ort_module = ort_module
+        torch_module = _get(ort_module, "_torch_module", "ORTModule._torch_module")
+        managers = _get(torch_module, "_execution_manager", "ORTModule's execution manager")
+        self.manager = managers(training)
+
+    @property
+    def _gtm(self) -> Any:
+        return getattr(self.manager, "_graph_transition_manager", None)
+
+    def exported_model(self) -> Any:
+        """ORT's record of the last export (a new object after every export; None before the first)."""
+        return getattr(self._gtm, "_exported_model_info", None)
+
+    def post_export(self) -> PostExportInfo | None:
+        info = getattr(self._gtm, "_post_export_processed_model_info", None)
+        if info is None:
+            return None
+        return PostExportInfo(
+            graph_input_names=list(info.onnx_graph_input_names),
+            graph_inputs_requiring_grad=list(info.onnx_graph_input_names_require_grad),
+            user_inputs=list(info.onnx_graph_input_names_user_defined),
+            user_inputs_requiring_grad=list(info.onnx_graph_input_names_require_grad_user_defined),
+            dynamic_axes={k: {str(d): str(n) for d, n in v.items()}
+                          for k, v in info.onnx_graph_input_dynamic_axes_map.items()},
+            output_schema=str(info.module_forward_output_schema),
+            input_accessors=dict(info.onnx_graph_input_data_accessor_user_defined),
+        )
+
+    def set_onnx_save_path(self, path: Path) -> None:
+        """Point this wrap's stage graphs at `path` (ORT keeps one DebugOptions per ORTModule)."""
+        save = _get(_get(self.manager, "_debug_options", "DebugOptions of the execution manager"),
+                    "save_onnx_models", "DebugOptions.save_onnx_models")
+        save._path = str(path)
+
+    def stage_path(self, stage: str) -> Path | None:
+        """Where ORT saved a stage graph of this wrap (save_onnx on), if it did."""
+        name_of = _private("onnxruntime.training.ortmodule._onnx_models", "_get_onnx_file_name")
+        save = _get(self.manager, "_debug_options", "DebugOptions of the execution manager").save_onnx_models
+        if not save.save:
+            return None
+        path = Path(save.path) / name_of(save.name_prefix, stage, _get(self.manager, "_export_mode", "export mode"))
+        return path if path.is_file() else None
+
+    def init_overhead(self) -> dict[str, float]:
+        """ORT's first-time initialization breakdown in seconds (export, graph building, session creation ...)."""
+        phases = _private("onnxruntime.training.ortmodule._logger", "ORTModuleInitPhase")
+        not_recorded = _private("onnxruntime.training.ortmodule._logger", "TimeTracker").NOT_RECORD
+        tracker = _get(self.manager, "time_tracker", "execution manager time tracker")
+        out = {}
+        for phase in phases:
+            seconds = tracker._get_duration(phase)
+            if seconds != not_recorded:
+                out[phase.to_string()] = round(seconds, 4)
+        return out
+
+    def fallback(self) -> BaseException | None:
+        """The exception that made ORTModule fall back to PyTorch, if it did."""
+        return getattr(getattr(self.ort_module, "_fallback_manager", None), "_exception", None)
+
+    def memory_observer(self) -> MemoryObserver:
+        inspector = _get(self.manager, "_runtime_inspector", "runtime inspector")
+        observer = _get(inspector, "memory_ob", "memory observer")
+        runtime = _get(self.manager, "_runtime_options", "runtime options")
+        plans = [PlanSummary(str(cluster_id), str(s.simplified_symbolic_saving_expr), str(s.raw_symbolic_saving_str),
+                             int(s.freq), s.evaluated_saving)
+                 for cluster_id, s in _get(observer, "cluster_id_combination_to_saving_symbolics_map",
+                                           "memory observer plans").items()]
+        return MemoryObserver(
+            enabled=bool(observer.is_enabled()),
+            dims={str(k): int(v) for k, v in observer.symbolic_dim_name_to_value_map.items()},
+            plans=plans,
+            memory_opt_level=int(runtime.memory_optimization_level),
+            probe_config=str(runtime.recompute_probe_config),
+            config_path=runtime.memory_optimizer_config_file_path or "",
+        )
+
+
+# --------------------------------------------------------------------------- process-wide
+
+
+def exporting_flag() -> list:
+    """ORT's own "exporting now" flag (a one-element list it sets around export): hooks must not count steps
+    then. A stand-in that stays False when this ORT has none."""
+    try:
+        return _private("onnxruntime.training.utils.hooks._subscriber_manager", "ORT_NO_INCREASE_GLOBAL_STEP")
+    except OrtInternalsError:
+        return [False]
+
+
+KNOWN_BUG_LABEL_HOOK = (
+    "onnxruntime-training 1.19.2 fails every export with \"TypeError: 'NoneType' object is not iterable\" when "
+    "the embedding sparse optimizer is off (ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0 or "
+    "ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER=0): GraphTransitionManager._add_check_label_sparsity_hook returns "
+    "None instead of an empty list. ortlab makes it return [] so that these options can be used."
+)
+
+
+def patch_label_hook_bug() -> None:
+    """Work around the 1.19.2 export crash described in KNOWN_BUG_LABEL_HOOK (a no-op when already patched)."""
+    gtm = _private("onnxruntime.training.ortmodule._graph_transition_manager", "GraphTransitionManager")
+    original = gtm.__dict__.get("_add_check_label_sparsity_hook")
+    if original is None:
+        raise _missing("GraphTransitionManager._add_check_label_sparsity_hook")
+    if getattr(original, "_ortlab_patched", False):
+        return
+    inner = original.__func__
+
+    def fixed(*args, **kwargs):
+        return inner(*args, **kwargs) or []
+
+    fixed._ortlab_patched = True
+    gtm._add_check_label_sparsity_hook = staticmethod(fixed)
+    gtm.__dict__["_add_check_label_sparsity_hook"]._ortlab_patched = True
+
+
+def label_hook_patched() -> bool:
+    gtm = _private("onnxruntime.training.ortmodule._graph_transition_manager", "GraphTransitionManager")
+    return bool(getattr(gtm.__dict__.get("_add_check_label_sparsity_hook"), "_ortlab_patched", False))
+
+
+# Function names in ORT's traceback -> the stage a person would name (most specific first).
+FAILURE_STAGES = (
+    ("symbolic_shape_infer", "ORT's symbolic shape inference after export"),
+    ("_get_exported_model", "the export to ONNX"),
+    ("_export_model", "the export to ONNX"),
+    ("_post_export_process", "ORT's post-export processing"),
+    ("_build_graph", "ORT's graph building (gradient graph)"),
+    ("_initialize_graph_builder", "ORT's graph builder initialization"),
+    ("_create_execution_agent", "ORT's session creation"),
+    ("_detect_from_inputs", "ORT's runtime detection"),
+)

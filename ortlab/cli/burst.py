@@ -1,0 +1,72 @@
+"""`ortlab burst`: train N steps on PyTorch and/or ORTModule and print a summary."""
+
+from __future__ import annotations
+
+import sys
+
+from ortlab.cli.common import (
+    add_in_process_arg,
+    add_json_arg,
+    add_model_args,
+    add_out_arg,
+    model_kwargs,
+    positive_float,
+    positive_int,
+    print_json,
+    seed,
+)
+
+INTERRUPTED = ("interrupted", "stopped")
+
+
+def cmd_burst(args) -> int:
+    from ortlab.engine.session import Session
+    from ortlab.options import Options
+
+    options = Options.parse(args.option)
+    kwargs = dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=args.precision,
+                  device=args.device, parity=args.parity, progress=not args.json and sys.stderr.isatty())
+    with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
+        if args.backend == "both":
+            comparison = session.compare(args.steps, options, **kwargs)
+            runs = comparison.runs
+            print_json(comparison.to_dict()) if args.json else print(comparison)
+        else:
+            run = session.burst(args.backend, args.steps, options, **kwargs)
+            runs = [run]
+            print_json({**run.summary(), "path": str(run.path), "error": run.error}) if args.json else print(_single(run))
+    for run in runs:
+        for key in ("error", "hint"):
+            if run.meta.get(key) and run.status != "ok":
+                print(f"ortlab burst: {run.backend}: {run.meta[key]}", file=sys.stderr)
+    if any(r.status in INTERRUPTED for r in runs):
+        return 130
+    return 0 if all(r.status == "ok" for r in runs) else 1
+
+
+def _single(run) -> str:
+    s = run.summary()
+    lines = [f"{k:<14} {v}" for k, v in s.items()]
+    lines.append(f"path           {run.path}")
+    return "\n".join(lines)
+
+
+def register(sub) -> None:
+    from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS
+
+    b = sub.add_parser("burst", help="train N steps on PyTorch and/or ORTModule and print a summary")
+    add_model_args(b)
+    b.add_argument("--backend", choices=("pytorch", "ortmodule", "both"), default="both")
+    b.add_argument("--steps", type=positive_int, default=20)
+    b.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="ORTModule option, e.g. memory_opt_level=1 or ORTMODULE_LOG_LEVEL=INFO (repeatable)")
+    b.add_argument("--parity", action="store_true", help="same seeds, dropout 0, compute optimizer off, deterministic")
+    b.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
+    b.add_argument("--lr", type=positive_float, default=1e-3)
+    b.add_argument("--seed", type=seed, default=0)
+    b.add_argument("--precision", default="fp32", choices=PRECISIONS)
+    b.add_argument("--device", default="auto", choices=DEVICES)
+    add_out_arg(b)
+    add_in_process_arg(b)
+    add_json_arg(b)
+    b.set_defaults(func=cmd_burst)

@@ -1,0 +1,87 @@
+"""What the subcommands share: the model arguments, output folder, JSON output, checked number types."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from ortlab.errors import InputError
+
+
+class CliError(InputError):
+    """Bad command-line input found after parsing (the message names the flag)."""
+
+
+def _plain(data: Any) -> Any:
+    """JSON has no NaN or infinity: they become null."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _plain(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_plain(v) for v in data]
+    return data
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(_plain(data), indent=2, default=str, allow_nan=False))
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="factory: module:callable or file.py:callable (default: the demo)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword for the factory, value read as JSON when it parses (repeatable)")
+
+
+def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    out = {}
+    for text in args.model_arg:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--model-arg {text!r} is not KEY=VALUE (for example n_layer=4)")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def add_out_arg(p: argparse.ArgumentParser, default: str = "runs",
+                help: str = "folder for run folders (default ./runs)") -> None:  # noqa: A002 (argparse's name)
+    p.add_argument("--out", default=default, help=help)
+
+
+def add_in_process_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--in-process", action="store_true", help="no worker process (see docs: can hang Jupyter)")
+
+
+def add_json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _number(kind, text: str, test, allowed: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {allowed}") from None
+    if not test(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {allowed}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _number(int, text, lambda v: v >= 1, "a whole number >= 1")
+
+
+def non_negative_int(text: str) -> int:
+    return _number(int, text, lambda v: v >= 0, "a whole number >= 0")
+
+
+def positive_float(text: str) -> float:
+    return _number(float, text, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+
+
+def seed(text: str) -> int:
+    return _number(int, text, lambda v: 0 <= v <= 2**32 - 1, "a whole number from 0 to 4294967295")

@@ -1,0 +1,108 @@
+"""What a burst is asked to do (`BurstConfig`), checked before anything starts, and the device and optimizer it
+resolves to."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ortlab.errors import InputError
+from ortlab.options import Options
+
+BACKENDS = ("pytorch", "ortmodule")
+OPTIMIZERS = ("adamw", "sgd", "fused_adam", "fp16_optimizer")
+PRECISIONS = ("fp32", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
+
+
+class BurstError(InputError):
+    """A burst that cannot start as asked (bad argument, device or optimizer not available here)."""
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class BurstConfig:
+    backend: str = "ortmodule"
+    steps: int = 20
+    options: Options = field(default_factory=Options)
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    seed: int = 0
+    precision: str = "fp32"
+    device: str = "auto"
+    parity: bool = False
+    out: str = "runs"
+    name: str | None = None
+    collect: dict[str, dict[str, Any]] = field(default_factory=dict)  # collector name -> its keyword arguments
+
+    def __post_init__(self):
+        from ortlab.engine.collectors import COLLECTORS
+
+        def check(label, value, allowed):
+            if value not in allowed:
+                raise BurstError(f"{label} {value!r} is not allowed; allowed: {', '.join(allowed)}")
+
+        check("backend", self.backend, BACKENDS)
+        check("optimizer", self.optimizer, OPTIMIZERS)
+        check("precision", self.precision, PRECISIONS)
+        check("device", self.device, DEVICES)
+        if not _whole(self.steps) or self.steps < 1:
+            raise BurstError(f"steps {self.steps!r} is not allowed; allowed: a whole number >= 1")
+        if not (isinstance(self.lr, int | float) and not isinstance(self.lr, bool) and math.isfinite(self.lr)
+                and self.lr > 0):
+            raise BurstError(f"lr {self.lr!r} is not allowed; allowed: a finite number > 0")
+        if not _whole(self.seed) or not 0 <= self.seed <= SEED_MAX:
+            raise BurstError(f"seed {self.seed!r} is not allowed; allowed: a whole number from 0 to {SEED_MAX}")
+        if not isinstance(self.options, Options):
+            object.__setattr__(self, "options", Options(self.options))
+        if not isinstance(self.collect, dict):
+            raise BurstError(f"collect {self.collect!r} is not allowed; allowed: a dict of collector name -> settings")
+        unknown = sorted(set(self.collect) - set(COLLECTORS))
+        if unknown:
+            raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")
+
+    def effective_options(self) -> Options:
+        """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute)."""
+        return self.options.replace(enable_compute_optimizer=False) if self.parity else self.options
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["options"] = self.options.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BurstConfig:
+        return cls(**{**d, "options": Options(d.get("options") or {})})
+
+
+def resolve_device(requested: str):
+    import torch
+
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise BurstError("device 'cuda' is not available here: torch sees no CUDA GPU; use device='cpu' or 'auto'")
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def make_optimizer(name: str, params, lr: float, device):
+    import torch
+
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if device.type != "cuda":
+        raise BurstError(f"optimizer {name!r} is not available on the CPU: ORT's {name} runs CUDA kernels only; "
+                         "use adamw or sgd here")
+    if name == "fused_adam":
+        from onnxruntime.training.optim import FusedAdam
+
+        return FusedAdam(params, lr=lr)
+    raise BurstError("optimizer 'fp16_optimizer' wraps a DeepSpeed or Apex optimizer; ortlab trains with "
+                     "torch.autocast + GradScaler for fp16 instead (precision='fp16')")

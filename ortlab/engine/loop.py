@@ -1,0 +1,273 @@
+"""The training loop: a burst of N steps on one backend, from the same snapshot every time, written as a run.
+
+`Engine.run` is a few named steps: prepare (device, optimizer, collectors, run folder), the step loop (wrap on
+the first ORTModule step, train, record), the outcome (ok / interrupted / failed with the stage named) and
+finalisation (collectors, ORT's own data, the run's final status, always written).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ortlab.capture import captured_output, parse_feature_table
+from ortlab.engine.collectors import Collector, graph_key, make_collectors
+from ortlab.engine.config import BurstConfig, BurstError, make_optimizer, resolve_device
+from ortlab.engine.parity import parity
+from ortlab.engine.peak import PeakMemory
+from ortlab.engine.wrapper import Transition, Wrapper, failure_stage, root_message
+from ortlab.options import Options, ReadAt
+from ortlab.run import RunWriter, new_run_dir
+from ortlab.snapshot import Snapshot
+from ortlab.workload import ModelRef, call_model, to_device
+
+StepCallback = Callable[[dict[str, Any]], None]
+
+MHA_HINT = ("torch.nn.MultiheadAttention is a known cause: ORT 1.19.2's symbolic shape inference fails on its "
+            "export; write attention with Linear/view/matmul (as ortlab.demo does)")
+
+
+@functools.cache
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for dist in ("onnxruntime-training", "onnx", "ortlab"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            out[dist] = md.version(dist)
+    return out
+
+
+@dataclass
+class _Burst:
+    """The state of one burst while it runs."""
+
+    cfg: BurstConfig
+    options: Options
+    device: torch.device
+    path: Path
+    writer: RunWriter
+    optimizer: Any
+    collectors: dict[str, Collector]
+    memory: PeakMemory
+    scaler: Any = None
+    runner: Any = None  # the module that trains: the model, or its ORTModule
+    stage: str = "setup"  # what the burst is doing now: named in a failure
+    steps_done: int = 0
+    status: str = "ok"
+    extra: dict[str, Any] = field(default_factory=dict)
+    transitions: list[Transition] = field(default_factory=list)
+    ort_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ortmodule(self) -> bool:
+        return self.cfg.backend == "ortmodule"
+
+
+class Engine:
+    """A workload, its initial snapshot and the current ORTModule wrap. It runs bursts in this process; the
+    worker process holds one, and `in_process=True` uses one directly."""
+
+    def __init__(self, ref: ModelRef, seed: int = 0, import_options: Options | None = None,
+                 snapshot: str | Path | None = None):
+        self.ref = ref
+        self.import_options = import_options or Options()
+        torch.manual_seed(seed)
+        self.workload = ref.build()
+        self.model = self.workload.model
+        self.initial = Snapshot.load(snapshot) if snapshot else Snapshot.take(self.model)
+        self.wrapper = Wrapper(self.model)
+        self.pending_transition: Transition | None = None  # e.g. "new worker", set by the worker
+
+    def check_import_options(self, options: Options) -> None:
+        mine = self.import_options.with_read_at(ReadAt.IMPORT)
+        theirs = options.with_read_at(ReadAt.IMPORT)
+        if mine != theirs:
+            raise BurstError(
+                f"import-time options differ from this process's ({theirs} vs {mine}): ORT reads them once per process; "
+                "run the burst through a worker (the default) so ortlab can start a new one, or restart the kernel")
+
+    def run(self, cfg: BurstConfig, on_step: StepCallback | None = None, on_start: Callable[[Path], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Path:
+        """Run one burst and return its folder. KeyboardInterrupt (or `should_stop()` turning true, checked after
+        each step, for bursts on a background thread) ends it cleanly ("interrupted"); a failure gives a "failed"
+        run with its log and a one-sentence reason; neither raises. Bad arguments raise BurstError before any
+        folder is made."""
+        b = self._prepare(cfg)
+        try:
+            if on_start:
+                on_start(b.path)
+            with captured_output(b.path / "log.txt"), b.options.applied(), parity(self.model, cfg.parity, cfg.seed):
+                try:
+                    self._train(b, on_step, should_stop)
+                except KeyboardInterrupt:
+                    b.status = "interrupted"
+                    b.extra["error"] = f"interrupted by the user during step {b.steps_done} ({b.stage})"
+                except Exception as e:
+                    self._failed(b, e)
+                finally:
+                    self._finish_collectors(b)
+                    if b.ortmodule and self.wrapper.ort_module is not None:
+                        b.ort_info = self._ort_info(
+                            exported=any(t.ort_exported for t in b.transitions) or b.status == "failed")
+            self._write_ort_files(b)
+        finally:
+            b.memory.close()
+            b.writer.finish(b.status, **b.extra)  # a run never stays "running" once its burst ended
+        return b.path
+
+    # -- the named steps
+
+    def _prepare(self, cfg: BurstConfig) -> _Burst:
+        options = cfg.effective_options()
+        if cfg.backend == "ortmodule":
+            self.check_import_options(options)
+        device = resolve_device(cfg.device)
+        if cfg.precision == "fp16" and device.type != "cuda":
+            raise BurstError("precision 'fp16' needs CUDA (torch.autocast float16 + GradScaler); use fp32 on the CPU")
+        self.model.to(device)
+        self.initial.restore(self.model)
+        optimizer = make_optimizer(cfg.optimizer, self.model.parameters(), cfg.lr, device)
+        if self.initial.optimizer is not None and cfg.optimizer in ("adamw", "sgd"):
+            with contextlib.suppress(ValueError, KeyError):
+                optimizer.load_state_dict(self.initial.optimizer)
+        collectors = make_collectors(cfg.collect)
+        path = new_run_dir(cfg.out, cfg.backend, cfg.name)
+        writer = RunWriter(path, {
+            "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": options.to_dict(),
+            "model": {"factory": self.ref.describe(), **self.workload.describe()},
+            "device": str(device), "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
+            "versions": versions(), "pid": os.getpid(),
+        })
+        scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        self.model.train()
+        return _Burst(cfg, options, device, path, writer, optimizer, collectors, PeakMemory(device), scaler,
+                      runner=self.model)
+
+    def _train(self, b: _Burst, on_step: StepCallback | None, should_stop: Callable[[], bool] | None) -> None:
+        if b.ortmodule:
+            import onnxruntime
+
+            onnxruntime.set_seed(b.cfg.seed)
+        b.stage = "collectors"
+        for c in b.collectors.values():
+            c.start(self, b.cfg, b.path)
+        b.memory.reset()
+        for step in range(b.cfg.steps):
+            row = self._step(b, step)
+            b.stage = "writing the run"
+            b.writer.step(row)
+            b.steps_done = step + 1
+            if on_step:
+                on_step(row)
+            if should_stop is not None and should_stop():
+                raise KeyboardInterrupt
+        b.stage = "done"
+
+    def _step(self, b: _Burst, step: int) -> dict[str, Any]:
+        b.stage = "data"
+        inputs, target = to_device(self.workload.batch(step), b.device)
+        if step == 0 and b.ortmodule:
+            b.stage = "wrap"
+            self._wrap(b, inputs)
+        for c in b.collectors.values():
+            c.step_begin(step)
+        started = time.perf_counter()
+        b.stage = "forward"
+        with torch.autocast(b.device.type, dtype=torch.float16, enabled=b.scaler is not None):
+            outputs = call_model(b.runner, inputs)
+            b.stage = "loss"
+            loss = self.workload.loss(outputs, target)
+        b.stage = "backward"
+        (b.scaler.scale(loss) if b.scaler else loss).backward()
+        b.stage = "optimizer"
+        if b.scaler:
+            b.scaler.step(b.optimizer)
+            b.scaler.update()
+        else:
+            b.optimizer.step()
+        b.optimizer.zero_grad(set_to_none=True)
+        loss_value = float(loss.detach())  # waits for the device
+        elapsed = time.perf_counter() - started
+        row = {"step": step, "loss": loss_value, "step_time_s": elapsed,
+               "samples_per_s": (self.workload.batch_size or 1) / elapsed if elapsed > 0 else None,
+               "peak_mem_mb": b.memory.peak_mb()}
+        if b.ortmodule:
+            self._note_export(b, step, row)
+        for c in b.collectors.values():
+            c.step_end(step)
+        return row
+
+    def _wrap(self, b: _Burst, inputs: Any) -> None:
+        """The ORTModule for this burst's options (new, re-wrapped or reused) and the transition row saying why."""
+        b.runner, row = self.wrapper.prepare(b.options, b.cfg.parity, inputs, b.path.name, b.path / "onnx",
+                                             extra_key=graph_key(b.collectors))
+        if self.pending_transition is not None:
+            pending, self.pending_transition = self.pending_transition, None
+            row = Transition(b.path.name, 0, pending.action, f"{pending.reason}; then {row.action}: {row.reason}",
+                             {**pending.changes, **row.changes})
+        b.transitions.append(row)
+
+    def _note_export(self, b: _Burst, step: int, row: dict[str, Any]) -> None:
+        """Whether ORT exported in this step, from ORT's own record (the transition row is ortlab's guess)."""
+        if self.wrapper.exported_since_last_check():
+            row["exported"] = True
+            if step == 0:
+                b.transitions[-1].ort_exported = True
+            else:
+                b.transitions.append(Transition(b.path.name, step, "re-export", "ORT exported again mid-burst", {}, True))
+        elif step == 0 and b.transitions:
+            b.transitions[-1].ort_exported = False
+
+    def _failed(self, b: _Burst, e: Exception) -> None:
+        """A failed burst: the stage named (inside ORTModule: from ORT's traceback), a hint when one is known."""
+        b.status = "failed"
+        where = b.stage
+        if b.ortmodule and b.stage in ("wrap", "forward", "backward"):
+            where = failure_stage(e) or f"ORTModule {b.stage}"
+        b.extra["error"] = f"{b.cfg.backend} burst failed in {where} at step {b.steps_done}: {root_message(e)}"
+        b.extra["failed_stage"] = where
+        if "shape inference" in where and any(isinstance(m, torch.nn.MultiheadAttention) for m in self.model.modules()):
+            b.extra["hint"] = MHA_HINT
+        print(f"[ortlab] {b.extra['error']}\n{traceback.format_exc()}", flush=True)
+
+    def _finish_collectors(self, b: _Burst) -> None:
+        for c in b.collectors.values():
+            try:
+                c.finish(self, b.cfg, b.path, b.status)
+            except Exception as e:  # a collector must not lose the run
+                b.extra.setdefault("collector_errors", []).append(f"{type(c).__name__}: {root_message(e)}")
+                print(f"[ortlab] collector {type(c).__name__} failed:\n{traceback.format_exc()}", flush=True)
+
+    def _write_ort_files(self, b: _Burst) -> None:
+        if not b.ortmodule:
+            return
+        b.ort_info["features"] = parse_feature_table((b.path / "log.txt").read_text(encoding="utf-8", errors="replace"))
+        if b.ort_info.get("fallback") and b.status == "ok":
+            b.extra["warning"] = f"ORTModule fell back to PyTorch: {b.ort_info['fallback']}"
+        b.writer.write("ort.json", b.ort_info)
+        b.writer.write("transitions.json", [t.to_dict() for t in b.transitions])
+
+    def _ort_info(self, exported: bool) -> dict[str, Any]:
+        """ORT's state after the burst; the init overhead only when this burst paid it (it exported)."""
+        info: dict[str, Any] = {"exported": exported}
+        readers = [("post_export", self.wrapper.post_export), ("fallback", self.wrapper.fallback)]
+        if exported:
+            readers.append(("overhead", self.wrapper.overhead))
+        for key, fn in readers:
+            try:
+                info[key] = fn()
+            except Exception as e:  # ORT internals differ or are missing after a failure
+                info[key] = None
+                info.setdefault("unreadable", {})[key] = root_message(e)
+        return info

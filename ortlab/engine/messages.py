@@ -1,0 +1,70 @@
+"""The worker protocol: every message between the kernel side (Session) and the worker process, in one place.
+
+Messages are pickled over a socket pair; both ends are this package, so they are plain dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# -- kernel -> worker
+
+
+@dataclass(frozen=True)
+class Init:
+    """Build the workload and take its snapshot; the worker answers Ready or Failed."""
+
+    kind: str
+    target: Any
+    kwargs: tuple
+    label: str | None
+    seed: int
+    import_options: dict[str, Any]
+    snapshot: str | None = None
+    reason: str | None = None  # why a new worker was started (the first transition row says so)
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunBurst:
+    """Run one burst; the worker answers Started, Step..., then Done (or Failed before it started)."""
+
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# -- worker -> kernel
+
+
+@dataclass(frozen=True)
+class Ready:
+    model: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Started:
+    path: str
+
+
+@dataclass(frozen=True)
+class Step:
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Done:
+    path: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A request that could not be served. `bad_input` errors are the caller's (InputError); the rest are not."""
+
+    kind: str
+    message: str
+    bad_input: bool = False
+    traceback: str | None = None

@@ -1,0 +1,81 @@
+"""Parity mode: the same seeds, every dropout off (modules and functional calls), deterministic algorithms,
+all restored afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+from collections.abc import Iterator
+
+import torch
+
+# Functional dropouts a model may call directly (T5's attention calls nn.functional.dropout with a rate from its
+# config, which no nn.Dropout module holds): module attribute -> keyword of the rate.
+_FUNCTIONAL = (
+    (torch.nn.functional, "dropout"), (torch.nn.functional, "dropout1d"), (torch.nn.functional, "dropout2d"),
+    (torch.nn.functional, "dropout3d"), (torch.nn.functional, "alpha_dropout"),
+    (torch.nn.functional, "feature_alpha_dropout"), (torch, "dropout"), (torch, "alpha_dropout"),
+    (torch, "feature_dropout"), (torch, "feature_alpha_dropout"),
+)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    with contextlib.suppress(ImportError):
+        import numpy as np
+
+        np.random.seed(seed)
+
+
+def _rate_zero(fn):
+    @functools.wraps(fn)
+    def no_dropout(input, p=0.5, *args, **kwargs):  # noqa: A002 (torch's own parameter name)
+        kwargs.pop("p", None)
+        return fn(input, 0.0, *args, **kwargs)
+
+    no_dropout._ortlab_original = fn
+    return no_dropout
+
+
+@contextlib.contextmanager
+def functional_dropout_off() -> Iterator[None]:
+    """Every functional dropout runs with rate 0 inside the block (this process only: bursts run in ortlab's own
+    worker, or in-process by the user's choice)."""
+    saved = []
+    for owner, name in _FUNCTIONAL:
+        fn = getattr(owner, name, None)
+        if fn is None or hasattr(fn, "_ortlab_original"):
+            continue
+        saved.append((owner, name, fn))
+        setattr(owner, name, _rate_zero(fn))
+    try:
+        yield
+    finally:
+        for owner, name, fn in reversed(saved):
+            setattr(owner, name, fn)
+
+
+@contextlib.contextmanager
+def parity(model: torch.nn.Module, enabled: bool, seed: int) -> Iterator[None]:
+    """Seeds always; with parity also every dropout at 0 and deterministic algorithms, all restored afterwards."""
+    seed_everything(seed)
+    if not enabled:
+        yield
+        return
+    saved_p = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            saved_p[name] = module.p
+            module.p = 0.0
+    saved_det = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with functional_dropout_off():
+            yield
+    finally:
+        torch.use_deterministic_algorithms(saved_det[0], warn_only=saved_det[1])
+        modules = dict(model.named_modules())
+        for name, p in saved_p.items():
+            modules[name].p = p

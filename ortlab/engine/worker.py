@@ -1,0 +1,105 @@
+"""The worker process (`python -m ortlab.engine.worker FD`): holds one Engine and serves bursts over a socket.
+
+It ends itself when the process that started it dies (checked twice a second, also while a burst runs in C++),
+and marks the run it was writing, so that no worker outlives its kernel or CLI and no run stays "running".
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from ortlab.engine import messages as m
+from ortlab.run import mark
+
+PARENT_DIED = "the ortlab process that started this burst died (its kernel or command ended); the worker stopped"
+
+
+class _Orphan:
+    """Watches the parent: when it is gone, marks the current run and ends this process."""
+
+    def __init__(self):
+        self.parent = os.getppid()
+        self.current: Path | None = None
+        threading.Thread(target=self._watch, daemon=True, name="ortlab-parent-watch").start()
+
+    def _watch(self) -> None:
+        import time
+
+        while os.getppid() == self.parent:
+            time.sleep(0.5)
+        self.die()
+
+    def die(self) -> None:
+        if self.current is not None:
+            try:
+                mark(self.current, "crashed", error=PARENT_DIED)
+            except OSError:
+                pass
+        os._exit(3)
+
+
+def _serve(conn: Connection) -> None:
+    from ortlab.engine.config import BurstConfig
+    from ortlab.engine.loop import Engine
+    from ortlab.engine.wrapper import Transition
+    from ortlab.errors import InputError
+    from ortlab.options import Options
+    from ortlab.workload import ModelRef
+
+    orphan = _Orphan()
+
+    def send(msg) -> None:
+        try:
+            conn.send(msg)
+        except OSError:  # the parent closed its end: it died or gave up on us
+            orphan.die()
+
+    def started(path: Path) -> None:
+        orphan.current = path
+        send(m.Started(str(path)))
+
+    engine: Engine | None = None
+    while True:
+        try:
+            msg = conn.recv()
+        except KeyboardInterrupt:
+            continue  # a Stop that arrived between bursts
+        except (EOFError, OSError):
+            return
+        try:
+            if isinstance(msg, m.Init):
+                engine = Engine(ModelRef(msg.kind, msg.target, tuple(msg.kwargs), msg.label), seed=msg.seed,
+                                import_options=Options(msg.import_options), snapshot=msg.snapshot)
+                if msg.reason:
+                    engine.pending_transition = Transition("", 0, "new worker", msg.reason, msg.changes)
+                send(m.Ready(engine.workload.describe()))
+            elif isinstance(msg, m.RunBurst):
+                path = engine.run(BurstConfig.from_dict(msg.config), on_step=lambda row: send(m.Step(row)),
+                                  on_start=started)
+                orphan.current = None
+                send(m.Done(str(path)))
+            elif isinstance(msg, m.Shutdown):
+                return
+        except KeyboardInterrupt:
+            send(m.Failed("interrupted", "stopped before the burst started"))
+        except InputError as e:
+            send(m.Failed(type(e).__name__, str(e), bad_input=True))
+        except (ImportError, ValueError) as e:
+            send(m.Failed(type(e).__name__, str(e)))
+        except Exception as e:
+            send(m.Failed(type(e).__name__, f"{type(e).__name__}: {e}", traceback=traceback.format_exc()))
+        except SystemExit as e:  # a factory that calls sys.exit()
+            send(m.Failed("SystemExit", f"the model factory called sys.exit({e.code!r})", bad_input=True))
+
+
+def main() -> None:
+    _serve(Connection(int(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""ortlab's error classes: one base for bad input, so that every front end treats it the same way."""
+
+
+class OrtlabError(Exception):
+    """Base of ortlab's own errors."""
+
+
+class InputError(OrtlabError, ValueError):
+    """Bad input: an argument, a value, or a file that is missing, unreadable or damaged. The message names the
+    thing and what is allowed; the CLI prints it on one line and exits 2."""
