@@ -328,6 +328,18 @@ class Options(Mapping[str, Any]):
     def replace(self, **changes: Any) -> Options:
         return Options({**self._values, **changes})
 
+    def overlaid(self, given: Options | Mapping[str, Any] | Iterable[str] | str | None) -> Options:
+        """These options under `given`: every option `given` names wins, also when it names a default value
+        (how a burst's options meet the ORTMODULE_* variables already set in the user's shell)."""
+        chosen = Options(given)
+        if isinstance(given, Mapping) and not isinstance(given, Options):
+            named = {spec(k).name for k in given}
+        elif isinstance(given, str | list | tuple):
+            named = {spec(k).name for k in _split_assignments([given] if isinstance(given, str) else given)}
+        else:
+            named = set(chosen._values)
+        return Options({**{k: v for k, v in self._values.items() if k not in named}, **chosen._values})
+
     def to_dict(self) -> dict[str, Any]:
         return dict(self._values)
 

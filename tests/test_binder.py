@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,6 +33,7 @@ def test_binder_requirements_resolve(tmp_path):
     assert {"torch", "onnxruntime-training", "jupyterlab", "ipywidgets"} <= names
 
 
+@pytest.mark.slow
 def test_postbuild_runs(tmp_path):
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     r = subprocess.run(["bash", "binder/postBuild"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

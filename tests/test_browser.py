@@ -16,8 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "ortlab-browser-test"
 
-pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
-                                reason="Debian's chromium is not installed (scripts/ensure-chromium installs it as root)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("chromium") is None,
+                                reason="Debian's chromium is not installed (scripts/ensure-chromium installs it as root)")]
 
 
 def _free_port() -> int:

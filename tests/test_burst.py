@@ -15,6 +15,7 @@ from ortlab.workload import ModelRef
 PARITY_RTOL = 1e-4
 
 
+@pytest.mark.slow
 def test_parity_mode_pytorch_and_ortmodule_agree(demo_session):
     comparison = demo_session.compare(steps=10, parity=True, progress=False)
     losses = comparison.losses()
@@ -26,12 +27,14 @@ def test_parity_mode_pytorch_and_ortmodule_agree(demo_session):
     assert summary["ort_init_s"] > 0 and summary["step_time_ratio"] > 0
 
 
+@pytest.mark.slow
 def test_without_parity_losses_differ(demo_session):
     comparison = demo_session.compare(steps=5, parity=False, progress=False)  # dropout 0.1 in the demo
     losses = comparison.losses()
     assert (losses["abs_diff"] / losses["pytorch"].abs()).max() > PARITY_RTOL
 
 
+@pytest.mark.slow
 def test_rewrap_only_when_options_change(tmp_path):
     with Session(out=tmp_path, in_process=True) as s:
         first = s.burst("ortmodule", 2, progress=False)
@@ -49,6 +52,7 @@ def test_rewrap_only_when_options_change(tmp_path):
     assert back.ok
 
 
+@pytest.mark.slow
 def test_input_schema_and_requires_grad_changes_are_reasons(tmp_path):
     engine = Engine(ModelRef.of())
     x, _ = engine.workload.batch(0)
@@ -69,6 +73,7 @@ def test_input_schema_and_requires_grad_changes_are_reasons(tmp_path):
     assert row.changes["requires_grad"]["removed"] == ["head.weight"]
 
 
+@pytest.mark.slow
 def test_default_skip_check_policy_means_no_reexport(tmp_path):
     """ORT 1.19.2's default ORTMODULE_SKIPCHECK_POLICY skips the re-export check after the first step: a new
     input dtype runs through the old graph. The transition row says so, and ORT's own state agrees."""
@@ -84,6 +89,7 @@ def test_default_skip_check_policy_means_no_reexport(tmp_path):
     assert not wrapper.exported_since_last_check()
 
 
+@pytest.mark.slow
 def test_post_export_information(demo_session):
     info = demo_session.burst("ortmodule", 1, progress=False).ort["post_export"]
     assert info["user_inputs"] == ["idx"]
@@ -91,6 +97,7 @@ def test_post_export_information(demo_session):
     assert "_original_module.head.weight" in info["graph_inputs_requiring_grad"]
 
 
+@pytest.mark.slow
 def test_features_table_parsed(tmp_path):
     with Session(out=tmp_path, in_process=True) as s:
         run = s.burst("ortmodule", 1, {"memory_opt_level": 1}, progress=False)
@@ -111,6 +118,7 @@ def test_interrupt_keeps_the_steps_done(tmp_path):
     assert "interrupted by the user" in run.error
 
 
+@pytest.mark.slow
 def test_multihead_attention_failure_is_reported_clearly(tmp_path):
     with Session(model_kwargs={"attention": "mha"}, out=tmp_path, in_process=True) as s:
         run = s.burst("ortmodule", 3, {"fallback_policy": "FALLBACK_DISABLE"}, progress=False)

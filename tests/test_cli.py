@@ -50,6 +50,7 @@ def test_setup_is_idempotent():
     assert r.returncode == 0 and "already built" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_burst_both_json(tmp_path):
     r = ortlab("burst", "--steps", "4", "--parity", "--json", "--out", str(tmp_path))
@@ -63,6 +64,7 @@ def test_burst_both_json(tmp_path):
     assert load_run(summary["ortmodule"]["path"]).backend == "ortmodule"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_burst_table(tmp_path):
     r = ortlab("burst", "--steps", "3", "--backend", "ortmodule", "--out", str(tmp_path))

@@ -55,6 +55,7 @@ def test_rewrap_notice_follows_the_last_ortmodule_burst():
     assert "new worker" in panel.notice.value
 
 
+@pytest.mark.slow
 def test_burst_panel_runs_both_backends_and_shows_results(lab):
     panel = lab.burst_panel
     panel.steps.value = 3
@@ -115,3 +116,20 @@ def test_log_panel_filters(lab):
 
 def test_lab_repr_is_short_and_deterministic(lab):
     assert repr(lab).startswith("Lab(model='ortlab.demo:gpt', tabs=[Options, Burst, Log")
+
+
+@pytest.mark.slow
+def test_burst_panel_records_statistics_and_graphs_without_code(lab):
+    panel = lab.burst_panel
+    panel.backend.value, panel.steps.value = "both", 2
+    panel.record_stats.value, panel.save_graphs.value = True, True
+    try:
+        panel.run_button.click()
+        panel.wait(600)
+    finally:
+        panel.record_stats.value, panel.save_graphs.value = False, False
+    pytorch, ortmodule = lab.runs[-2:]
+    assert pytorch.ok and ortmodule.ok, (pytorch.error, ortmodule.error)
+    assert (pytorch.path / "stats.npz").is_file() and (ortmodule.path / "stats.npz").is_file()
+    assert list((ortmodule.path / "onnx").glob("*_execution_model_training.onnx"))
+    assert ortmodule.meta["config"]["collect"] == {"stats": {}}

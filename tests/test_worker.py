@@ -8,11 +8,12 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from ortlab import Session, WorkerError, load_run
+from ortlab import InputError, Session, load_run
 
 FACTORIES = str(Path(__file__).parent / "factories" / "slow_steps.py")
 
 
+@pytest.mark.slow
 def test_worker_is_reused_and_import_time_option_starts_a_new_one(tmp_path):
     with Session(out=tmp_path) as s:
         a = s.burst("ortmodule", 2, progress=False)
@@ -63,7 +64,7 @@ def test_a_crash_kills_the_worker_not_the_caller(tmp_path):
 
 
 def test_bad_factory_gives_a_clear_error(tmp_path):
-    with Session("ortlab.demo:nope", out=tmp_path) as s, pytest.raises(WorkerError, match="has no 'nope'; callables there"):
+    with Session("ortlab.demo:nope", out=tmp_path) as s, pytest.raises(InputError, match="has no .nope.; callables there"):
         s.burst("pytorch", 1, progress=False)
 
 
@@ -93,6 +94,7 @@ def test_unsendable_factory_says_how_to_fix_it(tmp_path):
         Session(make, out=tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_devinfo_burst_from_a_jupyter_kernel_completes(tmp_path):
     """The hang the worker exists for: ORTModule at DEVINFO prints ~270 KB at C level on a 4-layer GPT."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 import sys
 
 from ortlab.cli.common import (
+    CliError,
     add_in_process_arg,
     add_json_arg,
     add_model_args,
     add_out_arg,
     model_kwargs,
+    non_negative_int,
     positive_float,
     positive_int,
     print_json,
@@ -24,8 +26,11 @@ def cmd_burst(args) -> int:
     from ortlab.options import Options
 
     options = Options.parse(args.option)
+    if args.save_graphs:
+        options = options.replace(save_onnx=True)
     kwargs = dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=args.precision,
-                  device=args.device, parity=args.parity, progress=not args.json and sys.stderr.isatty())
+                  device=args.device, parity=args.parity, progress=not args.json and sys.stderr.isatty(),
+                  collect=collect_settings(args))
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         if args.backend == "both":
             comparison = session.compare(args.steps, options, **kwargs)
@@ -44,6 +49,21 @@ def cmd_burst(args) -> int:
     return 0 if all(r.status == "ok" for r in runs) else 1
 
 
+def collect_settings(args) -> dict[str, dict]:
+    """`--collect stats --stats-modules 'blocks.*' --stats-samples 4` -> Session.burst's collect= argument."""
+    collect = {name: {} for name in args.collect}
+    if "stats" in collect:
+        if args.stats_modules:
+            collect["stats"]["modules"] = list(args.stats_modules)
+        if args.stats_samples is not None:
+            collect["stats"]["samples"] = args.stats_samples
+        if args.stats_no_grads:
+            collect["stats"]["grads"] = False
+    elif args.stats_modules or args.stats_samples is not None or args.stats_no_grads:
+        raise CliError("--stats-modules, --stats-samples and --stats-no-grads need --collect stats")
+    return collect
+
+
 def _single(run) -> str:
     s = run.summary()
     lines = [f"{k:<14} {v}" for k, v in s.items()]
@@ -52,6 +72,7 @@ def _single(run) -> str:
 
 
 def register(sub) -> None:
+    from ortlab.engine.collectors import COLLECTORS
     from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS
 
     b = sub.add_parser("burst", help="train N steps on PyTorch and/or ORTModule and print a summary")
@@ -66,6 +87,16 @@ def register(sub) -> None:
     b.add_argument("--seed", type=seed, default=0)
     b.add_argument("--precision", default="fp32", choices=PRECISIONS)
     b.add_argument("--device", default="auto", choices=DEVICES)
+    b.add_argument("--save-graphs", action="store_true",
+                   help="save ORTModule's exported graphs into the run (the option save_onnx=true)")
+    b.add_argument("--collect", action="append", default=[], choices=sorted(COLLECTORS),
+                   help="record per-burst data: stats = activation statistics (for ortlab diff), plans = "
+                   "the memory optimizer's recompute plans (repeatable)")
+    b.add_argument("--stats-modules", action="append", metavar="GLOB",
+                   help="with --collect stats: only modules whose name matches (repeatable; default all)")
+    b.add_argument("--stats-samples", type=non_negative_int, metavar="N",
+                   help="with --collect stats: values sampled per tensor (default 8)")
+    b.add_argument("--stats-no-grads", action="store_true", help="with --collect stats: no gradient statistics")
     add_out_arg(b)
     add_in_process_arg(b)
     add_json_arg(b)

@@ -33,8 +33,17 @@ from ortlab.workload import ModelRef, call_model, to_device
 
 StepCallback = Callable[[dict[str, Any]], None]
 
+SDPA_HINT = ("ORT 1.19.2's gradient builder fails on scaled_dot_product_attention (this model uses sdpa attention): "
+             'load it with attn_implementation="eager" (Hugging Face), or write attention with matmul/softmax')
 MHA_HINT = ("torch.nn.MultiheadAttention is a known cause: ORT 1.19.2's symbolic shape inference fails on its "
             "export; write attention with Linear/view/matmul (as ortlab.demo does)")
+
+
+def _uses_sdpa(model: torch.nn.Module) -> bool:
+    """A Hugging Face model with sdpa attention (its config says so, or its attention modules are Sdpa ones)."""
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
+        return True
+    return any("Sdpa" in type(m).__name__ for m in model.modules())
 
 
 @functools.cache
@@ -239,6 +248,8 @@ class Engine:
         b.extra["failed_stage"] = where
         if "shape inference" in where and any(isinstance(m, torch.nn.MultiheadAttention) for m in self.model.modules()):
             b.extra["hint"] = MHA_HINT
+        elif "gradient" in where and _uses_sdpa(self.model):
+            b.extra["hint"] = SDPA_HINT
         print(f"[ortlab] {b.extra['error']}\n{traceback.format_exc()}", flush=True)
 
     def _finish_collectors(self, b: _Burst) -> None:

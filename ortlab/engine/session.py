@@ -65,11 +65,16 @@ class Session:
     snapshot: str | Path | None = None
     runs: list[Run] = field(default_factory=list)
     transition_rows: list[dict[str, Any]] = field(default_factory=list)
+    # ORTMODULE_* variables set in the shell that started Python: every burst starts from them, and the options
+    # a burst names win. None: read them from os.environ now.
+    shell_options: Options | None = None
 
     def __post_init__(self):
         from ortlab.workload import ModelRef
 
         self.ref = ModelRef.of(self.model, **self.model_kwargs)
+        if self.shell_options is None:
+            self.shell_options = Options.from_environ()
         self._worker: _Worker | None = None
         self._engine = None
         self._lock = threading.Lock()
@@ -86,8 +91,8 @@ class Session:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept."""
         from ortlab.engine.config import BurstConfig
 
-        cfg = BurstConfig(backend=backend, steps=steps, options=Options(options), optimizer=optimizer, lr=lr,
-                          seed=seed, precision=precision, device=device, parity=parity,
+        cfg = BurstConfig(backend=backend, steps=steps, options=self.shell_options.overlaid(options),
+                          optimizer=optimizer, lr=lr, seed=seed, precision=precision, device=device, parity=parity,
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {})
         bar = _Bar(cfg) if progress else None
         callback = _chain(on_step, bar.update if bar else None)

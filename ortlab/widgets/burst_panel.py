@@ -34,6 +34,11 @@ class BurstPanel(W.VBox):
         self.parity = W.Checkbox(value=True, description="parity mode", tooltip="same seeds, dropout 0, compute optimizer off, deterministic")
         self.optimizer = W.Dropdown(options=["adamw", "sgd", "fused_adam", "fp16_optimizer"], value="adamw", description="optimizer")
         self.precision = W.Dropdown(options=["fp32", "fp16"], value="fp32", description="precision")
+        self.record_stats = W.Checkbox(value=False, description="record activation statistics",
+                                       tooltip="per-step statistics of every module's activations and gradients: "
+                                       "the Activations tab compares the two backends")
+        self.save_graphs = W.Checkbox(value=False, description="save exported graphs",
+                                      tooltip="ORTModule's stage graphs into the run (save_onnx): the Graphs tab")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
         self.progress = W.IntProgress(value=0, min=0, max=1, description="", layout=W.Layout(width="400px"))
@@ -48,6 +53,7 @@ class BurstPanel(W.VBox):
         self.last_runs: list = []
         super().__init__([
             self.backend, W.HBox([self.steps, self.seed, self.parity]), W.HBox([self.optimizer, self.precision]),
+            W.HBox([self.record_stats, self.save_graphs]),
             W.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.plot,
             W.HTML("<b>Results</b>"), self.results, W.HTML("<b>Why ORTModule exported (transitions)</b>"),
             self.transitions])
@@ -81,11 +87,15 @@ class BurstPanel(W.VBox):
     def _work(self, backends: list[str]) -> None:
         runs = []
         try:
+            options = self.get_options()
+            if self.save_graphs.value:
+                options = options.replace(save_onnx=True)
+            collect = {"stats": {}} if self.record_stats.value else None
             for backend in backends:
                 self.status.value = f"running {backend}..."
                 run = self.session.burst(
-                    backend, self.steps.value, self.get_options(), seed=self.seed.value, parity=self.parity.value,
-                    optimizer=self.optimizer.value, precision=self.precision.value, progress=False,
+                    backend, self.steps.value, options, seed=self.seed.value, parity=self.parity.value,
+                    optimizer=self.optimizer.value, precision=self.precision.value, progress=False, collect=collect,
                     on_step=lambda row, b=backend: self._step(b, row))
                 runs.append(run)
                 if run.status != "ok":

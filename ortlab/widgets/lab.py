@@ -7,6 +7,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from ortlab.options import Options
 from ortlab.widgets.burst_panel import BurstPanel
 from ortlab.widgets.log_panel import LogPanel
 from ortlab.widgets.options_panel import OptionsPanel
@@ -30,7 +31,9 @@ class Lab(W.Tab):
         from ortlab.engine.session import Session
 
         self.session = Session(model_factory, model_kwargs or {}, out=out, in_process=in_process)
-        self.options_panel = OptionsPanel(cuda_available=cuda_available)
+        # The panel shows ORTMODULE_* variables set in the shell as its starting values, and owns them from then on.
+        self.options_panel = OptionsPanel(cuda_available=cuda_available, start=self.session.shell_options)
+        self.session.shell_options = Options()
         self.burst_panel = BurstPanel(self.session, lambda: self.options_panel.options, on_done=self._after_burst)
         self.log_panel = LogPanel(lambda: self.session.runs)
         panels = {"Options": self.options_panel, "Burst": self.burst_panel, "Log": self.log_panel}

@@ -27,7 +27,8 @@ class OptionsPanel(W.VBox):
     panel's `options` holds the last valid set. `reference` is the set the last ORTModule burst used, so the
     panel can say what the next burst will cost (nothing, a re-wrap, or a new worker)."""
 
-    def __init__(self, cuda_available: bool | None = None, on_change: Callable[[Options], None] | None = None):
+    def __init__(self, cuda_available: bool | None = None, on_change: Callable[[Options], None] | None = None,
+                 start: Options | None = None):
         if cuda_available is None:
             import torch
 
@@ -56,6 +57,8 @@ class OptionsPanel(W.VBox):
         self.reset_button.on_click(lambda _: self.reset())
         super().__init__([self.notice, self.accordion, W.HTML("<b>The same in a shell:</b>"), self.export_lines,
                           self.reset_button])
+        if start:  # e.g. ORTMODULE_* variables already set in the shell that started Jupyter
+            self.set(**start.to_dict())
         self._refresh()
 
     def reset(self) -> None:

@@ -50,3 +50,10 @@ def crash_at(step: int = 2, **kwargs):
 
     w.batch = batch
     return w
+
+
+def exits(code: int = 3, **kwargs):
+    """A factory that ends the process instead of returning a model (a script run as a factory)."""
+    import sys
+
+    sys.exit(code)

@@ -1,0 +1,256 @@
+"""Faults and bad input against the CLI and the Python API: one line and exit 2 for bad input, nothing computed
+lost, no run left "running", no process left behind (issue: nothing lost, nothing left behind)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ortlab import InputError, Options, Session, load_run
+from ortlab.options import OptionError
+
+FACTORIES = str(Path(__file__).parent / "factories" / "slow_steps.py")
+
+
+def cli(*args, timeout=600, **kwargs):
+    return subprocess.run([sys.executable, "-m", "ortlab.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def one_line_exit_2(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stdout[-1000:], r.stderr[-2000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def wait_for(condition, what: str, deadline_s: float = 300):
+    """Poll until `condition()` holds; the deadline only guards against a hang, it is not a measurement."""
+    end = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        time.sleep(0.1)
+
+
+def metrics_lines(folder: Path, backend: str) -> int:
+    runs = sorted(folder.glob(f"*-{backend}/metrics.jsonl"))
+    return len(runs[0].read_text().splitlines()) if runs else 0
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+# -- Bad: data lost, processes left behind, wrong answers
+
+
+def test_a_killed_cli_takes_its_worker_with_it_and_the_run_says_why(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:deaf_after",
+                             "--model-arg", "step=2", "--backend", "pytorch", "--steps", "50", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: metrics_lines(tmp_path, "pytorch") >= 2, "two steps")  # then it is stuck and deaf to SIGINT
+    run_dir = next(tmp_path.glob("*-pytorch"))
+    worker = json.loads((run_dir / "meta.json").read_text())["pid"]
+    assert worker != proc.pid and alive(worker)
+    proc.kill()
+    proc.wait()
+    wait_for(lambda: not alive(worker), "the orphaned worker to end itself", 60)
+    run = load_run(run_dir)
+    assert run.status == "crashed"
+    assert "the ortlab process that started this burst died" in run.error
+    assert run.metrics["step"].tolist() == [0, 1]
+
+
+def test_ctrl_c_during_both_ends_the_whole_command_with_130(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:slow",
+                             "--backend", "both", "--steps", "200", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: metrics_lines(tmp_path, "pytorch") >= 2, "two PyTorch steps")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    pytorch = load_run(next(tmp_path.glob("*-pytorch")))
+    assert pytorch.status == "interrupted" and 2 <= len(pytorch.metrics) < 200
+    assert not list(tmp_path.glob("*-ortmodule")), "the ORTModule half must not start after Ctrl-C"
+    assert "interrupted" in err
+
+
+@pytest.mark.parametrize("value", ["-1", "99999999999"])
+@pytest.mark.parametrize("in_process", [False, True])
+def test_bad_seed_is_refused_before_anything_starts(tmp_path, value, in_process):
+    r = cli("burst", "--backend", "pytorch", "--steps", "1", "--seed", value, "--out", str(tmp_path),
+            *(["--in-process"] if in_process else []))
+    one_line_exit_2(r, "--seed")
+    assert not [p for p in tmp_path.glob("*") if not p.name.startswith(".")]
+
+
+def test_bad_seed_in_python_names_seed(tmp_path):
+    with Session(out=tmp_path, in_process=True) as s, pytest.raises(InputError, match="seed -1 is not allowed"):
+        s.burst("pytorch", 1, seed=-1, progress=False)
+    assert not list(tmp_path.glob("*-pytorch"))
+
+
+def _damaged_runs(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder with one good run and four damaged copies of it."""
+    folder = tmp_path / "runs"
+    with Session(out=folder, in_process=True) as s:
+        good = s.burst("pytorch", 2, progress=False).path
+    damage = {
+        "bad-ort": lambda p: (p / "ort.json").write_text("{not json"),
+        "meta-list": lambda p: (p / "meta.json").write_text("[1, 2]"),
+        "meta-binary": lambda p: (p / "meta.json").write_bytes(b"\xff\xfe\x00garbage"),
+        "no-loss": lambda p: (p / "metrics.jsonl").write_text('{"step": 0}\n'),
+    }
+    for name, hurt in damage.items():
+        copy = folder / f"{good.name}-{name}"
+        shutil.copytree(good, copy)
+        hurt(copy)
+    return folder, good
+
+
+def test_one_broken_run_does_not_break_the_listing(tmp_path):
+    folder, good = _damaged_runs(tmp_path)
+    r = cli("runs", str(folder), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["run"]: row for row in json.loads(r.stdout)}
+    assert rows[good.name]["status"] == "ok"
+    for name in ("bad-ort", "meta-list", "meta-binary"):
+        row = rows[f"{good.name}-{name}"]
+        assert row["status"] == "unreadable" and row["error"], row
+    assert "ort.json" in rows[f"{good.name}-bad-ort"]["error"]
+    assert rows[f"{good.name}-no-loss"]["steps"] == 0  # the row without a loss is not a step
+    r = cli("runs", str(folder))
+    assert r.returncode == 0 and "unreadable" in r.stdout and "Traceback" not in r.stderr
+
+
+def test_a_full_disk_fails_the_run_naming_the_file_and_keeps_every_complete_step(tmp_path):
+    # A file-size limit of 8 KB stands in for a full disk: metrics.jsonl reaches it first.
+    script = f"ulimit -f 8; exec {sys.executable} -m ortlab.cli burst --backend pytorch --steps 500 --in-process " \
+             f"--out {tmp_path}"
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr
+    run = load_run(next(tmp_path.glob("*-pytorch")))
+    assert run.status == "failed"
+    assert "metrics.jsonl" in run.error and "File too large" in run.error
+    assert "metrics.jsonl" in r.stderr
+    lines = (run.path / "metrics.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["step"] == i for i, line in enumerate(lines))  # no half line
+    assert len(run.metrics) == len(lines) > 10 and not run.damaged_lines
+
+
+# -- Weak: unclear or unchecked
+
+
+def test_out_naming_a_file_is_one_line_exit_2(tmp_path):
+    target = tmp_path / "a-file"
+    target.write_text("x")
+    line = one_line_exit_2(cli("burst", "--backend", "pytorch", "--steps", "1", "--out", str(target)))
+    assert "a-file" in line
+
+
+def test_out_read_only_is_one_line_exit_2(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    one_line_exit_2(cli("burst", "--backend", "pytorch", "--steps", "1", "--out", str(ro / "runs")))
+
+
+def test_options_unknown_area_is_one_line_exit_2():
+    one_line_exit_2(cli("options", "--area", "nope"), "--area 'nope'", "areas:")
+
+
+@pytest.mark.parametrize("flag,value", [("--lr", "inf"), ("--lr", "nan"), ("--lr", "-1"), ("--steps", "0")])
+def test_unchecked_numbers_are_checked(tmp_path, flag, value):
+    one_line_exit_2(cli("burst", "--backend", "pytorch", flag, value, "--out", str(tmp_path)), flag)
+
+
+def test_a_loss_that_becomes_nan_is_written_as_valid_json(tmp_path):
+    with Session(out=tmp_path, in_process=True) as s:
+        run = s.burst("pytorch", 6, lr=1e12, progress=False)
+    for line in (run.path / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in metrics.jsonl"))
+    if run.metrics["loss"].isna().any():
+        assert "non-finite" in run.meta["warning"]
+
+
+def test_options_from_one_string_and_from_a_number():
+    assert Options("memory_opt_level=1")["memory_opt_level"] == 1
+    with pytest.raises(OptionError, match="42 are not allowed"):
+        Options(42)
+
+
+def test_demo_refuses_impossible_sizes(tmp_path):
+    line = one_line_exit_2(cli("burst", "--backend", "pytorch", "--steps", "1", "--model-arg", "n_layer=-1",
+                               "--out", str(tmp_path), "--in-process"))
+    assert "n_layer=-1" in line
+
+
+def test_a_damaged_metrics_line_hides_no_later_step(tmp_path):
+    with Session(out=tmp_path, in_process=True) as s:
+        run = s.burst("pytorch", 4, progress=False)
+    lines = (run.path / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:10]  # cut in the middle
+    (run.path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    again = load_run(run.path)
+    assert again.metrics["step"].tolist() == [0, 2, 3]
+    assert again.damaged_lines == [2]
+    assert again.summary()["damaged_metrics_lines"] == [2]
+
+
+def test_runs_on_a_missing_folder_is_exit_2(tmp_path):
+    one_line_exit_2(cli("runs", str(tmp_path / "nope")), "does not exist")
+
+
+@pytest.mark.parametrize("in_process", [False, True])
+def test_a_factory_that_calls_sys_exit_says_so(tmp_path, in_process):
+    line = one_line_exit_2(cli("burst", "--backend", "pytorch", "--steps", "1", "--model", f"{FACTORIES}:exits",
+                               "--out", str(tmp_path), *(["--in-process"] if in_process else [])))
+    assert "sys.exit(3)" in line
+
+
+def test_concurrent_sessions_into_one_folder_keep_their_own_worker_logs(tmp_path):
+    with Session(out=tmp_path) as a, Session(out=tmp_path) as b:
+        a.burst("pytorch", 1, progress=False)
+        b.burst("pytorch", 1, progress=False)
+        assert a._worker.log_path != b._worker.log_path
+    assert len(list(tmp_path.glob(".worker-*.log"))) == 2
+
+
+@pytest.mark.slow
+def test_a_failed_burst_puts_error_and_hint_on_stderr(tmp_path):
+    r = cli("burst", "--backend", "ortmodule", "--steps", "1", "--model-arg", "attention=mha", "--option",
+            "fallback_policy=FALLBACK_DISABLE", "--out", str(tmp_path))
+    assert r.returncode == 1
+    assert "MultiheadAttention" in r.stderr and "symbolic shape inference" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert "status" in r.stdout
+
+
+def test_ortmodule_variables_in_the_shell_are_the_starting_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "1")
+    with Session(out=tmp_path, in_process=True) as s:
+        assert s.shell_options == Options(memory_opt_level=1)
+        run = s.burst("pytorch", 1, progress=False)
+        assert run.meta["config"]["options"] == {"memory_opt_level": 1}
+        named = s.burst("pytorch", 1, {"memory_opt_level": 0}, progress=False)  # a named option wins
+        assert named.meta["config"]["options"] == {}
+    from ortlab.widgets.options_panel import OptionsPanel
+
+    panel = OptionsPanel(cuda_available=False, start=Options.from_environ())
+    assert panel.options == Options(memory_opt_level=1)
