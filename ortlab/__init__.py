@@ -33,6 +33,8 @@ _EXPORTS = {
     "plan_sweep": "ortlab.recompute",
     "what_if": "ortlab.recompute",
     "load_graphs": "ortlab.graphs:load",
+    "record": "ortlab.recorder",
+    "Recorder": "ortlab.recorder",
     "doctor": "ortlab.environment",
     "setup": "ortlab.environment",
 }

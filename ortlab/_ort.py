@@ -231,3 +231,31 @@ FAILURE_STAGES = (
     ("_create_execution_agent", "ORT's session creation"),
     ("_detect_from_inputs", "ORT's runtime detection"),
 )
+
+
+# --- recorder (a user's own ORTModule)
+
+
+def is_ortmodule(model: Any) -> bool:
+    try:
+        from onnxruntime.training.ortmodule import ORTModule
+    except ImportError:
+        return False
+    return isinstance(model, ORTModule)
+
+
+def inner_module(ort_module: Any) -> Any:
+    """The user's torch module inside an ORTModule."""
+    return ort_module.module
+
+
+def log_level(ort_module: Any) -> str:
+    """The log level an ORTModule was built with (its DebugOptions, or ORTMODULE_LOG_LEVEL)."""
+    debug = _get(Wrap(ort_module, True).manager, "_debug_options", "DebugOptions of the execution manager")
+    return str(getattr(debug.log_level, "name", debug.log_level))
+
+
+def onnx_save_settings(ort_module: Any) -> tuple[bool, str, str]:
+    """(save_onnx, the folder ORT writes stage graphs into, their name prefix)."""
+    save = Wrap(ort_module, True).manager._debug_options.save_onnx_models
+    return bool(save.save), str(save.path), str(save.name_prefix)
