@@ -1,5 +1,5 @@
 """Graphs panel: a run's exported stages, what each stage changed, node search with a drawn neighbourhood,
-the re-export table, and netron inline. Thin over ortlab.graphs and ortlab.netron_view."""
+the re-export table, and netron inline. Thin over ortlab.graphs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import ipywidgets as W
 
-from ortlab.graphs import Graphs, GraphsError, find_stage_files, graphs
+from ortlab.graphs import Graphs, GraphsError, NetronError, find_stage_files, load, serve
+from ortlab.graphs.collection import run_stage_folders
 
 _TABS = ("Summary", "Stage diff", "Search", "Re-exports", "netron")
 
@@ -71,7 +72,8 @@ class GraphsPanel(W.VBox):
                                     layout=W.Layout(width="160px"))
         self.search_button = W.Button(description="Search", icon="search", layout=W.Layout(width="100px"))
         self.matches = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
-        self.hops = W.BoundedIntText(value=1, min=1, max=6, description="hops", layout=W.Layout(width="140px"))
+        self.hops = W.BoundedIntText(value=1, min=1, max=6, description="hops",
+                                     layout=W.Layout(width="140px"))
         self.neighbourhood = W.HTML()
         self.transitions = W.HTML()
         self.netron_button = W.Button(description="Open in netron", icon="external-link", button_style="info")
@@ -92,9 +94,11 @@ class GraphsPanel(W.VBox):
         self.netron_stop_button.on_click(lambda _: self.stop_netron())
         for widget, handler in ((self.run_picker, self._load_run), (self.stage_picker, self._show_stage),
                                 (self.compare_picker, self._show_diff), (self.search_box, self.search),
-                                (self.matches, self._show_neighbourhood), (self.hops, self._show_neighbourhood)):
+                                (self.matches, self._show_neighbourhood),
+                                (self.hops, self._show_neighbourhood)):
             widget.observe(lambda _, h=handler: None if self._updating else h(), "value")
-        super().__init__([W.HBox([self.run_picker, self.refresh_button, self.stage_picker]), self.status, self.tabs])
+        pickers = W.HBox([self.run_picker, self.refresh_button, self.stage_picker])
+        super().__init__([pickers, self.status, self.tabs])
         self.refresh()
 
     # -- what the controls do (callable from code as well)
@@ -140,8 +144,6 @@ class GraphsPanel(W.VBox):
     @_guarded
     def open_netron(self) -> None:
         """Serve the selected stage with netron and embed it; if netron cannot, say why in one line."""
-        from ortlab.netron_view import NetronError, serve
-
         stage = self._stage()
         if stage is None:
             return
@@ -174,8 +176,7 @@ class GraphsPanel(W.VBox):
 
     @staticmethod
     def _has_graphs(run) -> bool:
-        saved = (run.meta.get("effective_options") or {}).get("save_onnx_path")
-        return any(find_stage_files(where) for where in (saved, run.path / "onnx", run.path) if where)
+        return any(find_stage_files(where) for where in run_stage_folders(run))
 
     def _run_label(self, run) -> str:
         label = f"{run.path.name}  {run.backend}, {run.status}"
@@ -218,7 +219,7 @@ class GraphsPanel(W.VBox):
             self._clear()
             return
         try:
-            g = graphs(run)
+            g = load(run)
         except GraphsError as e:
             self._clear(str(e), error=True)
             return
@@ -241,13 +242,15 @@ class GraphsPanel(W.VBox):
         mode = stage.mode
         s = stage.summary()
         kinds = ", ".join(f"{k} {s[k]}" for k in ("forward", "gradient", "recompute"))
-        facts = (f"<b>{html.escape(stage.label)}</b>: {s['nodes']} nodes ({kinds}), {s['op_types']} op types; "
-                 f"{s['user_inputs']} user input(s), {s['parameters']} parameters ({s['parameter_elements']:,} "
-                 f"elements, {s['parameter_bytes'] / 2**20:.2f} MB), {s['outputs']} outputs; "
+        facts = (f"<b>{html.escape(stage.label)}</b>: {s['nodes']} nodes ({kinds}), {s['op_types']} op "
+                 f"types; {s['user_inputs']} user input(s), {s['parameters']} parameters "
+                 f"({s['parameter_elements']:,} elements, {s['parameter_bytes'] / 2**20:.2f} MB), "
+                 f"{s['outputs']} outputs; "
                  f"file {s['file_bytes'] / 2**20:.2f} MB")
         inputs = stage.inputs
         hist = stage.histogram().reset_index()
-        cols = ["stage", "nodes", "forward", "gradient", "recompute", "op_types", "initializers", "file_bytes"]
+        cols = ["stage", "nodes", "forward", "gradient", "recompute", "op_types", "initializers",
+                "file_bytes"]
         self.summary.value = "".join([
             f"<p>{facts}</p>",
             "<h4>All stages</h4>", _table(self.graphs.summary(mode)[cols]),

@@ -1,59 +1,52 @@
 """netron for one graph file: served on 127.0.0.1 on a free port until stopped, embeddable in a notebook.
 
-netron's own `netron.serve` keeps the served file on a class shared by every server it starts (two stages at
-once would show the same file) and cannot add a header, so ortlab runs netron's request handler in a server
-of its own: one handler class per file, and a `consent` cookie on the page so that netron's first-load prompt
-("This app uses cookies to report errors and anonymous usage information") does not block the view.
+Each server has a handler class of its own (two stages at once show two files) and sets netron's `consent`
+cookie on the page, so that netron's first-load prompt ("This app uses cookies to report errors and anonymous
+usage information") does not block the view. netron's internals are reached through ortlab._netron only.
 """
 
 from __future__ import annotations
 
 import atexit
-import datetime as _dt
+import datetime as dt
 import html
 import os
-import re
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ortlab import _netron
+from ortlab.errors import OrtlabError
+from ortlab.graphs.errors import GraphsError
+
 MAX_AGE_DAYS = 180  # netron's page refuses to render ("Please update to the newest version") past this age
 COOKIE_DAYS = 30  # what netron itself gives its consent cookie
+_FALLBACK = "showing ortlab's own graph view instead"
 
 
-class NetronError(RuntimeError):
-    """netron cannot show the file here; the message is one line that says why and what to do."""
+class NetronError(OrtlabError, RuntimeError):
+    """netron cannot show the file here (missing, too old, unknown build, no port); the message is one line
+    that says why and what to do."""
 
 
-def netron_status(today: _dt.date | None = None) -> tuple[bool, str]:
+def netron_status(today: dt.date | None = None) -> tuple[bool, str]:
     """(usable, one line): whether netron is installed, recent enough to render, and servable by ortlab."""
+    version = _netron.version()
+    if version is None:
+        return False, f"netron is not installed (pip install netron): {_FALLBACK}"
     try:
-        import netron
-        import netron.server as server
-    except ImportError:
-        return False, "netron is not installed (pip install netron): showing ortlab's own graph view instead"
-    version = getattr(netron, "__version__", "?")
-    if not all(hasattr(server, name) for name in ("_HTTPRequestHandler", "_ContentProvider")):
-        return False, (f"netron {version} serves pages in a way ortlab does not know (no _HTTPRequestHandler): "
-                       "showing ortlab's own graph view instead")
-    built = _build_date(Path(server.__file__).with_name("index.html"))
+        _netron.check()
+    except _netron.NetronInternalsError as e:
+        return False, f"{e}: {_FALLBACK}"
+    built = _netron.build_date()
     if built is not None:
-        age = ((today or _dt.date.today()) - built).days
+        age = ((today or dt.date.today()) - built).days
         if age > MAX_AGE_DAYS:
-            return False, (f"netron {version} was built on {built} ({age} days ago) and refuses to render builds older "
-                           f"than {MAX_AGE_DAYS} days (pip install -U netron): showing ortlab's own graph view instead")
+            return False, (f"netron {version} was built on {built} ({age} days ago) and refuses to render "
+                           f"builds older than {MAX_AGE_DAYS} days (pip install -U netron): {_FALLBACK}")
     return True, f"netron {version}" + (f" (built {built})" if built else "")
-
-
-def _build_date(index_html: Path) -> _dt.date | None:
-    try:
-        text = index_html.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    m = re.search(r'<meta name="date" content="(\d{4}-\d{2}-\d{2})', text)
-    return _dt.date.fromisoformat(m.group(1)) if m else None
 
 
 def browser_url(port: int, host: str = "127.0.0.1") -> str:
@@ -107,7 +100,8 @@ class NetronServer:
         _live.discard(self)
 
     def iframe_html(self, height: int = 600) -> str:
-        return (f'<iframe src="{html.escape(self.browser_url)}" title="netron: {html.escape(self.file.name)}" '
+        return (f'<iframe src="{html.escape(self.browser_url)}" '
+                f'title="netron: {html.escape(self.file.name)}" '
                 f'style="width:100%;height:{int(height)}px;border:1px solid #ddd"></iframe>')
 
     def _repr_html_(self) -> str:
@@ -120,8 +114,7 @@ class NetronServer:
         self.stop()
 
     def __repr__(self) -> str:
-        state = "serving" if self.alive else "stopped"
-        return f"NetronServer({self.file.name!r}, {state})"
+        return f"NetronServer({self.file.name!r}, {'serving' if self.alive else 'stopped'})"
 
 
 _live: set[NetronServer] = set()
@@ -130,33 +123,30 @@ _live: set[NetronServer] = set()
 def serve(path: str | Path, host: str = "127.0.0.1", port: int = 0, consent: bool = True) -> NetronServer:
     """Serve `path` with netron on `host` (a free port unless `port` is given). `consent=True` sets netron's
     consent cookie on the page, so its first-load prompt does not appear (netron may then report anonymous
-    usage information, as its prompt says). Raises NetronError (one line) when netron cannot be used."""
+    usage information, as its prompt says). Raises GraphsError when `path` is not a file and NetronError (one
+    line) when netron cannot be used."""
     import http.server
 
     path = Path(path).expanduser().resolve()
     if not path.is_file():
-        raise NetronError(f"{path} is not a file: give an .onnx stage file")
+        raise GraphsError(f"{path} is not a file: give an .onnx stage file")
     usable, message = netron_status()
     if not usable:
         raise NetronError(message)
-    import netron.server as ns
+    # Partitioned (and so SameSite=None; Secure): a notebook at localhost and netron at 127.0.0.1 are
+    # different sites, and a browser keeps an unpartitioned cookie out of such an iframe
+    cookie = (f"consent={int(time.time() * 1000)}; Path=/; Max-Age={COOKIE_DAYS * 86400}; SameSite=None; "
+              "Secure; Partitioned")
 
-    content = ns._ContentProvider(None, str(path), str(path), path.name)
-    # Partitioned (and so SameSite=None; Secure): a notebook at localhost and netron at 127.0.0.1 are different
-    # sites, and a browser keeps an unpartitioned cookie out of such an iframe
-    cookie = (f"consent={int(time.time() * 1000)}; Path=/; Max-Age={COOKIE_DAYS * 86400}; SameSite=None; Secure; "
-              "Partitioned")
-
-    class Handler(ns._HTTPRequestHandler):
+    class Handler(_netron.handler_class(path)):
         def end_headers(self):
             if consent and urllib.parse.urlparse(self.path).path in ("/", "/index.html"):
                 self.send_header("Set-Cookie", cookie)
             super().end_headers()
 
-        def log_message(self, format, *args):  # noqa: A002  (netron logs every request)
+        def log_message(self, format, *args):  # netron logs every request
             pass
 
-    Handler.content = content  # per server: netron's own class attribute is shared by all its servers
     try:
         server = http.server.ThreadingHTTPServer((host, port), Handler)
     except OSError as e:
