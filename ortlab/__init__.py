@@ -33,6 +33,8 @@ _EXPORTS = {
     "plan_sweep": "ortlab.recompute",
     "what_if": "ortlab.recompute",
     "load_graphs": "ortlab.graphs:load",
+    "memory": "ortlab.account:memory",
+    "torch_memory": "ortlab.account:torch_memory",
     "record": "ortlab.recorder",
     "Recorder": "ortlab.recorder",
     "doctor": "ortlab.environment",
@@ -41,7 +43,7 @@ _EXPORTS = {
 
 # Subpackages reachable as attributes (`ortlab.graphs.load(run)`); no public name above equals a submodule's name
 # (importing the submodule would rebind the attribute), which tests/test_api.py checks.
-_PACKAGES = ("activations", "graphs", "recompute")
+_PACKAGES = ("account", "activations", "graphs", "recompute")
 
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 

@@ -13,12 +13,12 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ortlab.cli import activations, burst, env, graphs, options, plans, runs
+    from ortlab.cli import activations, burst, env, graphs, memory, options, plans, runs
 
     p = argparse.ArgumentParser(prog="ortlab", description="Explore ONNX Runtime's ORTModule: options, bursts, runs, "
                                 "exported graphs, recompute plans, activation statistics.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (env, options, burst, runs, graphs, plans, activations):
+    for module in (env, options, burst, runs, graphs, plans, memory, activations):
         module.register(sub)
     return p
 

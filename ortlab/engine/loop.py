@@ -71,6 +71,7 @@ class _Burst:
     memory: PeakMemory
     scaler: Any = None
     runner: Any = None  # the module that trains: the model, or its ORTModule
+    first_inputs: Any = None  # step 0's inputs: their shapes size the exported graph's symbolic dimensions
     stage: str = "setup"  # what the burst is doing now: named in a failure
     steps_done: int = 0
     status: str = "ok"
@@ -128,7 +129,8 @@ class Engine:
                     self._finish_collectors(b)
                     if b.ortmodule and self.wrapper.ort_module is not None:
                         b.ort_info = self._ort_info(
-                            exported=any(t.ort_exported for t in b.transitions) or b.status == "failed")
+                            exported=any(t.ort_exported for t in b.transitions) or b.status == "failed",
+                            first_inputs=b.first_inputs)
             self._write_ort_files(b)
         finally:
             b.memory.close()
@@ -188,6 +190,7 @@ class Engine:
         inputs, target = to_device(self.workload.batch(step), b.device)
         if step == 0 and b.ortmodule:
             b.stage = "wrap"
+            b.first_inputs = inputs
             self._wrap(b, inputs)
         for c in b.collectors.values():
             c.step_begin(step)
@@ -269,10 +272,11 @@ class Engine:
         b.writer.write("ort.json", b.ort_info)
         b.writer.write("transitions.json", [t.to_dict() for t in b.transitions])
 
-    def _ort_info(self, exported: bool) -> dict[str, Any]:
+    def _ort_info(self, exported: bool, first_inputs: Any = None) -> dict[str, Any]:
         """ORT's state after the burst; the init overhead only when this burst paid it (it exported)."""
         info: dict[str, Any] = {"exported": exported}
-        readers = [("post_export", self.wrapper.post_export), ("fallback", self.wrapper.fallback)]
+        readers = [("post_export", self.wrapper.post_export), ("fallback", self.wrapper.fallback),
+                   ("input_shapes", lambda: self.wrapper.input_shapes(first_inputs) if first_inputs is not None else {})]
         if exported:
             readers.append(("overhead", self.wrapper.overhead))
         for key, fn in readers:

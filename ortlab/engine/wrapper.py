@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,25 @@ class Wrapper:
     def overhead(self) -> dict[str, float]:
         """ORT's first-time initialization breakdown in seconds (export, graph building, session creation ...)."""
         return self.internals().init_overhead()
+
+    def input_shapes(self, inputs: Any) -> dict[str, list[int]]:
+        """The concrete shape of each graph input for these inputs, through ORT's own input accessors (the
+        memory account evaluates the graph's symbolic dimensions with them)."""
+        info = self.internals().post_export()
+        if info is None:
+            return {}
+        if isinstance(inputs, Mapping):
+            args, kwargs = (), dict(inputs)
+        elif isinstance(inputs, tuple | list):
+            args, kwargs = tuple(inputs), {}
+        else:
+            args, kwargs = (inputs,), {}
+        shapes = {}
+        for name, accessor in info.input_accessors.items():
+            tensor = accessor(args, kwargs)
+            if isinstance(tensor, torch.Tensor):
+                shapes[name] = list(tensor.shape)
+        return shapes
 
     def post_export(self) -> dict[str, Any]:
         """What ORT's GraphTransitionManager knows about the exported graph."""
