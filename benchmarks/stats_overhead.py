@@ -1,4 +1,4 @@
-"""What recording activation statistics every step costs, ortlab's collector beside ORT's StatisticsSubscriber.
+"""What recording activation statistics every step costs: ortlab's collector beside ORT's subscriber.
 
 For each model (the demo, and a 4-layer d=128 GPT with batch 8, sequence 128) and backend, the same bursts run
 with and without collect={"stats": {}} on two engines built from the same seed (so neither re-exports between
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from ortlab.burst import BurstConfig, Engine
 from ortlab.capture import captured_output
+from ortlab.engine import BurstConfig, Engine
 from ortlab.workload import ModelRef, call_model
 
 TARGETS = {"pytorch": 1.15, "ortmodule": 1.3}
@@ -62,7 +62,7 @@ def subscriber_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: s
     """ORT's StatisticsSubscriber in a plain loop: (median step time ratio, bytes written per step)."""
     from onnxruntime.training.utils.hooks import StatisticsSubscriber, SubscriberManager
 
-    from ortlab.wrapper import patch_label_hook_bug
+    from ortlab._ort import patch_label_hook_bug
 
     def loop(subscribe: bool):
         torch.manual_seed(0)
@@ -78,7 +78,8 @@ def subscriber_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: s
             runner = ORTModule(w.model, DebugOptions(log_level=LogLevel.WARNING))
         folder = Path(out) / f"dump-{backend}-{subscribe}"
         if subscribe:
-            SubscriberManager().subscribe(runner, [StatisticsSubscriber(str(folder), override_output_dir=True)])
+            subscriber = StatisticsSubscriber(str(folder), override_output_dir=True)
+            SubscriberManager().subscribe(runner, [subscriber])
         opt = torch.optim.AdamW(w.model.parameters(), lr=1e-3)
         state = {"step": 0}
 
@@ -115,16 +116,19 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--models", default="demo,gpt4", help=f"comma-separated: {', '.join(MODELS)}")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the other core stays quiet)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (the other core stays quiet)")
     parser.add_argument("--no-subscriber", action="store_true", help="skip ORT's StatisticsSubscriber")
-    parser.add_argument("--numpy", action="store_true", help="summarize with numpy instead of the one-pass C kernel")
+    parser.add_argument("--numpy", action="store_true",
+                        help="summarize with numpy instead of the one-pass C kernel")
     args = parser.parse_args()
     if args.numpy:
         os.environ["ORTLAB_STATS_KERNEL"] = "numpy"
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TQDM_DISABLE", "1")
     print(f"{'model':<6} {'backend':<10} {'ortlab':>7} {'target':>7} {'ORT subscriber':>15} "
-          f"{'ortlab/step':>12} {'ORT/step':>10} {'tensors':>8}   ({args.steps} steps, min of {args.rounds} rounds)")
+          f"{'ortlab/step':>12} {'ORT/step':>10} {'tensors':>8}   "
+          f"({args.steps} steps, min of {args.rounds} rounds)")
     misses = []
     with tempfile.TemporaryDirectory() as out:
         for model in args.models.split(","):
@@ -136,7 +140,8 @@ def main() -> int:
                 target = TARGETS[backend]
                 if ratio > target:
                     misses.append(f"{model}/{backend}")
-                print(f"{model:<6} {backend:<10} {ratio:>7.3f} {target:>7.2f} {sub:>15.2f} {size / 1024:>10.1f}KB "
+                print(f"{model:<6} {backend:<10} {ratio:>7.3f} {target:>7.2f} {sub:>15.2f} "
+                      f"{size / 1024:>10.1f}KB "
                       f"{sub_size / 1024:>8.0f}KB {tensors:>8}", flush=True)
     print("meets the targets" if not misses else f"misses the target: {', '.join(misses)}")
     return 0 if not misses else 1

@@ -1,8 +1,9 @@
-"""A one-pass statistics kernel for float32 tensors on the CPU: min, max, sum, sum of squares and the counts of
-zeros, nan and inf, read once. numpy needs a pass per statistic (about 0.25 ns per element here against 0.08),
-and on a small model those passes are most of what collecting costs. The C source is compiled on first use
-with the system's C compiler (ortlab already needs one for ORTModule's extensions) into ~/.cache/ortlab, with
-one variant per instruction set chosen at run time; without a compiler the summarizer falls back to numpy."""
+"""A one-pass statistics kernel for float32 tensors on the CPU: min, max, sum, sum of squares and the counts
+of zeros, nan and inf, read once. numpy needs a pass per statistic (about 0.25 ns per element here against
+0.08), and on a small model those passes are most of what collecting costs. The C source is compiled on first
+use with the system's C compiler (ortlab already needs one for ORTModule's extensions) into ~/.cache/ortlab,
+with one variant per instruction set chosen at run time; without a compiler the summarizer falls back to
+numpy."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ void ortlab_stats_f32(const float *x, int64_t n, const int64_t *idx, int64_t k, 
 """
 # Reassociating float sums is what lets the compiler vectorize them; nothing here relies on nan/inf semantics
 # of float arithmetic (the counts use the bit patterns).
-FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
+FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math",
+         "-fno-signed-zeros"]
 TARGET_CLONES = '__attribute__((target_clones("avx512f", "avx2", "default")))'
 
 _loaded: object = None  # None: not tried yet; False: unavailable
@@ -80,7 +82,8 @@ def _build(source: str, target: Path) -> bool:
             src = Path(tmp) / "stats.c"
             src.write_text(source)
             out = Path(tmp) / target.name
-            subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, timeout=60)
+            subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True,
+                           timeout=60)
             out.replace(target)  # atomic: another worker may be building the same file
     except (OSError, subprocess.SubprocessError):  # no writable cache, or the compiler refused: numpy it is
         return False
@@ -102,8 +105,8 @@ def kernel():
                         fn = ctypes.CDLL(str(path)).ortlab_stats_f32
                     except OSError:
                         continue
-                    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                   ctypes.c_void_p]
+                    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                                   ctypes.c_void_p, ctypes.c_void_p]
                     fn.restype = None
                     _loaded = fn
                     break

@@ -12,52 +12,38 @@ from __future__ import annotations
 import math
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ortlab.activations.table import COLUMNS, empty_table
+from ortlab.activations.errors import ActivationsError, DumpError, StatsFileError
+from ortlab.activations.table import COLUMNS, STATS_FILE, empty_table, read_stats
 
 ORDER_FILE = "order.txt"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _SUFFIX = re.compile(r"^(?P<base>.+)_(?P<phase>forward|backward)$")
 _ORT_NAME = re.compile(r"^(?P<cls>.+)_(?P<index>\d+)_(?P<k>\d+)th_output$")
 _NUM = r"[-+]?(?:nan|inf|\d+(?:\.\d*)?(?:e[-+]?\d+)?)"
-_HEADER = re.compile(r"^(?P<depth>>*)(?P<name>.+) (?P<phase>forward|backward) run shape: torch\.Size\(\[(?P<shape>[\d, ]*)\]\) "
+_HEADER = re.compile(r"^(?P<depth>>*)(?P<name>.+) (?P<phase>forward|backward) run "
+                     r"shape: torch\.Size\(\[(?P<shape>[\d, ]*)\]\) "
                      r"dtype: torch\.(?P<dtype>\w+) size: torch\.Size\(\[(?P<size>\d*)\]\)\s*$")
-_STATS = re.compile(rf"^min: (?P<min>{_NUM}) max: (?P<max>{_NUM}), mean: (?P<mean>{_NUM}), std: (?P<std>{_NUM})\s*$")
+_STATS = re.compile(rf"^min: (?P<min>{_NUM}) max: (?P<max>{_NUM}), "
+                    rf"mean: (?P<mean>{_NUM}), std: (?P<std>{_NUM})\s*$")
 _COUNTS = re.compile(rf"^nan: (?P<nan>{_NUM}), inf: (?P<inf>{_NUM})\s*$")
 _SIGNS = re.compile(rf"^neg: (?P<neg>{_NUM}|-), pos: (?P<pos>{_NUM}|-), zero: (?P<zero>{_NUM}),\s*$")
 _SAMPLES_START = "samples(top 128): "
 _END = "=" * 16
-# ORT's bucketed formula is exact in float arithmetic only up to rounding; above this share of std^2 it is not.
+# ORT's bucketed formula is exact in float arithmetic only up to rounding; above this share of std^2 it is
+# not.
 _CONTAMINATION = 1e-6
-
-
-@dataclass(frozen=True)
-class DumpError:
-    """One file ortlab could not read, and where: the rest of the folder is read anyway."""
-
-    file: str
-    line: int  # 1-based; 0 when the file as a whole is the problem (missing, not UTF-8)
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
-
-
-class DumpParseError(ValueError):
-    def __init__(self, error: DumpError):
-        super().__init__(str(error))
-        self.error = error
 
 
 def is_dump(path: Any) -> bool:
     """Whether `path` is a StatisticsSubscriber output folder (step_N folders with an order.txt)."""
     path = Path(path)
-    return path.is_dir() and any((d / ORDER_FILE).is_file() for d in path.iterdir() if _STEP_DIR.match(d.name))
+    return path.is_dir() and any((d / ORDER_FILE).is_file() for d in path.iterdir()
+                                 if _STEP_DIR.match(d.name))
 
 
 def _num(text: str) -> float:
@@ -65,18 +51,18 @@ def _num(text: str) -> float:
 
 
 def parse_tensor_file(path: Path) -> dict[str, Any]:
-    """One per-tensor file as a row of the table (without step and order), or DumpParseError with its line."""
+    """One per-tensor file as a row of the table (without step and order), or DumpError naming its line."""
     try:
         lines = path.read_text(encoding="utf-8").split("\n")
     except FileNotFoundError:
-        raise DumpParseError(DumpError(str(path), 0, "listed in order.txt but missing")) from None
+        raise DumpError(str(path), 0, "listed in order.txt but missing") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise DumpParseError(DumpError(str(path), 0, f"cannot be read ({type(e).__name__})")) from None
+        raise DumpError(str(path), 0, f"cannot be read ({type(e).__name__})") from None
 
     def fail(line_no: int, what: str):
         got = lines[line_no - 1] if 0 < line_no <= len(lines) else "end of file"
         shown = got if len(got) <= 60 else got[:57] + "..."
-        raise DumpParseError(DumpError(str(path), line_no, f"{what}; found {shown!r}"))
+        raise DumpError(str(path), line_no, f"{what}; found {shown!r}")
 
     def match(line_no: int, pattern: re.Pattern, what: str) -> re.Match:
         if line_no > len(lines) or not (m := pattern.match(lines[line_no - 1])):
@@ -89,7 +75,7 @@ def parse_tensor_file(path: Path) -> dict[str, Any]:
     if len(lines) < 4 or not lines[3].startswith(_SAMPLES_START):
         fail(4, "expected 'samples(top 128): tensor([...])'")
     text, line_no = lines[3][len(_SAMPLES_START):], 4
-    while not text.rstrip().endswith(")"):  # torch prints the samples over several lines, the last ends in ")"
+    while not text.rstrip().endswith(")"):  # torch prints the samples over lines, the last ends in ")"
         line_no += 1
         if line_no > len(lines) or lines[line_no - 1].startswith(("neg:", _END)):
             fail(line_no, "expected the rest of the samples, ending in ')'")
@@ -104,8 +90,9 @@ def parse_tensor_file(path: Path) -> dict[str, Any]:
     numel = int(head["size"] or 0)
     if numel != math.prod(shape):
         fail(1, f"size {numel} does not match shape {shape}")
-    row = {"name": head["name"], "phase": head["phase"], "depth": len(head["depth"]), "shape": "x".join(map(str, shape)),
-           "dtype": head["dtype"], "numel": numel, **{k: _num(stats[k]) for k in ("min", "max", "mean", "std")},
+    row = {"name": head["name"], "phase": head["phase"], "depth": len(head["depth"]),
+           "shape": "x".join(map(str, shape)), "dtype": head["dtype"], "numel": numel,
+           **{k: _num(stats[k]) for k in ("min", "max", "mean", "std")},
            "nan": int(_num(counts["nan"])), "inf": int(_num(counts["inf"])), "zero": int(_num(signs["zero"])),
            "samples": samples}
     row["std_reliable"] = std_reliable(row["std"], row["mean"], row["min"], row["max"], numel, row["dtype"])
@@ -130,9 +117,9 @@ def _parse_samples(text: str) -> np.ndarray | None:
 def std_reliable(std: float, mean: float, mn: float, mx: float, n: int, dtype: str) -> bool:
     """Whether ORT's std can be trusted: ORT computes none for integer tensors; no std of values in [min, max]
     exceeds (max-min)/2 * sqrt(n/(n-1)); and its bucketed formula gives sqrt(std^2 + n(n-1) mean^2), so when
-    that term is more than rounding noise of the value (and no more than all of it, which would rule the formula
-    out) the value is wrong."""
-    if n < 2 or "float" not in dtype and "half" not in dtype:
+    that term is more than rounding noise of the value (and no more than all of it, which would rule the
+    formula out) the value is wrong."""
+    if n < 2 or ("float" not in dtype and "half" not in dtype):
         return n < 2
     if not all(map(math.isfinite, (std, mean, mn, mx))):
         return False
@@ -156,10 +143,10 @@ def read_dump(path: Any, model: Any = None):
 
     root = Path(path)
     if not root.is_dir():
-        raise FileNotFoundError(f"{root} is not a folder (expected a StatisticsSubscriber output folder)")
+        raise StatsFileError(f"{root} is not a folder (expected a StatisticsSubscriber output folder)")
     steps = sorted((int(m[1]), d) for d in root.iterdir() if (m := _STEP_DIR.match(d.name)) and d.is_dir())
     if not steps:
-        raise ValueError(f"{root} has no step_N folders: not a StatisticsSubscriber output folder")
+        raise StatsFileError(f"{root} has no step_N folders: not a StatisticsSubscriber output folder")
     paths = _module_paths(model) if model is not None else {}
     rows, errors = [], []
     for step, folder in steps:
@@ -173,21 +160,23 @@ def read_dump(path: Any, model: Any = None):
         for seq, file_name in enumerate(names):
             m = _SUFFIX.match(file_name)
             if not m:
-                errors.append(DumpError(str(order_path), seq + 1, f"{file_name!r} does not end in _forward or _backward"))
+                errors.append(DumpError(str(order_path), seq + 1,
+                                        f"{file_name!r} does not end in _forward or _backward"))
                 continue
             try:
                 row = parse_tensor_file(folder / file_name)
-            except DumpParseError as e:
-                errors.append(e.error)
+            except DumpError as e:
+                errors.append(e.with_traceback(None))  # kept in the table: not its frames
                 continue
             base = m["base"]
             if row.pop("name") != base or row["phase"] != m["phase"]:
-                errors.append(DumpError(str(folder / file_name), 1, "the header names another tensor than the file"))
+                errors.append(DumpError(str(folder / file_name), 1,
+                                        "the header names another tensor than the file"))
                 continue
             if m["phase"] == "forward":
                 forward_pos.setdefault(base, len(forward_pos))
             cls, index, k = _ort_name_parts(base)
-            known = cls and paths.get(index, ("", ""))[1] == cls  # the model's module at that number, same class
+            known = cls and paths.get(index, ("", ""))[1] == cls  # the module of that number and class
             module = paths[index][0] if known else base
             name = (module if k == 0 else f"{module}:{k}") if known else base
             row.pop("depth")
@@ -216,7 +205,8 @@ def _module_paths(model) -> dict[int, tuple[str, str]]:
     from ortlab.activations.collect import ROOT, ort_module_numbers
 
     names = {module: path or ROOT for path, module in model.named_modules()}
-    return {number: (names[module], type(module).__name__) for module, number in ort_module_numbers(model).items()}
+    numbers = ort_module_numbers(model)
+    return {number: (names[module], type(module).__name__) for module, number in numbers.items()}
 
 
 # --------------------------------------------------------------------------- merge
@@ -227,14 +217,15 @@ def merge(pt_dir: Any, ort_dir: Any, output_dir: Any, overwrite: bool = False) -
     `merge_ort/step_N_.txt`, each the step's tensor files in the order of the PyTorch run's step_0/order.txt.
     Each side is an ORT dump folder or an ortlab run that collected stats (written in ORT's text layout)."""
     out = Path(output_dir)
-    sources = [(Path(pt_dir), "--pt_dir"), (Path(ort_dir), "--ort_dir")]
-    for src, flag in sources:
-        if not (is_dump(src) or (src / "stats.npz").is_file()):
-            raise ValueError(f"{flag} {src} is neither a StatisticsSubscriber folder (step_N/order.txt) nor an "
-                             "ortlab run with stats.npz")
+    sources = [(Path(pt_dir), "pt_dir"), (Path(ort_dir), "ort_dir")]
+    for src, name in sources:
+        if not (is_dump(src) or (src / STATS_FILE).is_file()):
+            raise StatsFileError(f"{name} {src} is neither a StatisticsSubscriber folder (step_N/order.txt) "
+                                 f"nor an ortlab run with {STATS_FILE}")
     if out.exists():
         if not overwrite:
-            raise FileExistsError(f"--output_dir {out} already exists; pass overwrite (--overwrite) to replace it")
+            raise ActivationsError(f"output_dir {out} already exists; pass overwrite=True (--overwrite) to "
+                                   "replace it")
         shutil.rmtree(out)
     out.mkdir(parents=True)
     order = _reference_order(Path(pt_dir))
@@ -250,8 +241,6 @@ def merge(pt_dir: Any, ort_dir: Any, output_dir: Any, overwrite: bool = False) -
                             f.write(file.read_text(encoding="utf-8"))
                             f.write("\n")
         else:
-            from ortlab.activations.table import read_stats
-
             table = read_stats(src)
             for step, group in table.groupby("step"):
                 texts = {f"{r.name}_{r.phase}": render(r) for r in group.itertuples(index=False)}
@@ -265,9 +254,8 @@ def merge(pt_dir: Any, ort_dir: Any, output_dir: Any, overwrite: bool = False) -
 
 def _reference_order(pt: Path) -> list[str]:
     if is_dump(pt):
-        return [n.rstrip("\n") for n in (pt / "step_0" / ORDER_FILE).read_text(encoding="utf-8").splitlines(True)]
-    from ortlab.activations.table import read_stats
-
+        text = (pt / "step_0" / ORDER_FILE).read_text(encoding="utf-8")
+        return [n.rstrip("\n") for n in text.splitlines(True)]
     table = read_stats(pt)
     first = table[table["step"] == table["step"].min()].sort_values("seq")
     return [f"{name}_{phase}" for name, phase in zip(first["name"], first["phase"], strict=True)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ortlab.activations.errors import ActivationsError
+
 
 def _matrix(diff, metric: str, max_tensors: int):
     """Rows (phase, name) in execution order, columns steps, values log10 of the metric (score: difference
@@ -11,7 +13,8 @@ def _matrix(diff, metric: str, max_tensors: int):
     t = diff.table
     col = "score" if metric == "score" else f"rel_{metric}"
     if col not in t:
-        raise ValueError(f"metric {metric!r} is not known; known: score, mean, std, min, max, norm, samples, zero")
+        raise ActivationsError(f"metric {metric!r} is not known; known: score, mean, std, min, max, norm, "
+                               "samples, zero")
     first_step = t.groupby(["phase", "name"])["seq"].min()
     rows = first_step.sort_values().index.tolist()
     if len(rows) > max_tensors:  # keep the worst tensors (and the first divergence), in execution order
@@ -43,7 +46,8 @@ def diff_heatmap(diff, metric: str = "score", max_tensors: int = 80):
     norm = TwoSlopeNorm(vcenter=center, vmin=min(center - 4, np.nanmin(shown, initial=center - 1)),
                         vmax=max(center + 2, np.nanmax(shown, initial=center + 1)))
     image = ax.imshow(masked, aspect="auto", interpolation="nearest", cmap="RdYlBu_r", norm=norm)
-    label = "log10(difference / tolerance)" if metric == "score" else f"log10(relative difference of {metric})"
+    label = ("log10(difference / tolerance)" if metric == "score"
+             else f"log10(relative difference of {metric})")
     fig.colorbar(image, ax=ax, label=label, shrink=0.8)
     ax.set_xticks(range(len(steps)), [str(s) for s in steps], fontsize=7)
     ax.set_yticks(range(len(rows)), [name if phase == "forward" else f"grad {name}" for phase, name in rows],

@@ -13,16 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from ortlab.activations.errors import StatsFileError
+
 STATS_FILE = "stats.npz"
 FORMAT = "ortlab-stats-1"
-FIELDS = ("numel", "min", "max", "sum", "sumsq", "css", "nan", "inf", "zero")  # a stats row, before the samples
-COLUMNS = ("step", "phase", "seq", "order", "name", "ort_name", "kind", "module", "cls", "shape", "dtype", "numel",
-           "min", "max", "mean", "std", "norm", "nan", "inf", "zero", "samples", "std_reliable")
+FIELDS = ("numel", "min", "max", "sum", "sumsq", "css", "nan", "inf", "zero")  # a stats row, then samples
+COLUMNS = ("step", "phase", "seq", "order", "name", "ort_name", "kind", "module", "cls", "shape", "dtype",
+           "numel", "min", "max", "mean", "std", "norm", "nan", "inf", "zero", "samples", "std_reliable")
 PHASES = ("forward", "backward")
-
-
-class StatsFileError(ValueError):
-    """A file or folder that holds no statistics ortlab can read; the message names it and why."""
 
 
 def stats_path(source: Any) -> Path:

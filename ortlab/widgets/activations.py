@@ -27,8 +27,8 @@ class ActivationsPanel(W.VBox):
         self.b = W.Dropdown(description="B", options=[], layout=W.Layout(width="420px"))
         self.a_path = W.Text(placeholder="or a folder: run or ORT dump", layout=W.Layout(width="300px"))
         self.b_path = W.Text(placeholder="or a folder: run or ORT dump", layout=W.Layout(width="300px"))
-        self.tolerance = W.FloatLogSlider(value=1e-3, base=10, min=-7, max=0, step=0.5, description="tolerance",
-                                          readout_format=".0e")
+        self.tolerance = W.FloatLogSlider(value=1e-3, base=10, min=-7, max=0, step=0.5,
+                                          description="tolerance", readout_format=".0e")
         self.compare_button = W.Button(description="Compare", button_style="primary", icon="search")
         self.status = W.HTML()
         self.heatmap = W.Image(format="png", layout=W.Layout(max_width="900px"))
@@ -56,7 +56,8 @@ class ActivationsPanel(W.VBox):
         paths = [p for _, p in options]
         by_backend = {r.backend: str(r.path) for r in reversed(runs)}  # newest of each backend
         self.a.value = keep_a if keep_a in paths else by_backend.get("pytorch", paths[0] if paths else None)
-        self.b.value = keep_b if keep_b in paths else by_backend.get("ortmodule", paths[-1] if paths else None)
+        self.b.value = (keep_b if keep_b in paths
+                        else by_backend.get("ortmodule", paths[-1] if paths else None))
         if not runs and not self.diff:
             self.status.value = "<i>no run with statistics yet: burst with collect={'stats': {}}</i>"
 
@@ -66,7 +67,8 @@ class ActivationsPanel(W.VBox):
     # -- actions
 
     def compare(self):
-        """Compare A and B (what the button does); returns the ActivationDiff, or None after an error (shown)."""
+        """Compare A and B (what the button does); returns the ActivationDiff, or None after an error
+        (shown)."""
         from ortlab.activations import compare
 
         a, b = self._source(self.a_path, self.a), self._source(self.b_path, self.b)
@@ -84,7 +86,10 @@ class ActivationsPanel(W.VBox):
         self.tensor.options = [(("grad " if p == "backward" else "") + n, (p, n))
                                for p, n in zip(rows["phase"], rows["name"], strict=True)]
         first = self.diff.first
-        self.tensor.value = (first.phase, first.name) if first else (self.tensor.options[0][1] if rows.size else None)
+        if first:
+            self.tensor.value = (first.phase, first.name)
+        else:
+            self.tensor.value = self.tensor.options[0][1] if rows.size else None
         self.show_tensor()
         return self.diff
 
@@ -105,12 +110,14 @@ class ActivationsPanel(W.VBox):
         d = self.diff
         head = f"<b>{html.escape(d.a)}</b> vs <b>{html.escape(d.b)}</b>, aligned by {d.aligned_by}<br>"
         if d.first:
-            head += f"<span style='color:#c00;font-weight:bold'>first divergence: {html.escape(str(d.first))}</span>"
+            head += ("<span style='color:#c00;font-weight:bold'>first divergence: "
+                     f"{html.escape(str(d.first))}</span>")
         else:
             head += "<span style='color:#080'>no divergence beyond tolerance</span>"
         for label, nf in d.nonfinite.items():
             if nf:
-                head += f"<br><span style='color:#c60'>first nan/inf in {html.escape(label)}: {html.escape(str(nf))}</span>"
+                head += (f"<br><span style='color:#c60'>first nan/inf in {html.escape(label)}: "
+                         f"{html.escape(str(nf))}</span>")
         for e in d.errors[:3]:
             head += f"<br><span style='color:#c60'>unreadable: {html.escape(e)}</span>"
         return head

@@ -1,5 +1,6 @@
-"""Models for the activation-statistics tests: the demo with a difference injected into one module from a chosen
-step on, with randomness that escapes parity mode, and one whose modules return structured outputs and tap."""
+"""Models for the activation-statistics tests: the demo with a difference injected into one module from a
+chosen step on, with randomness that escapes parity mode, and one whose modules return structured outputs and
+tap."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from ortlab.activations import tap
 from ortlab.demo import gpt
 
 
-def injected(module: str = "blocks.1.mlp.0", step: int | None = None, scale: float = 1.01, **kwargs) -> Workload:
-    """The demo GPT whose `module` multiplies its output by `scale` from `step` on. The switch is a buffer that
-    `batch(step)` sets, so it works inside ORTModule's graph too (persistent buffers are graph inputs).
-    A huge `scale` (3e38) overflows: the values beyond +-1.13 become inf, and the loss nan after them."""
+def injected(module: str = "blocks.1.mlp.0", step: int | None = None, scale: float = 1.01,
+             **kwargs) -> Workload:
+    """The demo GPT whose `module` multiplies its output by `scale` from `step` on. The switch is a buffer
+    that `batch(step)` sets, so it works inside ORTModule's graph too (persistent buffers are graph inputs). A
+    huge `scale` (3e38) overflows: the values beyond +-1.13 become inf, and the loss nan after them."""
     w = gpt(**kwargs)
     target = dict(w.model.named_modules())[module]
     target.register_buffer("inject_on", torch.zeros(()))  # persistent: a graph input, not a constant
@@ -29,24 +31,31 @@ def injected(module: str = "blocks.1.mlp.0", step: int | None = None, scale: flo
         target.inject_on.fill_(1.0 if step is not None and i >= step else 0.0)
         return batch(i)
 
-    return Workload(w.model, switched, w.loss, name=f"demo, {module} x{scale} from step {step}", batch_size=w.batch_size)
+    return Workload(w.model, switched, w.loss, name=f"demo, {module} x{scale} from step {step}",
+                    batch_size=w.batch_size)
 
 
-def functional_dropout(module: str = "blocks.0.attn", p: float = 0.1, **kwargs) -> Workload:
-    """The demo GPT where `module`'s output goes through F.dropout: no Dropout module, so parity mode's
-    dropout-0 switch does not reach it (T5's attention does this)."""
+def handmade_dropout(module: str = "blocks.0.attn", p: float = 0.1, **kwargs) -> Workload:
+    """The demo GPT where `module`'s output is masked with `torch.rand`: no dropout module or F.dropout call,
+    so parity mode's dropout switch does not reach it."""
     w = gpt(**kwargs)
     target = dict(w.model.named_modules())[module]
-    target.register_forward_hook(lambda m, args, out: F.dropout(out, p, m.training))
+
+    def mask(m, args, out):
+        return out * (torch.rand_like(out) >= p) / (1 - p) if m.training else out
+
+    target.register_forward_hook(mask)
     return w
 
 
 def own_rng(module: str = "blocks.0.mlp.1", **kwargs) -> Workload:
-    """The demo GPT where `module` adds noise from its own generator, which no seed resets: not deterministic."""
+    """The demo GPT where `module` adds noise from its own generator, which no seed resets: not
+    deterministic."""
     w = gpt(**kwargs)
     target = dict(w.model.named_modules())[module]
     generator = torch.Generator().manual_seed(1234)
-    target.register_forward_hook(lambda m, args, out: out + 1e-3 * torch.randn(out.shape, generator=generator))
+    target.register_forward_hook(
+        lambda m, args, out: out + 1e-3 * torch.randn(out.shape, generator=generator))
     return w
 
 
@@ -118,11 +127,12 @@ def structured(batch_size: int = 4, seq_len: int = 6) -> Workload:
 
 def tiny_t5(batch_size: int = 2, seq_len: int = 8) -> Workload:
     """A transformers T5 from a tiny random config (no download). Its decoder returns an EncoderDecoderCache,
-    which ORT's own StatisticsSubscriber cannot flatten; its attention calls F.dropout (see functional_dropout)."""
+    which ORT's own StatisticsSubscriber cannot flatten; its attention calls F.dropout, which parity mode
+    turns off."""
     from transformers import T5Config, T5ForConditionalGeneration
 
-    config = T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2,
-                      decoder_start_token_id=0, pad_token_id=0)
+    config = T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
+                      num_heads=2, decoder_start_token_id=0, pad_token_id=0)
     model = T5ForConditionalGeneration(config)
 
     def batch(step: int):

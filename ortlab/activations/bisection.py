@@ -1,19 +1,22 @@
-"""Which ORTModule option causes a divergence: re-run short ORTModule bursts (up to the divergence's step) with
-one option toggled at a time, and report the toggles that make the divergence disappear."""
+"""Which ORTModule option causes a divergence: re-run short ORTModule bursts (up to the divergence's step)
+with one option toggled at a time, and report the toggles that make the divergence disappear."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from ortlab.activations.compare import Divergence, compare
+from ortlab.activations.diff import compare
+from ortlab.activations.errors import FailedBurstError, StatsFileError
+from ortlab.activations.results import Divergence, Tolerances
 
-PARITY = "parity"  # not an ORT option: dropout 0, compute optimizer off, deterministic algorithms, in both runs
+# Not an ORT option: parity mode (dropout 0, compute optimizer off, deterministic algorithms) in both runs.
+PARITY = "parity"
 
 
 def default_candidates(options) -> dict[str, Any]:
-    """The toggles worth trying from `options`: each option that changes ORT's graph or its execution, flipped.
-    (ORT 1.19.2 has no switch for cast propagation: it is always on at level 1.)"""
+    """The toggles worth trying from `options`: each option that changes ORT's graph or its execution,
+    flipped. (ORT 1.19.2 has no switch for cast propagation: it is always on at level 1.)"""
     flip = {
         "enable_compute_optimizer": not options["enable_compute_optimizer"],
         "enable_embedding_sparse_optimizer": not options["enable_embedding_sparse_optimizer"],
@@ -58,11 +61,11 @@ def bisect(model: Any = None, model_kwargs: dict | None = None, *, steps: int = 
            divergence: Divergence | None = None, candidates: Any = None, parity: bool = True,
            tolerances: Any = None, collect: dict | None = None, session: Any = None, out: str = "runs",
            in_process: bool = False, **burst_kwargs: Any) -> BisectResult:
-    """Find the first divergence between PyTorch and ORTModule (or take `divergence`), then toggle one option at
-    a time. `candidates`: option names (toggled from `options`), a dict of option -> value, or None for
+    """Find the first divergence between PyTorch and ORTModule (or take `divergence`), then toggle one option
+    at a time. `candidates`: option names (toggled from `options`), a dict of option -> value, or None for
     default_candidates; "parity" also tries parity mode when `parity` is off."""
+    from ortlab.engine import Session
     from ortlab.options import Options
-    from ortlab.worker import Session
 
     options = Options(options)
     collect = collect or {"stats": {}}
@@ -89,18 +92,19 @@ def bisect(model: Any = None, model_kwargs: dict | None = None, *, steps: int = 
             session.close()
     import pandas as pd
 
-    table = pd.DataFrame(rows, columns=["option", "value", "run", "first divergence", "disappears", "evidence"])
+    columns = ["option", "value", "run", "first divergence", "disappears", "evidence"]
+    table = pd.DataFrame(rows, columns=columns)
     fixes = [f"{r['option']}={r['value']}" for r in rows if r["disappears"]]
     return BisectResult(reference.path.name, baseline.path.name, found, table, fixes)
 
 
 def _check(run) -> None:
     if run.status != "ok":
-        raise RuntimeError(f"{run.backend} burst {run.path.name} ended {run.status}: {run.error}")
+        raise FailedBurstError(f"{run.backend} burst {run.path.name} ended {run.status}: {run.error}")
 
 
 def _toggles(candidates: Any, options, parity: bool) -> dict[str, Any]:
-    from ortlab.options import OptionError, SPECS
+    from ortlab.options import SPECS, OptionError
 
     flips = default_candidates(options)
     if candidates is None:
@@ -132,7 +136,7 @@ def _toggles(candidates: Any, options, parity: bool) -> dict[str, Any]:
 
 def _try(session, name: str, value: Any, options, steps: int, found: Divergence, reference, common: dict,
          tolerances: Any) -> dict[str, Any]:
-    from ortlab.burst import BurstError
+    from ortlab.engine import BurstError
 
     kwargs = dict(common)
     row = {"option": name, "value": value, "run": None}
@@ -148,11 +152,12 @@ def _try(session, name: str, value: Any, options, steps: int, found: Divergence,
         return {**row, "first divergence": f"not tried: {e}", "disappears": False, "evidence": "-"}
     row["run"] = run.path.name
     if run.status != "ok":
-        return {**row, "first divergence": f"burst {run.status}: {run.error}", "disappears": False, "evidence": "-"}
+        return {**row, "first divergence": f"burst {run.status}: {run.error}", "disappears": False,
+                "evidence": "-"}
     try:
         first = compare(reference, run, tolerances, steps=range(steps)).first
         evidence = "statistics"
-    except ValueError:  # no statistics from this burst (custom autograd off inlines ortlab's PythonOps): use the loss
+    except StatsFileError:  # none from this burst (custom autograd off inlines ortlab's PythonOps): the loss
         first = _loss_divergence(reference, run, steps, tolerances)
         evidence = "loss"
     where = None if first is None else f"step {first.step} {first.phase} {first.name}"
@@ -160,8 +165,6 @@ def _try(session, name: str, value: Any, options, steps: int, found: Divergence,
 
 
 def _loss_divergence(reference, run, steps: int, tolerances: Any) -> Divergence | None:
-    from ortlab.activations.compare import Tolerances
-
     tol = Tolerances.of(tolerances).mean
     a, b = reference.losses[:steps], run.losses[:steps]
     for step, (x, y) in enumerate(zip(a, b, strict=False)):

@@ -1,0 +1,127 @@
+"""Statistics of one tensor into a row of the stats table, the same code in both backends so that identical
+tensors give identical rows: a one-pass C kernel for float32 on the CPU (see _kernel), else numpy, or torch
+reductions on the tensor's device."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ortlab.activations._kernel import kernel
+
+
+class Summarizer:
+    """Statistics of one tensor: min, max, sum, sum of squares, centred sum of squares (std that is right for
+    any mean), counts of nan, inf and zeros, and `k` values at evenly spaced flat positions. Reductions are in
+    fp32 or wider (fp16/bf16 are widened first); min/max/sums are over the finite values when there are nan or
+    inf. float32 on the CPU goes through a one-pass C kernel (see _kernel), the rest through numpy."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.kernel = kernel()
+        self._index: dict[int, tuple[np.ndarray, int]] = {}
+        self._bases: dict[int, tuple[np.ndarray, int]] = {}  # id(buffer) -> (buffer, address)
+
+    def positions(self, n: int) -> np.ndarray:
+        return self._positions(n)[0]
+
+    def _positions(self, n: int) -> tuple[np.ndarray, int]:
+        entry = self._index.get(n)
+        if entry is None:
+            idx = np.unique(np.linspace(0, n - 1, min(self.k, n)).round().astype(np.int64))
+            entry = self._index[n] = (idx, idx.ctypes.data)
+        return entry
+
+    def _address(self, buffer: np.ndarray) -> int:
+        entry = self._bases.get(id(buffer))
+        if entry is None or entry[0] is not buffer:
+            entry = self._bases[id(buffer)] = (buffer, buffer.ctypes.data)
+        return entry[1]
+
+    def __call__(self, t: torch.Tensor, rows: np.ndarray, samples: np.ndarray, i: int) -> None:
+        """Summarize `t` into rows[i] (FIELDS) and samples[i]."""
+        t = t.detach()
+        if t.dtype is torch.float32 and t.device.type == "cpu" and self.kernel is not None:
+            t = t.contiguous()
+            n = t.numel()
+            idx, idx_ptr = self._positions(n) if n else (None, 0)
+            self.kernel(t.data_ptr(), n, idx_ptr, len(idx) if n else 0,
+                        self._address(rows) + i * rows.strides[0],
+                        self._address(samples) + i * samples.strides[0])
+            row = rows[i]
+            if row[6] or row[7]:
+                self._nonfinite(t.numpy().reshape(-1), row)
+            elif n and row[3] * row[3] / n > 0.5 * row[4]:  # |mean| dominates: one pass loses digits
+                a = t.numpy().reshape(-1)
+                d = a - np.float32(row[3] / n)
+                row[5] = float(np.dot(d, d))
+            return
+        self._generic(t, rows[i], samples[i])
+
+    def _generic(self, t: torch.Tensor, row: np.ndarray, samples: np.ndarray) -> None:
+        if t.is_complex() or t.is_sparse:
+            row[0] = t.numel()
+            return
+        narrow_float = t.dtype in (torch.float16, torch.bfloat16)
+        if narrow_float or (not t.is_floating_point() and t.dtype != torch.float64):
+            t = t.to(torch.float32 if t.is_floating_point() else torch.float64)
+        if t.device.type != "cpu":
+            self._on_device(t, row, samples)
+            return
+        a = t.numpy().reshape(-1)
+        n = a.size
+        row[0] = n
+        if n == 0:
+            row[3:9] = 0  # no values: sums and counts 0, min and max undefined
+            return
+        mn, mx, s = a.min(), a.max(), float(t.sum())
+        if math.isfinite(mn) and math.isfinite(mx) and math.isfinite(s):
+            row[6:9] = (0, 0, n - np.count_nonzero(a != 0))
+            self._moments(a, float(mn), float(mx), s, float(np.dot(a, a)), row)
+        else:
+            self._nonfinite(a, row)
+        idx = self.positions(n)
+        samples[: len(idx)] = a[idx]
+
+    @staticmethod
+    def _moments(a: np.ndarray, mn: float, mx: float, s: float, ss: float, row: np.ndarray) -> None:
+        m = a.size
+        css = ss - s * s / m
+        if s * s / m > 0.5 * ss:  # |mean| dominates: the one-pass formula loses digits, take two passes
+            d = a - a.dtype.type(s / m)
+            css = float(np.dot(d, d))
+        row[1:6] = (mn, mx, s, ss, max(css, 0.0))
+
+    def _nonfinite(self, a: np.ndarray, row: np.ndarray) -> None:
+        finite = np.isfinite(a)
+        nan = np.count_nonzero(np.isnan(a))
+        f = a[finite].astype(np.float64)
+        row[6:9] = (nan, a.size - nan - f.size, f.size - np.count_nonzero(f))
+        if f.size:
+            self._moments(f, float(f.min()), float(f.max()), float(f.sum()), float(np.dot(f, f)), row)
+        else:  # nothing finite: no min or max, empty sums
+            row[1:6] = (np.nan, np.nan, 0.0, 0.0, 0.0)
+
+    def _on_device(self, t: torch.Tensor, row: np.ndarray, samples: np.ndarray) -> None:
+        """The same statistics with torch reductions on the tensor's device and one copy to the host (a second
+        pass on the host when there are nan or inf)."""
+        v = t.reshape(-1)
+        n = v.numel()
+        row[0] = n
+        if n == 0:
+            row[3:9] = 0
+            return
+        mn, mx = torch.aminmax(v)
+        s, ss = v.sum(), torch.dot(v, v)
+        d = v - s / n
+        counts = torch.stack([(~torch.isfinite(v)).sum(), (v == 0).sum()]).double()
+        idx = torch.from_numpy(self.positions(n)).to(t.device)
+        host = torch.cat([torch.stack([mn, mx, s, ss, torch.dot(d, d)]).double(), counts,
+                          v[idx].double()]).cpu().numpy()
+        if host[5]:
+            self._generic(t.cpu(), row, samples)
+            return
+        row[1:9] = (*host[:5], 0, 0, host[6])
+        samples[: len(idx)] = host[7:]
