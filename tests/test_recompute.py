@@ -1,6 +1,5 @@
 """Recompute plans with the real ORTModule on the CPU: read from ORT, what-if, choose, sweep, CLI, panel."""
 
-import argparse
 import json
 
 import pytest
@@ -12,7 +11,6 @@ from ortlab.recompute import (
     plan_config,
     plan_sweep,
     plans,
-    register_cli,
     what_if,
     what_if_figure,
     write_config,
@@ -36,6 +34,7 @@ def plan_run(session):
     return run
 
 
+@pytest.mark.slow
 def test_demo_model_yields_plans_with_positive_savings(plan_run):
     table = plans(plan_run)
     assert len(table) >= 3
@@ -52,6 +51,7 @@ def test_demo_model_yields_plans_with_positive_savings(plan_run):
     assert "BiasGelu+:1:-1" in set(table["cluster_id"])  # the demo MLP's GELU activation
 
 
+@pytest.mark.slow
 def test_what_if_matches_direct_evaluation(plan_run):
     table = plans(plan_run)
     dims = {"idx_dim0": 32, "idx_dim1": 128}
@@ -74,6 +74,7 @@ def test_what_if_matches_direct_evaluation(plan_run):
             evaluate(text, dims)
 
 
+@pytest.mark.slow
 def test_invalid_plan_ids_are_rejected_with_the_valid_ones(plan_run, tmp_path):
     table = plans(plan_run)
     valid = [f"{n} = {c}" for n, c in zip(table["plan"], table["cluster_id"], strict=True)]
@@ -93,6 +94,7 @@ def test_invalid_plan_ids_are_rejected_with_the_valid_ones(plan_run, tmp_path):
     assert entries == list(dict.fromkeys([table["cluster_id"][0], "BiasGelu+:1:1", table["cluster_id"][1]]))
 
 
+@pytest.mark.slow
 def test_sweep_chosen_plans_add_recompute_nodes_and_keep_the_loss(session, plan_run):
     sweep = plan_sweep(session, steps=3, top=1)
     t = sweep.table.set_index("set")
@@ -123,12 +125,12 @@ def test_pytorch_run_has_no_plans(session):
 
 
 def _cli(*argv):
-    parser = argparse.ArgumentParser(prog="ortlab")
-    register_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(list(argv))
-    return args.func(args)
+    from ortlab.cli import main
+
+    return main(list(argv))
 
 
+@pytest.mark.slow
 def test_cli_plans_json_at_the_given_shapes(tmp_path, capsys):
     model = ["--model-arg", "batch_size=4", "--model-arg", "seq_len=32"]
     code = _cli("plans", *model, "--json", "--out", str(tmp_path))
@@ -148,6 +150,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert "KEY=VALUE" in err[0] and "--steps 1 is not allowed" in err[1] and "missing.py" in err[2]
 
 
+@pytest.mark.slow
 def test_panel_find_what_if_apply(session, capsys):
     from ortlab.widgets.recompute import RecomputePanel
 
@@ -177,6 +180,7 @@ def test_panel_find_what_if_apply(session, capsys):
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.slow
 def test_sweep_says_when_the_loss_differs(tmp_path):
     # dropout 0.1: the recomputed graph draws other dropout masks, so the loss check must fail and say so
     with Session("ortlab.demo:gpt", {"dropout": 0.1}, out=tmp_path, in_process=True) as s:

@@ -64,7 +64,7 @@ class RecomputePanel(W.VBox):
     @property
     def session(self):
         if self._session is None:
-            from ortlab.worker import Session
+            from ortlab.engine.session import Session
 
             self._session = Session()
         return self._session

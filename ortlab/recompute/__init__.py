@@ -1,0 +1,50 @@
+"""The memory optimizer's recompute plans as data: read from ORT, evaluate for other shapes, choose, measure.
+
+    run = session.burst("ortmodule", 2, collect={"plans": {}})
+    table = ortlab.recompute.plans(run)          # one row per plan, largest saving first
+    ortlab.recompute.what_if(table, input_ids_dim1=512)
+    ortlab.recompute.write_config([1, 2], "plans.json", plans=table)   # ORTMODULE_MEMORY_OPT_CONFIG
+    sweep = ortlab.recompute.plan_sweep(session)  # measured: step time, memory, loss equality per plan set
+
+Modules: expr (plan ids, symbolic savings), observer (ORT's plans from a wrap), collector ("plans"), table
+(plans, what_if, plan_config, write_config), sweep (plan_sweep), figures.
+"""
+
+from importlib import import_module as _import_module
+
+from ortlab.recompute.errors import PlanError as PlanError
+
+# name -> module, loaded on first use: `import ortlab.recompute` imports neither torch nor pandas.
+_EXPORTS = {
+    "evaluate": "ortlab.recompute.expr",
+    "TYPE_NAMES": "ortlab.recompute.expr",
+    "read_plans": "ortlab.recompute.observer",
+    "recompute_nodes": "ortlab.recompute.observer",
+    "PlanCollector": "ortlab.recompute.collector",
+    "PLANS_FILE": "ortlab.recompute.table",
+    "plans": "ortlab.recompute.table",
+    "what_if": "ortlab.recompute.table",
+    "plan_config": "ortlab.recompute.table",
+    "write_config": "ortlab.recompute.table",
+    "Sweep": "ortlab.recompute.sweep",
+    "plan_sweep": "ortlab.recompute.sweep",
+    "default_sets": "ortlab.recompute.sweep",
+    "LOSS_RTOL": "ortlab.recompute.sweep",
+    "what_if_figure": "ortlab.recompute.figures",
+    "pareto_figure": "ortlab.recompute.figures",
+    "saving_figure": "ortlab.recompute.figures",
+}
+
+__all__ = sorted([*_EXPORTS, "PlanError"])
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(_import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ortlab.recompute' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
