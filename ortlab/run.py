@@ -4,6 +4,7 @@ what each view adds. Partial runs stay readable: metrics are appended per step a
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import itertools
 import json
 import math
@@ -45,6 +46,9 @@ def new_run_dir(out: str | Path, backend: str, name: str | None = None) -> Path:
 class RunWriteError(OSError):
     """A run file could not be written (a full disk, a file-size limit): names the file."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 def _finite(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """JSON has no NaN or infinity: such values are written as null and named."""
@@ -72,19 +76,20 @@ class RunWriter:
         size = os.fstat(self._metrics).st_size
         try:
             written = os.write(self._metrics, data)
-            if written != len(data):
-                raise OSError(28, "No space left on device")
         except OSError as e:
-            os.ftruncate(self._metrics, size)  # no half line
-            raise RunWriteError(e.errno, f"cannot write {self._metrics_path}: {e.strerror}",
-                                str(self._metrics_path)) from None
+            code, reason = e.errno, e.strerror
+        else:
+            if written == len(data):
+                return
+            code, reason = errno.ENOSPC, f"only {written} of {len(data)} bytes fit (a full disk or a file-size limit)"
+        os.ftruncate(self._metrics, size)  # no half line
+        raise RunWriteError(code, f"cannot write {self._metrics_path}: {reason}", str(self._metrics_path))
 
     def write(self, name: str, data: Any) -> None:
         try:
             write_json(self.path / name, data)
         except OSError as e:
-            with_tmp = self.path / f".{name}.{os.getpid()}.tmp"
-            with_tmp.unlink(missing_ok=True)
+            (self.path / f".{name}.{os.getpid()}.tmp").unlink(missing_ok=True)
             raise RunWriteError(e.errno, f"cannot write {self.path / name}: {e.strerror}", str(self.path / name)) from None
 
     def finish(self, status: str, **extra: Any) -> None:

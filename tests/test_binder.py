@@ -21,6 +21,7 @@ def test_binder_pins_python_311_and_the_lock():
         assert pin in lock
 
 
+@pytest.mark.slow
 def test_binder_requirements_resolve(tmp_path):
     """pip resolves binder/requirements.txt as Binder would (from the pip cache the environment build filled)."""
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",

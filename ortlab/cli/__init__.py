@@ -12,10 +12,17 @@ from collections.abc import Sequence
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments in one line naming the flag (`ortlab burst: argument --seed: ...`), exit 2; `-h` for usage."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ortlab.cli import activations, burst, env, graphs, memory, options, plans, runs
 
-    p = argparse.ArgumentParser(prog="ortlab", description="Explore ONNX Runtime's ORTModule: options, bursts, runs, "
+    p = _Parser(prog="ortlab", description="Explore ONNX Runtime's ORTModule: options, bursts, runs, "
                                 "exported graphs, recompute plans, activation statistics.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (env, options, burst, runs, graphs, plans, memory, activations):

@@ -214,11 +214,12 @@ def failure_stage(exc: BaseException) -> str | None:
 
 
 def root_message(exc: BaseException | None) -> str:
-    """The innermost cause's first line: ORT wraps the real reason in several layers of exceptions."""
+    """The innermost cause's first line: ORT wraps the real reason in several layers of exceptions (an
+    exception raised `from None` is its own root)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        nxt = exc.__cause__ or exc.__context__
+        nxt = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
         if nxt is None:
             break
         exc = nxt
