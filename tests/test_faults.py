@@ -277,3 +277,41 @@ def test_every_view_subcommand_over_damaged_runs_answers_without_a_traceback(tmp
         assert r.returncode in (0, 1, 2), (args, r.returncode, r.stderr[-1000:])
         if r.returncode == 2:
             assert len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+
+
+def _stats_run(folder: Path, **model_kwargs) -> Path:
+    with Session(model_kwargs=model_kwargs, out=folder, in_process=True) as s:
+        return s.burst("pytorch", 2, collect={"stats": {}}, progress=False).path
+
+
+def test_merge_refuses_an_output_folder_that_holds_its_inputs(tmp_path):
+    run = _stats_run(tmp_path / "runs")
+    for side in ("pt", "ort"):
+        shutil.copytree(run, tmp_path / side)
+    line = one_line_exit_2(cli("merge", "--pt-dir", str(tmp_path / "pt"), "--ort-dir", str(tmp_path / "ort"),
+                               "--output-dir", str(tmp_path), "--overwrite"), "is or contains")
+    assert "pt_dir" in line
+    assert (tmp_path / "pt" / "stats.npz").is_file() and (tmp_path / "ort" / "stats.npz").is_file()
+    assert run.is_dir()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    one_line_exit_2(cli("merge", "--pt-dir", str(tmp_path / "pt"), "--ort-dir", str(tmp_path / "ort"),
+                        "--output-dir", str(other), "--overwrite"), "more than an earlier merge")
+    assert (other / "keep.txt").read_text() == "mine"
+
+
+def test_diff_names_a_truncated_stats_file_and_different_models(tmp_path):
+    a = _stats_run(tmp_path / "runs")
+    cut = tmp_path / "cut"
+    shutil.copytree(a, cut)
+    data = (cut / "stats.npz").read_bytes()
+    (cut / "stats.npz").write_bytes(data[: len(data) // 2])
+    one_line_exit_2(cli("diff", str(a), str(cut)), "stats.npz")
+    small = _stats_run(tmp_path / "runs", n_layer=1)
+    one_line_exit_2(cli("diff", str(a), str(small)), "different models")
+
+
+def test_bisect_checks_its_candidates_before_any_burst(tmp_path):
+    one_line_exit_2(cli("bisect", "--candidates", "nope", "--out", str(tmp_path)), "'nope'")
+    assert not [p for p in tmp_path.glob("*") if not p.name.startswith(".")]

@@ -68,6 +68,7 @@ def bisect(model: Any = None, model_kwargs: dict | None = None, *, steps: int = 
     from ortlab.options import Options
 
     options = Options(options)
+    toggles = _toggles(candidates, options, parity)  # checked before any burst runs
     collect = collect or {"stats": {}}
     own = session is None
     session = session or Session(model, model_kwargs or {}, out=out, in_process=in_process)
@@ -82,7 +83,6 @@ def bisect(model: Any = None, model_kwargs: dict | None = None, *, steps: int = 
             import pandas as pd
 
             return BisectResult(reference.path.name, baseline.path.name, None, pd.DataFrame())
-        toggles = _toggles(candidates, options, parity)
         short = found.step + 1
         rows = []
         for name, value in toggles.items():

@@ -60,6 +60,7 @@ def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None 
     if b is None:
         raise ActivationsError("compare needs two sources (or one Comparison from Session.compare)")
     tol = Tolerances.of(tolerances)
+    _same_model(a, b)
     ta, tb = load(a, model), load(b, model)
     la, lb = _label(a, ta), _label(b, tb)
     if la == lb:
@@ -79,6 +80,27 @@ def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None 
     first = _first_divergence(table)
     nonfinite = {la: _first_nonfinite(ta), lb: _first_nonfinite(tb)}
     return ActivationDiff(la, lb, table, first, nonfinite, aligned_by, tol, unmatched, errors, noise)
+
+
+def _same_model(a: Any, b: Any) -> None:
+    """Two ortlab runs of different models are not a divergence: say so (the model is in each run's meta)."""
+    import json
+
+    models = []
+    for source in (a, b):
+        meta = getattr(source, "meta", None)
+        if meta is None and isinstance(source, str | Path) and (Path(source) / "meta.json").is_file():
+            try:
+                meta = json.loads((Path(source) / "meta.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                meta = None
+        models.append((meta or {}).get("model") if isinstance(meta, dict) else None)
+    ma, mb = models
+    if ma and mb and ma.get("parameters") and mb.get("parameters"):  # a recorded loop names its model otherwise
+        if ma["parameters"] != mb["parameters"]:
+            raise ActivationsError(f"the runs are of different models: {ma.get('name')} ({ma.get('parameters')} "
+                                   f"parameters) vs {mb.get('name')} ({mb.get('parameters')} parameters); "
+                                   "compare runs of one model")
 
 
 def _same_sampling(ta, tb) -> bool:

@@ -212,6 +212,9 @@ def _module_paths(model) -> dict[int, tuple[str, str]]:
 # --------------------------------------------------------------------------- merge
 
 
+_MERGE_FOLDERS = ("merge_pt", "merge_ort")
+
+
 def merge(pt_dir: Any, ort_dir: Any, output_dir: Any, overwrite: bool = False) -> Path:
     """Per-step summaries as ORT's merge_activation_summary writes them: `output_dir/merge_pt/step_N_.txt` and
     `merge_ort/step_N_.txt`, each the step's tensor files in the order of the PyTorch run's step_0/order.txt.
@@ -222,10 +225,17 @@ def merge(pt_dir: Any, ort_dir: Any, output_dir: Any, overwrite: bool = False) -
         if not (is_dump(src) or (src / STATS_FILE).is_file()):
             raise StatsFileError(f"{name} {src} is neither a StatisticsSubscriber folder (step_N/order.txt) "
                                  f"nor an ortlab run with {STATS_FILE}")
+        if src.resolve() == out.resolve() or out.resolve() in src.resolve().parents:
+            raise ActivationsError(f"output_dir {out} is or contains {name} {src}: writing there would replace "
+                                   "the input; choose another output_dir")
     if out.exists():
         if not overwrite:
             raise ActivationsError(f"output_dir {out} already exists; pass overwrite=True (--overwrite) to "
                                    "replace it")
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in _MERGE_FOLDERS) if out.is_dir() else [out.name]
+        if foreign:
+            raise ActivationsError(f"output_dir {out} holds more than an earlier merge ({', '.join(foreign[:5])}); "
+                                   "overwrite replaces only a folder with merge_pt/ and merge_ort/")
         shutil.rmtree(out)
     out.mkdir(parents=True)
     order = _reference_order(Path(pt_dir))

@@ -8,6 +8,7 @@ only, not torch, so `ortlab diff` and the widgets stay quick.
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def read_stats(source: Any):
             if meta.get("format") != FORMAT:
                 raise StatsFileError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
             data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         if isinstance(e, StatsFileError):
             raise
         raise StatsFileError(f"{path}: not a readable ortlab stats file ({type(e).__name__}: {e})") from None
