@@ -315,3 +315,17 @@ def test_diff_names_a_truncated_stats_file_and_different_models(tmp_path):
 def test_bisect_checks_its_candidates_before_any_burst(tmp_path):
     one_line_exit_2(cli("bisect", "--candidates", "nope", "--out", str(tmp_path)), "'nope'")
     assert not [p for p in tmp_path.glob("*") if not p.name.startswith(".")]
+
+
+def test_graphs_of_one_stage_file_and_of_a_zero_byte_one(tmp_path):
+    from ortlab.graphs.files import find_stage_files
+
+    source = tmp_path / "onnx"
+    source.mkdir()
+    # a real stage file is not needed to show the 0-byte case: the name makes it a stage file
+    (source / "m_execution_model_training.onnx").write_bytes(b"")
+    assert find_stage_files(source)
+    one_line_exit_2(cli("graphs", str(source)), "m_execution_model_training.onnx", "no graph")
+    one_line_exit_2(cli("graphs", str(source / "m_execution_model_training.onnx")), "no graph")
+    (tmp_path / "x.onnx").write_bytes(b"")
+    one_line_exit_2(cli("graphs", str(tmp_path / "x.onnx")), "not an ORTModule stage file")

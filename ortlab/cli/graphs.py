@@ -3,13 +3,19 @@ in detail, a stage diff, or a node search; text or JSON."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ortlab.cli.common import add_json_arg, print_json
 from ortlab.graphs import KINDS, MODES, STAGES, load  # imports neither onnx nor pandas: --help stays fast
+from ortlab.graphs.collection import stage_file_of
 
 
 def cmd_graphs(args) -> int:
     """Bad input (no stage files, an unknown stage, node or prefix) raises GraphsError: exit 2, one line."""
     g = load(args.run, prefix=args.prefix)
+    if Path(args.run).is_file() and not (args.search or args.diff or args.stage):  # one stage file: that stage
+        picked = stage_file_of(Path(args.run))
+        args.stage, args.mode = picked.stage, picked.mode
     if args.search:
         df = g.search(args.search, args.stage, args.mode)
         data = _records(df)

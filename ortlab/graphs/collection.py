@@ -10,7 +10,7 @@ from typing import Any
 
 from ortlab.graphs.diff import StageDiff, diff_stages
 from ortlab.graphs.errors import GraphsError
-from ortlab.graphs.files import MODES, STAGES, find_stage_files
+from ortlab.graphs.files import MODES, STAGES, StageFile, find_stage_files
 from ortlab.graphs.neighbourhood import Neighbourhood
 from ortlab.graphs.stage import Stage
 
@@ -128,6 +128,15 @@ def run_stage_folders(run) -> list[Path]:
     return [*([Path(saved)] if saved else []), run.path / "onnx", run.path]
 
 
+def stage_file_of(path: Path) -> StageFile:
+    """The stage file `path` names, or GraphsError saying what a stage file's name looks like."""
+    for found in find_stage_files(path.parent):
+        if found.path.resolve() == path.resolve():
+            return found
+    raise GraphsError(f"{path} is not an ORTModule stage file (named PREFIX_STAGE_MODE.onnx, STAGE one of "
+                      f"{', '.join(STAGES)}); give it, its folder or its run")
+
+
 def load(source: Any, prefix: str | None = None) -> Graphs:
     """The exported graphs of a run (a Run or its folder) or of any folder of ORTModule stage files. `prefix`
     picks one export when the folder holds several."""
@@ -135,6 +144,9 @@ def load(source: Any, prefix: str | None = None) -> Graphs:
 
     run = source if isinstance(source, Run) else None
     folder = Path(run.path if run is not None else source).expanduser()
+    if folder.is_file():  # one stage file: the export it belongs to
+        match = stage_file_of(folder)
+        folder, prefix = folder.parent, prefix if prefix is not None else match.prefix
     if not folder.exists():
         raise GraphsError(f"{folder} does not exist; give a run, a run folder or a folder of ORTModule stage "
                           "files")

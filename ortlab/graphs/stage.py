@@ -101,9 +101,13 @@ class Stage:
         import onnx
 
         try:
-            return onnx.load(str(self.path), load_external_data=False)
+            model = onnx.load(str(self.path), load_external_data=False)
         except Exception as e:
             raise GraphsError(f"{self.path} is not a readable ONNX model: {type(e).__name__}: {e}") from None
+        if not model.HasField("graph"):  # a 0-byte or cut file parses as an empty model: not "0 nodes"
+            raise GraphsError(f"{self.path} is not an ONNX model ({self.path.stat().st_size} bytes, no graph): "
+                              "damaged or cut short")
+        return model
 
     @cached_property
     def node_list(self) -> list[Node]:
