@@ -135,3 +135,27 @@ def test_burst_panel_records_statistics_and_graphs_without_code(lab):
     assert (pytorch.path / "stats.npz").is_file() and (ortmodule.path / "stats.npz").is_file()
     assert list((ortmodule.path / "onnx").glob("*_execution_model_training.onnx"))
     assert ortmodule.meta["config"]["collect"] == {"stats": {}}
+
+
+def test_figure_areas_show_nothing_until_they_hold_a_figure(lab):
+    """An empty Image is a broken-image icon in JupyterLab: every figure area of every tab starts hidden."""
+    import ipywidgets as W
+
+    def images(widget):
+        if isinstance(widget, W.Image):
+            yield widget
+        for child in getattr(widget, "children", ()):
+            yield from images(child)
+
+    found = [img for panel in lab.children for img in images(panel)]
+    assert len(found) >= 5
+    for img in found:
+        if not img.value:
+            assert img.layout.display == "none", img
+    from ortlab.widgets.images import figure_area
+
+    area = figure_area()
+    area.value = b"\x89PNG\r\n\x1a\n"
+    assert area.layout.display is None
+    area.value = b""
+    assert area.layout.display == "none"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import ipywidgets as W
 
+from ortlab.widgets.images import figure_area
+
 
 def _png(fig) -> bytes:
     from ortlab.plots import figure_png
@@ -31,10 +33,10 @@ class ActivationsPanel(W.VBox):
                                           description="tolerance", readout_format=".0e")
         self.compare_button = W.Button(description="Compare", button_style="primary", icon="search")
         self.status = W.HTML()
-        self.heatmap = W.Image(format="png", layout=W.Layout(max_width="900px"))
+        self.heatmap = figure_area()
         self.tensor = W.Select(options=[], rows=12, description="tensor", layout=W.Layout(width="420px"))
         self.tensor_stats = W.HTML()
-        self.tensor_plot = W.Image(format="png", layout=W.Layout(max_width="900px"))
+        self.tensor_plot = figure_area()
         self.compare_button.on_click(lambda _: self.compare())
         self.tensor.observe(lambda change: self.show_tensor(), names="value")
         super().__init__([

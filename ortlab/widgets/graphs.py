@@ -12,6 +12,7 @@ import ipywidgets as W
 
 from ortlab.graphs import Graphs, GraphsError, NetronError, find_stage_files, load, serve
 from ortlab.graphs.collection import run_stage_folders
+from ortlab.widgets.images import figure_area
 
 _TABS = ("Summary", "Stage diff", "Search", "Re-exports", "netron")
 
@@ -64,7 +65,7 @@ class GraphsPanel(W.VBox):
         self.status = W.HTML()
         self.summary = W.HTML()
         self.compare_picker = W.Dropdown(description="from", options=[], layout=W.Layout(width="320px"))
-        self.chart = W.Image(format="png", layout=W.Layout(max_width="900px"))
+        self.chart = figure_area()
         self.diff_table = W.HTML()
         self.search_box = W.Text(placeholder="node name, op type (MatMul) or module (blocks.0.attn)",
                                  continuous_update=False, layout=W.Layout(width="420px"))

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import ipywidgets as W
 
+from ortlab.widgets.images import figure_area
+
 
 def _table(df) -> str:
     if not len(df):
@@ -44,11 +46,11 @@ class RecomputePanel(W.VBox):
         self.checkboxes = W.VBox()
         self.sliders = W.VBox()
         self.what_if_table = W.HTML()
-        self.what_if_plot = W.Image(format="png", layout=W.Layout(width="650px"))
+        self.what_if_plot = figure_area(width="650px")
         self.apply_result = W.HTML()
         self.sweep_table = W.HTML()
-        self.sweep_plots = W.HBox([W.Image(format="png", layout=W.Layout(width="500px")),
-                                   W.Image(format="png", layout=W.Layout(width="430px"))])
+        self.sweep_plots = W.HBox([figure_area(width="500px"),
+                                   figure_area(width="430px")])
         self.find_button.on_click(lambda _: self.find())
         self.apply_button.on_click(lambda _: self.apply())
         self.sweep_button.on_click(lambda _: self.sweep())
