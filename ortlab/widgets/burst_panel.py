@@ -11,7 +11,6 @@ import ipywidgets as W
 
 from ortlab.options import Options
 
-
 PLOT_INTERVAL_S = 0.5
 
 
