@@ -7,7 +7,7 @@ rounds); rounds alternate so that machine noise hits both alike, and the ratio i
 measured the same way in a plain training loop. Output size per step: ortlab's stats.npz, ORT's step_N folder.
 Targets: <= 1.15 on PyTorch, <= 1.3 on ORTModule.
 
-    python benchmarks/stats_overhead.py [--steps 12] [--rounds 5] [--models demo,gpt4] [--threads 1] [--numpy]
+    python benchmarks/stats_overhead.py [--steps 12] [--rounds 5] [--models demo,gpt4] [--threads N] [--numpy]
 """
 
 from __future__ import annotations
@@ -116,16 +116,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--models", default="demo,gpt4", help=f"comma-separated: {', '.join(MODELS)}")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (the other core stays quiet)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own, what a user gets)")
     parser.add_argument("--no-subscriber", action="store_true", help="skip ORT's StatisticsSubscriber")
     parser.add_argument("--numpy", action="store_true",
                         help="summarize with numpy instead of the one-pass C kernel")
     args = parser.parse_args()
     if args.numpy:
         os.environ["ORTLAB_STATS_KERNEL"] = "numpy"
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     os.environ.setdefault("TQDM_DISABLE", "1")
+    print(f"torch intra-op threads: {torch.get_num_threads()} ({'set by --threads' if args.threads else 'default'})")
     print(f"{'model':<6} {'backend':<10} {'ortlab':>7} {'target':>7} {'ORT subscriber':>15} "
           f"{'ortlab/step':>12} {'ORT/step':>10} {'tensors':>8}   "
           f"({args.steps} steps, min of {args.rounds} rounds)")

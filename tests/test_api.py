@@ -38,7 +38,7 @@ import sys
 {first}
 import ortlab
 for _ in range(2):
-    run = ortlab.burst(backend="pytorch", steps=2, out={out!r}, progress=False)
+    run = ortlab.burst(backend="pytorch", steps=2, out={out!r}, progress=False, in_process=True)
     assert run.ok and len(run.metrics) == 2, run
     assert callable(ortlab.burst) and callable(ortlab.session)
 print("ok")

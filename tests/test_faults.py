@@ -59,6 +59,7 @@ def alive(pid: int) -> bool:
 # -- Bad: data lost, processes left behind, wrong answers
 
 
+@pytest.mark.slow
 def test_a_killed_cli_takes_its_worker_with_it_and_the_run_says_why(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:deaf_after",
                              "--model-arg", "step=2", "--backend", "pytorch", "--steps", "50", "--out", str(tmp_path)],
@@ -76,6 +77,7 @@ def test_a_killed_cli_takes_its_worker_with_it_and_the_run_says_why(tmp_path):
     assert run.metrics["step"].tolist() == [0, 1]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_both_ends_the_whole_command_with_130(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:slow",
                              "--backend", "both", "--steps", "200", "--out", str(tmp_path)],
@@ -138,6 +140,7 @@ def test_one_broken_run_does_not_break_the_listing(tmp_path):
     assert r.returncode == 0 and "unreadable" in r.stdout and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_the_run_naming_the_file_and_keeps_every_complete_step(tmp_path):
     # A file-size limit of 8 KB stands in for a full disk: metrics.jsonl reaches it first.
     script = f"ulimit -f 8; exec {sys.executable} -m ortlab.cli burst --backend pytorch --steps 500 --in-process " \
@@ -224,6 +227,7 @@ def test_a_factory_that_calls_sys_exit_says_so(tmp_path, in_process):
     assert "sys.exit(3)" in line
 
 
+@pytest.mark.slow
 def test_concurrent_sessions_into_one_folder_keep_their_own_worker_logs(tmp_path):
     with Session(out=tmp_path) as a, Session(out=tmp_path) as b:
         a.burst("pytorch", 1, progress=False)
@@ -256,6 +260,7 @@ def test_ortmodule_variables_in_the_shell_are_the_starting_options(tmp_path, mon
     assert panel.options == Options(memory_opt_level=1)
 
 
+@pytest.mark.slow
 def test_every_view_subcommand_over_damaged_runs_answers_without_a_traceback(tmp_path):
     """A folder of damaged runs through every subcommand that reads runs: each answers (0 or 1), or refuses in
     one line with exit 2 naming what is wrong; none prints a traceback."""
