@@ -45,6 +45,7 @@ def test_stop_ends_a_running_burst_cleanly(tmp_path):
         assert again.ok and s.worker_starts == 1
 
 
+@pytest.mark.slow
 def test_stop_kills_a_worker_that_does_not_listen(tmp_path):
     with Session(f"{FACTORIES}:deaf_after", {"step": 3}, out=tmp_path) as s:
         # Stop once step 2 is reported: batch 3 then ignores SIGINT and sleeps, so only terminate ends it.
