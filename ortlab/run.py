@@ -90,7 +90,8 @@ class RunWriter:
             write_json(self.path / name, data)
         except OSError as e:
             (self.path / f".{name}.{os.getpid()}.tmp").unlink(missing_ok=True)
-            raise RunWriteError(e.errno, f"cannot write {self.path / name}: {e.strerror}", str(self.path / name)) from None
+            target = self.path / name
+            raise RunWriteError(e.errno, f"cannot write {target}: {e.strerror}", str(target)) from None
 
     def finish(self, status: str, **extra: Any) -> None:
         """The final status; after a write failure the shortest meta that says so is tried as well."""
@@ -173,7 +174,8 @@ class Run:
         import pandas as pd
 
         rows, self.damaged_lines = _read_metrics(self.path / "metrics.jsonl")
-        return pd.DataFrame(rows, columns=None if rows else ["step", "loss", "step_time_s", "samples_per_s", "peak_mem_mb"])
+        empty = ["step", "loss", "step_time_s", "samples_per_s", "peak_mem_mb"]
+        return pd.DataFrame(rows, columns=None if rows else empty)
 
     @property
     def losses(self) -> list[float]:

@@ -55,8 +55,9 @@ class Comparison:
             return "-" if value is None else format(value, spec)
 
         rows = [("", "pytorch", "ortmodule")]
-        for label, key, spec in (("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
-                                 ("median step (ms)", "median_step_s", "ms"), ("peak memory (MB)", "peak_mem_mb", ".0f")):
+        shown = (("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
+                 ("median step (ms)", "median_step_s", "ms"), ("peak memory (MB)", "peak_mem_mb", ".0f"))
+        for label, key, spec in shown:
             vals = []
             for backend in ("pytorch", "ortmodule"):
                 v = d[backend].get(key)
@@ -68,7 +69,8 @@ class Comparison:
         lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) {fmt(d['step_time_ratio'], '.2f')}")
         lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
         if not d["parity"]:
-            lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ (use --parity)")
+            lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ "
+                         "(use --parity)")
         for problem in d.get("problems", []):
             lines.append(f"problem: {problem}")
         lines.append("runs: " + "\n      ".join(str(r.path) for r in self.runs))

@@ -39,7 +39,10 @@ def cmd_burst(args) -> int:
         else:
             run = session.burst(args.backend, args.steps, options, **kwargs)
             runs = [run]
-            print_json({**run.summary(), "path": str(run.path), "error": run.error}) if args.json else print(_single(run))
+            if args.json:
+                print_json({**run.summary(), "path": str(run.path), "error": run.error})
+            else:
+                print(_single(run))
     for run in runs:
         for key in ("error", "hint"):
             if run.meta.get(key) and run.status != "ok":

@@ -8,6 +8,7 @@ takes only the worker. A worker is kept while it can serve the next burst (same 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -134,7 +135,8 @@ class Session:
     def transitions(self):
         import pandas as pd
 
-        return pd.DataFrame(self.transition_rows, columns=["run", "step", "action", "reason", "changes", "ort_exported"])
+        columns = ["run", "step", "action", "reason", "changes", "ort_exported"]
+        return pd.DataFrame(self.transition_rows, columns=columns)
 
     @property
     def worker_pid(self) -> int | None:
@@ -158,10 +160,8 @@ class Session:
         self.close()
 
     def __del__(self):
-        try:
+        with contextlib.suppress(Exception):  # at interpreter exit anything may be gone already
             self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         mode = "in-process" if self.in_process else f"worker pid {self.worker_pid}" if self.worker_pid else "no worker"

@@ -15,7 +15,9 @@ PLOT_INTERVAL_S = 0.5
 
 
 def _table(df) -> str:
-    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True, na_rep="-") if len(df) else ""
+    if not len(df):
+        return ""
+    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True, na_rep="-")
 
 
 class BurstPanel(W.VBox):
@@ -30,8 +32,10 @@ class BurstPanel(W.VBox):
                                        value="both", description="backend")
         self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps")
         self.seed = W.IntText(value=0, description="seed")
-        self.parity = W.Checkbox(value=True, description="parity mode", tooltip="same seeds, dropout 0, compute optimizer off, deterministic")
-        self.optimizer = W.Dropdown(options=["adamw", "sgd", "fused_adam", "fp16_optimizer"], value="adamw", description="optimizer")
+        self.parity = W.Checkbox(value=True, description="parity mode",
+                                 tooltip="same seeds, dropout 0, compute optimizer off, deterministic")
+        self.optimizer = W.Dropdown(options=["adamw", "sgd", "fused_adam", "fp16_optimizer"], value="adamw",
+                                    description="optimizer")
         self.precision = W.Dropdown(options=["fp32", "fp16"], value="fp32", description="precision")
         self.record_stats = W.Checkbox(value=False, description="record activation statistics",
                                        tooltip="per-step statistics of every module's activations and gradients: "
@@ -101,7 +105,8 @@ class BurstPanel(W.VBox):
                     break
             self.status.value = self._summary(runs)
         except Exception as e:  # shown in the panel, never printed over the notebook
-            self.status.value = f"<span style='color:#c00'>{html.escape(f'{type(e).__name__}: {e}'.splitlines()[0])}</span>"
+            first_line = f"{type(e).__name__}: {e}".splitlines()[0]
+            self.status.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
         finally:
             if any(self._curves.values()):  # the steps after the last throttled draw (a stopped burst)
                 from ortlab.plots import figure_png, loss_figure
@@ -151,7 +156,9 @@ class BurstPanel(W.VBox):
                          else "reused (no export)"})
         self.results.value = _table(pd.DataFrame(rows))
         transitions = self.session.transitions
-        self.transitions.value = _table(transitions[["run", "action", "reason", "ort_exported"]]) if len(transitions) else ""
+        shown = transitions[["run", "action", "reason", "ort_exported"]] if len(transitions) else transitions
+        self.transitions.value = _table(shown)
 
     def __repr__(self) -> str:
-        return f"BurstPanel(backend={self.backend.value!r}, steps={self.steps.value}, parity={self.parity.value}, running={self.running})"
+        return (f"BurstPanel(backend={self.backend.value!r}, steps={self.steps.value}, parity={self.parity.value}, "
+                f"running={self.running})")
