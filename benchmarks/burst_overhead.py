@@ -44,7 +44,8 @@ def main() -> int:
     torch.set_num_threads(1)  # two cores: keep the measurement off the other one
     engine = Engine(ModelRef.of())
     worst = 0.0
-    print(f"{'backend':<10} {'bare (s)':>9} {'ortlab (s)':>11} {'ratio':>7}   ({args.steps} steps, median of {args.rounds})")
+    print(f"{'backend':<10} {'bare (s)':>9} {'ortlab (s)':>11} {'ratio':>7}   "
+          f"({args.steps} steps, median of {args.rounds})")
     with tempfile.TemporaryDirectory() as out:
         for backend in ("pytorch", "ortmodule"):
             cfg = BurstConfig(backend=backend, steps=args.steps, out=out)

@@ -4,7 +4,8 @@ from importlib import import_module as _import_module
 
 __version__ = "0.1.0"
 
-# name -> "module" or "module:attribute"; loaded on first use so that `import ortlab` imports neither torch nor onnxruntime.
+# name -> "module" or "module:attribute"; loaded on first use, so that `import ortlab` imports neither torch nor
+# onnxruntime.
 _EXPORTS = {
     "Options": "ortlab.options",
     "OptionError": "ortlab.options",

@@ -83,7 +83,8 @@ def log_records(log_text: str) -> list[dict[str, str]]:
     for line in strip_ansi(log_text).splitlines():
         m = _LEVEL.search(line[:120])
         if m or not records:
-            source = "ortmodule" if "orttraining" in line[:80] else "ortlab" if line.startswith("[ortlab]") else "output"
+            source = ("ortmodule" if "orttraining" in line[:80] else "ortlab" if line.startswith("[ortlab]")
+                      else "output")
             records.append({"level": m[1] if m else "OUTPUT", "source": source, "text": line})
         else:
             records[-1]["text"] += "\n" + line

@@ -48,7 +48,8 @@ def built_extensions(cpp_dir: Path | None = None) -> dict[str, bool]:
 
 
 def _nvcc_cuda_major() -> str | None:
-    nvcc = shutil.which("nvcc") or (os.environ.get("CUDA_HOME") and shutil.which("nvcc", path=os.environ["CUDA_HOME"] + "/bin"))
+    cuda_home = os.environ.get("CUDA_HOME")
+    nvcc = shutil.which("nvcc") or (cuda_home and shutil.which("nvcc", path=cuda_home + "/bin"))
     if not nvcc:
         return None
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
@@ -145,7 +146,8 @@ class Report:
     def __str__(self) -> str:
         lines = [f"Python       {self.python} ({self.platform})"]
         lines += [f"{name:<12} {ver or 'not installed'}" for name, ver in self.versions.items()]
-        lines.append(f"CUDA         {'available: ' + str(self.gpu_name) if self.cuda_available else 'not available (CPU only)'}")
+        cuda = f"available: {self.gpu_name}" if self.cuda_available else "not available (CPU only)"
+        lines.append(f"CUDA         {cuda}")
         lines.append(f"ORT CUDA EP  {self.ort_cuda_provider}")
         built = [n for n, ok in self.extensions.items() if ok]
         lines.append(f"extensions   {', '.join(built) if built else 'none built'}")
@@ -214,14 +216,17 @@ def doctor() -> Report:
     if versions["onnx"] is None:
         problems.append(Problem("onnx is not installed", "pip install onnx==1.16.2"))
     if versions["netron"] is None:
-        problems.append(Problem("netron is not installed", "pip install netron (graphs fall back to ortlab's own view)", fatal=False))
+        problems.append(Problem("netron is not installed", "pip install netron (graphs fall back to ortlab's own view)",
+                                fatal=False))
     extensions = built_extensions()
     missing = [n for n in CPU_EXTENSIONS if not extensions[n]]
     if versions["onnxruntime"] and missing:
-        problems.append(Problem(f"ORTModule's torch C++ extensions are not built ({', '.join(missing)})", "ortlab setup"))
+        problems.append(Problem(f"ORTModule's torch C++ extensions are not built ({', '.join(missing)})",
+                                "ortlab setup"))
     if cuda_available and not all(extensions[n] for n in CUDA_EXTENSIONS):
         problems.append(
-            Problem("ORTModule's CUDA extensions are not built (no fused Adam)", "install a CUDA toolkit matching torch, then: ortlab setup", fatal=False)
+            Problem("ORTModule's CUDA extensions are not built (no fused Adam)",
+                    "install a CUDA toolkit matching torch, then: ortlab setup", fatal=False)
         )
     provider, problem = _ort_cuda_provider(cuda_available)
     if problem:

@@ -59,7 +59,8 @@ class OptionSpec:
     @property
     def restart_note(self) -> str:
         return {
-            ReadAt.IMPORT: "read once when onnxruntime is imported: a change starts a new worker (in-process: restart the kernel)",
+            ReadAt.IMPORT: "read once when onnxruntime is imported: a change starts a new worker "
+                           "(in-process: restart the kernel)",
             ReadAt.CONSTRUCTION: "read when ORTModule is constructed: a change re-wraps (and re-exports) the model",
             ReadAt.EXPORT: "read during export: a change re-wraps so that the model is exported again",
             ReadAt.RUNTIME: "read when the feature runs",
@@ -103,7 +104,8 @@ class OptionSpec:
                 raise ValueError
             return os.fspath(value) if self.kind is Kind.PATH else str(value)
         except (TypeError, ValueError):
-            raise OptionError(f"option {self.name} ({self.env or 'DebugOptions'}): {value!r} is not allowed; allowed: {allowed}") from None
+            raise OptionError(f"option {self.name} ({self.env or 'DebugOptions'}): {value!r} is not allowed; "
+                              f"allowed: {allowed}") from None
 
     def allowed(self) -> str:
         if self.kind is Kind.BOOL:
@@ -404,7 +406,8 @@ def registry_markdown() -> str:
         "Every `ORTMODULE_*` variable that onnxruntime-training 1.19.2 reads or its guidelines document, and the",
         "`DebugOptions` fields. **Read at** is taken from the 1.19.2 source (a test checks it against the AST):",
         "",
-        "- `import`: read once when onnxruntime is imported. ortlab starts a new worker process; in-process, restart the kernel.",
+        "- `import`: read once when onnxruntime is imported. ortlab starts a new worker process; in-process, restart "
+        "the kernel.",
         "- `construction`: read when `ORTModule(...)` is built. ortlab re-wraps the model, which re-exports it.",
         "- `export`: read while exporting. ortlab re-wraps so the model is exported again.",
         "- `runtime`: read when the feature first runs.",
@@ -417,11 +420,14 @@ def registry_markdown() -> str:
     for s in REGISTRY:
         if s.area != area:
             area = s.area
-            lines += ["", f"## {area}", "", "| option | variable | type | default | allowed | read at | graph | CUDA | description |",
+            header = "| option | variable | type | default | allowed | read at | graph | CUDA | description |"
+            lines += ["", f"## {area}", "", header,
                       "|---|---|---|---|---|---|---|---|---|"]
         default = "" if s.default == "" else f"`{s.default}`"
         allowed = s.allowed().replace("|", "\\|")
         notes = s.description + ("" if s.documented else " *(not in the guidelines)*")
-        lines.append(f"| `{s.name}` | {f'`{s.env}`' if s.env else '(DebugOptions)'} | {s.kind.value} | {default} | {allowed} "
-                     f"| {s.read_at.value} | {'yes' if s.changes_graph else ''} | {'yes' if s.needs_cuda else ''} | {notes} |")
+        variable = f"`{s.env}`" if s.env else "(DebugOptions)"
+        graph, cuda = ("yes" if s.changes_graph else ""), ("yes" if s.needs_cuda else "")
+        lines.append(f"| `{s.name}` | {variable} | {s.kind.value} | {default} | {allowed} "
+                     f"| {s.read_at.value} | {graph} | {cuda} | {notes} |")
     return "\n".join(lines) + "\n"

@@ -13,8 +13,8 @@ exports.
 from __future__ import annotations
 
 import logging
-import os
 import math
+import os
 import shutil
 import sys
 import time
@@ -55,12 +55,13 @@ class Recorder:
         import torch
 
         if not isinstance(model, torch.nn.Module):
-            raise RecordError(f"model {type(model).__name__} is not allowed; allowed: a torch.nn.Module or an ORTModule")
+            raise RecordError(f"model {type(model).__name__} is not allowed; allowed: a torch.nn.Module or an "
+                              "ORTModule")
         self.ortmodule = _ort.is_ortmodule(model)
         if self.ortmodule and _in_jupyter_kernel() and _ort.log_level(model) in HANGING_LEVELS:
             raise RecordError(f"ORTModule log level {_ort.log_level(model)} hangs a Jupyter kernel (ORT's C++ output "
-                              "fills the kernel's pipe); build it with DebugOptions(log_level=LogLevel.WARNING), or run "
-                              "the loop as a script, or use ortlab.Session bursts (they run in a worker)")
+                              "fills the kernel's pipe); build it with DebugOptions(log_level=LogLevel.WARNING), or "
+                              "run the loop as a script, or use ortlab.Session bursts (they run in a worker)")
         collect = dict(collect or {})
         if set(collect) - {"stats"}:
             raise RecordError(f"collect {sorted(collect)} is not allowed for a recorded loop; allowed: 'stats'")
@@ -91,7 +92,8 @@ class Recorder:
         self.writer = RunWriter(self.path, {
             "backend": self.cfg.backend, "recorded": True, "config": self.cfg.to_dict(),
             "effective_options": self._options().to_dict(),
-            "model": {"factory": "recorded loop", "name": type(self.inner).__name__, "class": type(self.inner).__qualname__,
+            "model": {"factory": "recorded loop", "name": type(self.inner).__name__,
+                      "class": type(self.inner).__qualname__,
                       "parameters": params, "batch_size": self.batch_size},
             "device": str(device), "versions": versions(), "pid": os.getpid(),
         })
@@ -160,7 +162,8 @@ class Recorder:
             self._export = info
             row["exported"] = True
             first = not self.transitions
-            self.transitions.append({"run": self.path.name, "step": self.steps, "action": "wrap" if first else "re-export",
+            self.transitions.append({"run": self.path.name, "step": self.steps,
+                                     "action": "wrap" if first else "re-export",
                                      "reason": "first export" if first else "ORT exported again mid-loop",
                                      "changes": {}, "ort_exported": True})
 

@@ -44,7 +44,8 @@ class Workload:
         if isinstance(made, tuple) and len(made) == 3:
             return cls(*made)
         raise WorkloadError(
-            f"model factory {origin} returned {type(made).__name__}; it must return ortlab.Workload(model, batch, loss) "
+            f"model factory {origin} returned {type(made).__name__}; it must return "
+            "ortlab.Workload(model, batch, loss) "
             "or a (model, batch, loss) tuple"
         )
 
@@ -70,7 +71,9 @@ class ModelRef:
     @classmethod
     def of(cls, factory: str | Callable | ModelRef | None = None, **kwargs: Any) -> ModelRef:
         if isinstance(factory, ModelRef):
-            return factory if not kwargs else cls(factory.kind, factory.target, tuple(sorted(kwargs.items())), factory.label)
+            if not kwargs:
+                return factory
+            return cls(factory.kind, factory.target, tuple(sorted(kwargs.items())), factory.label)
         frozen = tuple(sorted(kwargs.items()))
         if factory is None:
             return cls("import", "ortlab.demo:gpt", frozen, "ortlab.demo:gpt")
@@ -133,7 +136,8 @@ class ModelRef:
             return getattr(module, attr)
         except AttributeError:
             names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-            raise WorkloadError(f"{module_name!r} has no {attr!r}; callables there: {', '.join(sorted(names)[:12])}") from None
+            raise WorkloadError(f"{module_name!r} has no {attr!r}; callables there: "
+                                f"{', '.join(sorted(names)[:12])}") from None
 
     def build(self) -> Workload:
         factory = self.load()

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "ortlab-browser-test"
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("chromium") is None,
-                                reason="Debian's chromium is not installed (scripts/ensure-chromium installs it as root)")]
+                                reason="Debian's chromium is not installed "
+                                "(scripts/ensure-chromium installs it as root)")]
 
 
 def _free_port() -> int:
@@ -38,7 +39,8 @@ def jupyterlab(tmp_path_factory):
     nbformat.write(nb, root / "01_quickstart.ipynb")
     settings = root / ".settings"  # render every cell (no windowing), no news pop-up
     (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
-    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.write_text('{"windowingMode": "none"}')
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         '{"fetchNews": "false", "checkForUpdates": false}')
@@ -49,7 +51,8 @@ def jupyterlab(tmp_path_factory):
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}",
          "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        cwd=root, env=env, stdout=open(root / "server.log", "wb"), stderr=subprocess.STDOUT)
+        cwd=root, env=env, stdout=open(root / "server.log", "wb"),  # noqa: SIM115 (open as long as the server runs)
+        stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:

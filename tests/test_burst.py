@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ortlab import BurstError, Options, Session, load_run
-from ortlab.engine import Engine, BurstConfig
+from ortlab.engine import Engine
 from ortlab.workload import ModelRef
 
 # Parity tolerance on the loss: both backends do the same fp32 math in a different kernel order, which moves

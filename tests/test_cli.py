@@ -78,7 +78,8 @@ def test_options_reference_page_is_generated_from_the_registry():
     from ortlab.options import registry_markdown
 
     page = Path(__file__).resolve().parents[1] / "docs" / "options.md"
-    assert page.read_text(encoding="utf-8") == registry_markdown(), "regenerate: ortlab options --markdown > docs/options.md"
+    assert page.read_text(encoding="utf-8") == registry_markdown(), \
+        "regenerate: ortlab options --markdown > docs/options.md"
 
 
 def test_setup_failure_says_what_is_missing():

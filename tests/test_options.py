@@ -106,9 +106,10 @@ def _env_reads(root: Path) -> dict[str, list[tuple[Path, bool]]]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"ORTMODULE_[A-Z0-9_]+", node.value):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and re.fullmatch(r"ORTMODULE_[A-Z0-9_]+", node.value)):
                 parent = parents.get(node)
-                is_read = isinstance(parent, ast.Call) or isinstance(parent, ast.Compare) or (
+                is_read = isinstance(parent, ast.Call | ast.Compare) or (
                     isinstance(parent, ast.Assign) and path.name == "options.py")
                 if not is_read:
                     continue

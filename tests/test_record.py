@@ -69,7 +69,7 @@ def test_a_users_script_with_and_without_ortmodule_feeds_runs_and_diff(tmp_path)
 
 
 def test_bad_input_is_refused_in_one_line(tmp_path):
-    with pytest.raises(ortlab.InputError, match="not allowed; allowed: a torch.nn.Module"):
+    with pytest.raises(ortlab.InputError, match=r"not allowed; allowed: a torch\.nn\.Module"):
         ortlab.record("model", out=tmp_path)
     with pytest.raises(ortlab.InputError, match="allowed: 'stats'"):
         ortlab.record(torch.nn.Linear(2, 2), out=tmp_path, collect={"plans": {}})

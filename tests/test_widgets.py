@@ -97,7 +97,8 @@ def test_errors_stay_inside_the_panel(lab, capsys):
     panel.run_button.click()
     panel.wait(60)
     panel.precision.value = "fp32"
-    assert "precision &#x27;fp16&#x27; needs CUDA" in panel.status.value or "precision 'fp16' needs CUDA" in panel.status.value
+    status = panel.status.value
+    assert "precision &#x27;fp16&#x27; needs CUDA" in status or "precision 'fp16' needs CUDA" in status
     assert capsys.readouterr().out == ""
 
 

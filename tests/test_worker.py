@@ -1,7 +1,6 @@
 """Bursts in the worker process: Stop, crashes, worker reuse, and the Jupyter-kernel hang it exists to avoid."""
 
 import threading
-import time
 from pathlib import Path
 
 import nbformat
@@ -65,7 +64,8 @@ def test_a_crash_kills_the_worker_not_the_caller(tmp_path):
 
 
 def test_bad_factory_gives_a_clear_error(tmp_path):
-    with Session("ortlab.demo:nope", out=tmp_path) as s, pytest.raises(InputError, match="has no .nope.; callables there"):
+    with (Session("ortlab.demo:nope", out=tmp_path) as s,
+          pytest.raises(InputError, match=r"has no 'nope'; callables there")):
         s.burst("pytorch", 1, progress=False)
 
 
@@ -91,7 +91,7 @@ def test_unsendable_factory_says_how_to_fix_it(tmp_path):
 
     from ortlab import WorkloadError
 
-    with pytest.raises(WorkloadError, match="cannot be sent to the worker process.*file.py:name"):
+    with pytest.raises(WorkloadError, match=r"cannot be sent to the worker process.*file\.py:name"):
         Session(make, out=tmp_path)
 
 

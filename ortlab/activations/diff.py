@@ -96,8 +96,8 @@ def _same_model(a: Any, b: Any) -> None:
                 meta = None
         models.append((meta or {}).get("model") if isinstance(meta, dict) else None)
     ma, mb = models
-    if ma and mb and ma.get("parameters") and mb.get("parameters"):  # a recorded loop names its model otherwise
-        if ma["parameters"] != mb["parameters"]:
+    # parameters only: a recorded loop names its model otherwise than a factory does
+    if ma and mb and ma.get("parameters") and mb.get("parameters") and ma["parameters"] != mb["parameters"]:
             raise ActivationsError(f"the runs are of different models: {ma.get('name')} ({ma.get('parameters')} "
                                    f"parameters) vs {mb.get('name')} ({mb.get('parameters')} parameters); "
                                    "compare runs of one model")

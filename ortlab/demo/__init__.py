@@ -27,7 +27,8 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model)
         self.attn_drop = nn.Dropout(dropout)
         self.resid_drop = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.tril(torch.ones(seq_len, seq_len)).view(1, 1, seq_len, seq_len), persistent=False)
+        mask = torch.tril(torch.ones(seq_len, seq_len)).view(1, 1, seq_len, seq_len)
+        self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, x):
         b, t, c = x.shape
@@ -48,7 +49,8 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = CausalSelfAttention(d_model, n_head, seq_len, dropout)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model),
+                                 nn.Dropout(dropout))
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -103,7 +105,8 @@ def gpt(n_layer: int = 2, d_model: int = 64, n_head: int = 4, seq_len: int = 64,
     corpus = text()
     chars = sorted(set(corpus))
     data = torch.tensor([chars.index(c) for c in corpus], dtype=torch.long)
-    model = TinyGPT(len(chars), d_model, n_layer, n_head, seq_len, dropout, Block if attention == "linear" else MHABlock)
+    block = Block if attention == "linear" else MHABlock
+    model = TinyGPT(len(chars), d_model, n_layer, n_head, seq_len, dropout, block)
 
     def batch(step: int):
         g = torch.Generator().manual_seed(1_000_003 * step + 17)

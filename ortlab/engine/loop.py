@@ -104,7 +104,8 @@ class Engine:
         theirs = options.with_read_at(ReadAt.IMPORT)
         if mine != theirs:
             raise BurstError(
-                f"import-time options differ from this process's ({theirs} vs {mine}): ORT reads them once per process; "
+                f"import-time options differ from this process's ({theirs} vs {mine}): ORT reads them once per "
+                "process; "
                 "run the burst through a worker (the default) so ortlab can start a new one, or restart the kernel")
 
     def run(self, cfg: BurstConfig, on_step: StepCallback | None = None, on_start: Callable[[Path], None] | None = None,
@@ -237,7 +238,8 @@ class Engine:
             if step == 0:
                 b.transitions[-1].ort_exported = True
             else:
-                b.transitions.append(Transition(b.path.name, step, "re-export", "ORT exported again mid-burst", {}, True))
+                again = Transition(b.path.name, step, "re-export", "ORT exported again mid-burst", {}, True)
+                b.transitions.append(again)
         elif step == 0 and b.transitions:
             b.transitions[-1].ort_exported = False
 
@@ -275,8 +277,9 @@ class Engine:
     def _ort_info(self, exported: bool, first_inputs: Any = None) -> dict[str, Any]:
         """ORT's state after the burst; the init overhead only when this burst paid it (it exported)."""
         info: dict[str, Any] = {"exported": exported}
+        shapes = (lambda: self.wrapper.input_shapes(first_inputs)) if first_inputs is not None else dict
         readers = [("post_export", self.wrapper.post_export), ("fallback", self.wrapper.fallback),
-                   ("input_shapes", lambda: self.wrapper.input_shapes(first_inputs) if first_inputs is not None else {})]
+                   ("input_shapes", shapes)]
         if exported:
             readers.append(("overhead", self.wrapper.overhead))
         for key, fn in readers:

@@ -31,7 +31,7 @@ def seed_everything(seed: int) -> None:
 
 def _rate_zero(fn):
     @functools.wraps(fn)
-    def no_dropout(input, p=0.5, *args, **kwargs):  # noqa: A002 (torch's own parameter name)
+    def no_dropout(input, p=0.5, *args, **kwargs):
         kwargs.pop("p", None)
         return fn(input, 0.0, *args, **kwargs)
 

@@ -6,6 +6,7 @@ and marks the run it was writing, so that no worker outlives its kernel or CLI a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -36,10 +37,8 @@ class _Orphan:
 
     def die(self) -> None:
         if self.current is not None:
-            try:
+            with contextlib.suppress(OSError):  # the run's folder may be gone with its disk
                 mark(self.current, "crashed", error=PARENT_DIED)
-            except OSError:
-                pass
         os._exit(3)
 
 

@@ -99,7 +99,8 @@ class Wrapper:
                 f"{k} {v['old']!r} -> {v['new']!r}" for k, v in changes.items())
             row = Transition(run, 0, "wrap" if first else "re-wrap", reason, changes)
         elif schema != self._schema:
-            row = Transition(run, 0, "re-export", "input schema changed", {"input_schema": {"old": self._schema, "new": schema}})
+            row = Transition(run, 0, "re-export", "input schema changed",
+                             {"input_schema": {"old": self._schema, "new": schema}})
             _note_skipped_check(row, options)
         elif grad_set != self._grad_set:
             old, new = set(self._grad_set or []), set(grad_set)

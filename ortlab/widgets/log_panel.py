@@ -52,12 +52,14 @@ class LogPanel(W.VBox):
     def render(self) -> None:
         recs = self.records()
         if not recs:
-            empty = getattr(self, "_runs", None) and self.run.value is not None and not self._runs[self.run.value].log.strip()
+            runs = getattr(self, "_runs", None)
+            empty = runs and self.run.value is not None and not runs[self.run.value].log.strip()
             self.view.value = "<i>this run logged nothing</i>" if empty else "<i>no log records match</i>"
             return
         body = "\n".join(html.escape(r["text"]) for r in recs[:2000])
         more = f"<i>{len(recs) - 2000} more not shown</i>" if len(recs) > 2000 else ""
-        self.view.value = (f"<div style='max-height:400px;overflow:auto'><pre style='font-size:11px'>{body}</pre></div>{more}")
+        self.view.value = (f"<div style='max-height:400px;overflow:auto'><pre style='font-size:11px'>{body}</pre>"
+                           f"</div>{more}")
 
     def __repr__(self) -> str:
         return f"LogPanel(runs={len(self.run.options)}, level={self.level.value!r}, source={self.source.value!r})"

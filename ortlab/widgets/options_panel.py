@@ -63,7 +63,8 @@ class OptionsPanel(W.VBox):
 
     def reset(self) -> None:
         for spec in REGISTRY:
-            self.controls[spec.name].value = spec.default if spec.kind is Kind.BOOL or spec.choices else str(spec.default)
+            typed = spec.kind is Kind.BOOL or spec.choices
+            self.controls[spec.name].value = spec.default if typed else str(spec.default)
 
     def set(self, **values) -> None:
         """Set controls from Python values (what a click or typing would do)."""
@@ -88,7 +89,8 @@ class OptionsPanel(W.VBox):
                 continue
             if typed != spec.default:
                 values[spec.name] = typed
-                self.status[spec.name].value = (f"<b style='color:#d35400'>changed</b> (default {html.escape(repr(spec.default))}"
+                self.status[spec.name].value = (f"<b style='color:#d35400'>changed</b> "
+                                                f"(default {html.escape(repr(spec.default))}"
                                                 f"; {spec.read_at.value})")
             elif not (spec.needs_cuda and not self.cuda_available):
                 self.status[spec.name].value = ""
