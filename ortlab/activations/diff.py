@@ -98,9 +98,9 @@ def _same_model(a: Any, b: Any) -> None:
     ma, mb = models
     # parameters only: a recorded loop names its model otherwise than a factory does
     if ma and mb and ma.get("parameters") and mb.get("parameters") and ma["parameters"] != mb["parameters"]:
-            raise ActivationsError(f"the runs are of different models: {ma.get('name')} ({ma.get('parameters')} "
-                                   f"parameters) vs {mb.get('name')} ({mb.get('parameters')} parameters); "
-                                   "compare runs of one model")
+        raise ActivationsError(f"the runs are of different models: {ma.get('name')} ({ma.get('parameters')} "
+                               f"parameters) vs {mb.get('name')} ({mb.get('parameters')} parameters); "
+                               "compare runs of one model")
 
 
 def _same_sampling(ta, tb) -> bool:
