@@ -32,6 +32,18 @@ def ort_version() -> str | None:
         return None
 
 
+@functools.cache
+def check_version() -> None:
+    """Once per process: say when the installed ORT is not the one these internals were read from (they may
+    have moved; each access below still names what is missing if they did)."""
+    version = ort_version()
+    if version is not None and not version.startswith("1.19."):
+        import warnings
+
+        warnings.warn(f"onnxruntime-training {version} is installed; ortlab supports {SUPPORTED}: ORTModule's "
+                      "internals may have moved", RuntimeWarning, stacklevel=3)
+
+
 def _missing(what: str) -> OrtInternalsError:
     return OrtInternalsError(f"onnxruntime-training {ort_version() or '(not installed)'} has no {what}; "
                              f"ortlab supports {SUPPORTED}")
@@ -100,6 +112,7 @@ class Wrap:
     """ORT's private state of one ORTModule, in one mode (training or eval)."""
 
     def __init__(self, ort_module: Any, training: bool = True):
+        check_version()
         self.ort_module = ort_module
         torch_module = _get(ort_module, "_torch_module", "ORTModule._torch_module")
         managers = _get(torch_module, "_execution_manager", "ORTModule's execution manager")
