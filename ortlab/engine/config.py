@@ -11,7 +11,7 @@ from ortlab.errors import InputError
 from ortlab.options import Options
 
 BACKENDS = ("pytorch", "ortmodule")
-OPTIMIZERS = ("adamw", "sgd", "fused_adam", "fp16_optimizer")
+OPTIMIZERS = ("adamw", "sgd", "fused_adam", "fp16_optimizer", "zero1")
 PRECISIONS = ("fp32", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
@@ -39,6 +39,12 @@ class BurstConfig:
     out: str = "runs"
     name: str | None = None
     collect: dict[str, dict[str, Any]] = field(default_factory=dict)  # collector name -> its keyword arguments
+    # several processes (ortlab.engine.launch): ranks per machine, machines, this machine's index, rendezvous
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    save_checkpoint: bool = False
 
     def __post_init__(self):
         from ortlab.engine.collectors import COLLECTORS
@@ -65,6 +71,40 @@ class BurstConfig:
         unknown = sorted(set(self.collect) - set(COLLECTORS))
         if unknown:
             raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")
+        self._check_ranks()
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the burst runs as ranks started by torch's elastic launcher (ortlab.engine.launch)."""
+        return self.world_size > 1
+
+    def _check_ranks(self) -> None:
+        for label, value in (("nproc", self.nproc), ("nnodes", self.nnodes)):
+            if not _whole(value) or value < 1:
+                raise BurstError(f"{label} {value!r} is not allowed; allowed: a whole number >= 1")
+        if not _whole(self.node_rank) or not 0 <= self.node_rank < self.nnodes:
+            raise BurstError(f"node_rank {self.node_rank!r} is not allowed; allowed: a whole number from 0 to "
+                             f"nnodes - 1 ({self.nnodes - 1})")
+        if self.rdzv_endpoint is not None:
+            host, _, port = str(self.rdzv_endpoint).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise BurstError(f"rdzv_endpoint {self.rdzv_endpoint!r} is not allowed; allowed: HOST:PORT of the "
+                                 "machine with node_rank 0, e.g. 10.0.0.1:29500")
+        elif self.nnodes > 1:
+            raise BurstError("nnodes > 1 needs rdzv_endpoint HOST:PORT (the machine with node_rank 0, a free port) "
+                             "so that the launches on every machine find each other")
+        if not isinstance(self.save_checkpoint, bool):
+            raise BurstError(f"save_checkpoint {self.save_checkpoint!r} is not allowed; allowed: True or False")
+        if self.optimizer == "zero1" and not self.distributed:
+            raise BurstError("optimizer 'zero1' shards AdamW across processes and needs nproc * nnodes >= 2; "
+                             f"with one process use one of: {', '.join(o for o in OPTIMIZERS if o != 'zero1')}")
+        if self.save_checkpoint and not self.distributed:
+            raise BurstError("save_checkpoint is for bursts of several processes (nproc * nnodes >= 2); a "
+                             "single-process burst's weights: ortlab.snapshot.Snapshot")
 
     def effective_options(self) -> Options:
         """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute)."""
@@ -97,6 +137,10 @@ def make_optimizer(name: str, params, lr: float, device):
         return torch.optim.AdamW(params, lr=lr)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "zero1":  # inside a rank (ortlab.engine.ranks): the process group exists
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(list(params), optimizer_class=torch.optim.AdamW, lr=lr)
     if device.type != "cuda":
         raise BurstError(f"optimizer {name!r} is not available on the CPU: ORT's {name} runs CUDA kernels only; "
                          "use adamw or sgd here")

@@ -154,7 +154,7 @@ class Engine:
             with contextlib.suppress(ValueError, KeyError):
                 optimizer.load_state_dict(self.initial.optimizer)
         collectors = make_collectors(cfg.collect)
-        path = new_run_dir(cfg.out, cfg.backend, cfg.name)
+        path = self._run_dir(cfg)
         writer = RunWriter(path, {
             "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": options.to_dict(),
             "model": {"factory": self.ref.describe(), **self.workload.describe()},
@@ -165,6 +165,10 @@ class Engine:
         self.model.train()
         return _Burst(cfg, options, device, path, writer, optimizer, collectors, PeakMemory(device), scaler,
                       runner=self.model)
+
+    def _run_dir(self, cfg: BurstConfig) -> Path:
+        """A new folder for the burst's run (a rank of a distributed burst writes into its run's ranks/<r>)."""
+        return new_run_dir(cfg.out, cfg.backend, cfg.name)
 
     def _train(self, b: _Burst, on_step: StepCallback | None, should_stop: Callable[[], bool] | None) -> None:
         if b.ortmodule:

@@ -88,19 +88,31 @@ class Session:
     def burst(self, backend: str = "ortmodule", steps: int = 20, options: Options | dict | None = None, *,
               optimizer: str = "adamw", lr: float = 1e-3, seed: int = 0, precision: str = "fp32",
               device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
-              on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None) -> Run:
-        """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept."""
+              on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
+              nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
+              save_checkpoint: bool = False) -> Run:
+        """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
+
+        nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
+        nproc per machine, nnodes machines meeting at rdzv_endpoint HOST:PORT, this one being node_rank."""
         from ortlab.engine.config import BurstConfig
 
         cfg = BurstConfig(backend=backend, steps=steps, options=self.shell_options.overlaid(options),
                           optimizer=optimizer, lr=lr, seed=seed, precision=precision, device=device, parity=parity,
-                          out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {})
+                          out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
+                          nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                          save_checkpoint=save_checkpoint)
         bar = _Bar(cfg) if progress else None
         callback = _chain(on_step, bar.update if bar else None)
         try:
             with self._lock:
                 self._stop_requested.clear()
-                path = self._run_in_process(cfg, callback) if self.in_process else self._run_in_worker(cfg, callback)
+                if cfg.distributed:
+                    path = self._run_ranks(cfg, callback)
+                elif self.in_process:
+                    path = self._run_in_process(cfg, callback)
+                else:
+                    path = self._run_in_worker(cfg, callback)
         finally:
             if bar:
                 bar.close()
@@ -176,6 +188,13 @@ class Session:
             self._engine = Engine(self.ref, seed=self.seed, import_options=Options.from_environ(),
                                   snapshot=self.snapshot)
         return self._engine.run(cfg, on_step=callback, should_stop=self._stop_requested.is_set)
+
+    # -- ranks
+
+    def _run_ranks(self, cfg, callback) -> Path:
+        from ortlab.engine import launch
+
+        return launch.run(self.ref, self.seed, self.snapshot, cfg, callback, self._stop_requested.is_set)
 
     # -- worker
 

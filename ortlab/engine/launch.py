@@ -1,0 +1,316 @@
+"""Distributed bursts, the launching side: one burst as N ranks started by torch's elastic agent (the machinery
+behind torchrun), on one machine or many.
+
+`run()` (Session, for nproc * nnodes > 1) makes the run folder, writes the spec, starts
+`python -m ortlab.engine.launch SPEC_DIR` (whose `main()` runs `elastic_launch`: rendezvous, the ranks of
+ortlab.engine.ranks, their monitoring, ending the others when one fails), forwards the lowest local rank's steps,
+turns Stop into a request every rank honours after the same step (then SIGTERM to the agent), and finally maps
+the agent's result and each rank's run onto the run: `status`, `error`, `ranks`, `in_sync`, `checkpoint`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ortlab.engine.config import BurstConfig, BurstError, resolve_device
+from ortlab.options import Options, ReadAt
+from ortlab.run import Run, RunWriter, load_run, mark, new_run_dir, write_json
+
+STOP_GRACE_S = 5.0  # after a Stop request, how long the ranks may take to agree and end before the agent is ended
+KILL_GRACE_S = 5.0  # after SIGTERM to the agent, before SIGKILL
+COLLECTIVE_TIMEOUT_S = float(os.environ.get("ORTLAB_COLLECTIVE_TIMEOUT_S", 300))  # no collective waits forever
+RENDEZVOUS_TIMEOUT_S = 600  # how long the launches of a job wait for each other
+MULTI_NODE_RUN_ID = "ortlab"  # one id for every launch of a job: they meet at the same endpoint
+RANK_KEYS = ("rank", "status", "steps", "final_loss", "median_step_s", "peak_mem_mb", "optimizer_state_bytes")
+
+
+def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
+        on_step: Callable[[dict], None] | None = None, should_stop: Callable[[], bool] | None = None) -> Path:
+    """Run `cfg` as cfg.nproc ranks on this machine (one node of cfg.nnodes) and return the run folder."""
+    _check_devices(cfg)
+    path = new_run_dir(cfg.out, cfg.backend, cfg.name)
+    writer = RunWriter(path, {
+        "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": cfg.effective_options().to_dict(),
+        "model": {"factory": ref.describe()}, "nproc": cfg.nproc, "nnodes": cfg.nnodes, "node_rank": cfg.node_rank,
+        "world_size": cfg.world_size, "pid": os.getpid(),
+    })
+    spec_dir = path / ".launch"
+    spec_dir.mkdir()
+    (spec_dir / "ref.pkl").write_bytes(pickle.dumps(ref))
+    write_json(spec_dir / "spec.json", {
+        "run": str(path), "config": cfg.to_dict(), "seed": seed, "snapshot": str(snapshot) if snapshot else None,
+        "timeout_s": COLLECTIVE_TIMEOUT_S,
+        "run_id": MULTI_NODE_RUN_ID if cfg.nnodes > 1 else uuid.uuid4().hex,
+    })
+    proc = _start_agent(spec_dir, cfg, path / "log.txt")
+    try:
+        stop = _follow(proc, path, cfg.nproc, writer, on_step, should_stop)
+    except BaseException as e:  # e.g. a callback that raised: no rank outlives the burst, no run stays "running"
+        _end(proc)
+        writer.finish("failed", error=f"the launching process failed while following the ranks: {e!r}")
+        raise
+    result = _read_json(spec_dir / "result.json") or {"error": f"the launcher ended with code {proc.returncode} "
+                                                               f"without a result; its log: {path / 'log.txt'}"}
+    shutil.rmtree(spec_dir, ignore_errors=True)
+    (path / "stop").unlink(missing_ok=True)
+    status, extra = _outcome(path, result, stop)
+    local = _rank_dirs(path)
+    for name in ("ort.json", "transitions.json", "memory.json"):  # the views read them here: the lowest rank's
+        source = (local[0] if local else path) / name
+        if source.is_file():
+            shutil.copyfile(source, path / name)
+    writer.finish(status, **extra)
+    return path
+
+
+def _check_devices(cfg: BurstConfig) -> None:
+    """What every rank would refuse, refused once before anything starts (one GPU per rank on CUDA)."""
+    if cfg.device == "cpu" and cfg.precision == "fp32":
+        return
+    import torch
+
+    device = resolve_device(cfg.device)
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise BurstError("precision 'fp16' needs CUDA (torch.autocast float16 + GradScaler); use fp32 on the CPU")
+    if device.type == "cuda" and cfg.nproc > torch.cuda.device_count():
+        raise BurstError(f"nproc {cfg.nproc} is more than this machine's {torch.cuda.device_count()} GPUs (one rank "
+                         "per GPU with NCCL); use fewer ranks or device='cpu'")
+
+
+def _start_agent(spec_dir: Path, cfg: BurstConfig, log_path: Path) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each take every core
+    imports = Options(cfg.effective_options().with_read_at(ReadAt.IMPORT) if cfg.backend == "ortmodule" else {})
+    with imports.applied(env):
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
+        with open(log_path, "ab") as log:
+            return subprocess.Popen([sys.executable, "-m", "ortlab.engine.launch", str(spec_dir)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=os.getcwd(),
+                                    start_new_session=True)
+
+
+def _rank_dirs(path: Path) -> list[Path]:
+    """This machine's rank folders, lowest rank first (the rendezvous decides which global ranks they are)."""
+    folder = path / "ranks"
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def _follow(proc: subprocess.Popen, path: Path, nproc: int, writer: RunWriter, on_step, should_stop) -> bool:
+    """Forward the lowest local rank's steps until the agent ends; a Stop (or Ctrl-C) becomes the stop file the
+    ranks read after every step, then SIGTERM to the agent (it ends its ranks), then SIGKILL. True if stopped."""
+    offset, stop_at, stopped, metrics = 0, None, False, None
+    while True:
+        try:
+            ended = proc.poll() is not None
+            if metrics is None:
+                local = _rank_dirs(path)
+                if ended or len(local) == nproc:
+                    metrics = local[0] / "metrics.jsonl" if local else path / "no-ranks"
+            if metrics is not None:
+                offset = _forward(metrics, offset, writer, on_step)
+            if ended:
+                return stopped
+            if not stopped and should_stop is not None and should_stop():
+                stopped = True
+            if stopped and stop_at is None:
+                (path / "stop").touch()
+                stop_at = time.monotonic() + STOP_GRACE_S
+            if stop_at is not None and time.monotonic() > stop_at:
+                _end(proc)
+                stop_at = float("inf")
+            time.sleep(0.1)
+        except KeyboardInterrupt:
+            stopped = True
+
+
+def _end(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _forward(metrics: Path, offset: int, writer: RunWriter, on_step) -> int:
+    """Copy the complete new lines of a rank's metrics into the run's metrics (and to `on_step`)."""
+    try:
+        with open(metrics, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return offset
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            row = json.loads(line)
+            writer.step(row)
+            if on_step:
+                on_step(row)
+    return offset + end
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _outcome(path: Path, result: dict[str, Any], stopped: bool) -> tuple[str, dict[str, Any]]:
+    """The run's status and what it reports, from the agent's result and each rank's own run."""
+    failures = result.get("failures") or {}
+    ranks = _rank_runs(path)
+    culprit = None if stopped else _culprit(ranks, failures)
+    for r, run in ranks.items():
+        if r == culprit:
+            _mark_culprit(r, run, failures.get(str(r)))
+        elif run.status == "running":  # ended by the agent
+            why = "the Stop request" if stopped else f"rank {culprit} failed" if culprit is not None else "the launch"
+            mark(run.path, "stopped", error=f"rank {r} was ended by the launcher after {why}")
+        elif culprit is not None and run.status == "failed" and run.meta.get("collective"):
+            write_json(run.path / "meta.json", {**run.meta, "status": "stopped",
+                                                "error": f"stopped after rank {culprit} failed: {run.error}"})
+    ranks = _rank_runs(path)
+    rows = [_rank_row(r, run) for r, run in ranks.items()]
+    rows += [{"rank": int(r), "status": "crashed", "error": f"ended ({_signal_name(f['exitcode'])}) before its "
+              f"burst started: {f['message']}"} for r, f in failures.items() if int(r) not in ranks]
+    extra: dict[str, Any] = {"ranks": sorted(rows, key=lambda row: row["rank"])}
+    synced = [run.meta["in_sync"] for run in ranks.values() if "in_sync" in run.meta]
+    if synced:
+        extra["in_sync"] = all(synced)
+        bad = [run.meta["out_of_sync"] for run in ranks.values() if run.meta.get("out_of_sync")]
+        if bad:
+            extra["out_of_sync"] = min(bad, key=lambda d: d["step"])
+    checkpoints = [run.meta["checkpoint"] for run in ranks.values() if run.meta.get("checkpoint")]
+    if checkpoints:
+        extra["checkpoint"] = checkpoints[0]
+    if culprit is not None:
+        run = ranks[culprit]
+        others = "; the other ranks were stopped" if len(ranks) > 1 else ""
+        extra["error"] = f"{run.error or f'rank {culprit} failed'}{others}; its log: {run.path / 'log.txt'}"
+        extra["failed_rank"] = culprit
+        return ("crashed" if run.status == "crashed" else "failed"), extra
+    if stopped:
+        clean = bool(rows) and {row["status"] for row in rows} <= {"ok", "interrupted"}
+        extra["error"] = ("interrupted by the user: every rank ended after the same step" if clean else
+                          "stopped: the ranks did not end within seconds of the Stop request and were ended")
+        return ("interrupted" if clean else "stopped"), extra
+    if result.get("ok") and rows and all(row["status"] == "ok" for row in rows):
+        return "ok", extra
+    detail = result.get("error") or "; ".join(f"rank {row['rank']}: {row['error']}" for row in rows if "error" in row)
+    extra["error"] = f"the launch failed: {detail or 'no rank reported'}; see {path / 'log.txt'}"
+    return "failed", extra
+
+
+def _rank_runs(path: Path) -> dict[int, Run]:
+    return {int(run.path.name): run for run in load_run(path).ranks}
+
+
+def _rank_row(rank: int, run: Run) -> dict[str, Any]:
+    merged = {**run.summary(), **run.meta, "rank": rank, "status": run.status}
+    row = {k: merged.get(k) for k in RANK_KEYS}
+    if run.status != "ok" and run.error:
+        row["error"] = run.error
+    return row
+
+
+def _culprit(ranks: dict[int, Run], failures: dict[str, Any]) -> int | None:
+    """The rank that ended the burst: one that failed by itself (not in a collective because a peer was gone),
+    else one that died, else one still running while the others timed out waiting for it (it hung)."""
+    own = [(run.meta.get("failed_at") or float("inf"), r) for r, run in ranks.items()
+           if run.status == "failed" and not run.meta.get("collective")]
+    if own:
+        return min(own)[1]
+    died = [(f.get("timestamp") or 0, int(r)) for r, f in failures.items()
+            if int(r) in ranks and ranks[int(r)].status == "running"]
+    if died:
+        return min(died)[1]
+    waited = [r for r, run in ranks.items() if run.status == "failed"]
+    running = [(len(run.metrics), r) for r, run in ranks.items() if run.status == "running"]
+    if waited and running:
+        return min(running)[1]
+    return min(waited) if waited else None
+
+
+def _mark_culprit(rank: int, run: Run, failure: dict[str, Any] | None) -> None:
+    if run.status != "running":
+        return
+    step = len(run.metrics)
+    if failure is not None:
+        mark(run.path, "crashed", error=f"rank {rank} died ({_signal_name(failure['exitcode'])}) during step {step}")
+    else:
+        mark(run.path, "failed", error=f"rank {rank} hung in step {step}: the other ranks waited "
+                                       f"{COLLECTIVE_TIMEOUT_S:.0f} s for it in a collective")
+
+
+def _signal_name(code: int) -> str:
+    with contextlib.suppress(ValueError):
+        return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+# -- the agent process: `python -m ortlab.engine.launch SPEC_DIR`
+
+
+def _end_with_parent() -> None:
+    """SIGTERM to this agent when the ortlab process that started it is gone: the agent then ends its ranks."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="ortlab-parent-watch").start()
+
+
+def main(spec_dir: str) -> int:
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    folder = Path(spec_dir)
+    spec = json.loads((folder / "spec.json").read_text(encoding="utf-8"))
+    cfg = BurstConfig.from_dict(spec["config"])
+    _end_with_parent()
+    rdzv_configs: dict[str, Any] = {"timeout": RENDEZVOUS_TIMEOUT_S}
+    if cfg.nnodes > 1:
+        rdzv_configs["is_host"] = cfg.node_rank == 0  # the first machine holds the rendezvous store
+    config = LaunchConfig(min_nodes=cfg.nnodes, max_nodes=cfg.nnodes, nproc_per_node=cfg.nproc,
+                          run_id=spec["run_id"], rdzv_backend="c10d",
+                          rdzv_endpoint=cfg.rdzv_endpoint or "localhost:0", rdzv_configs=rdzv_configs,
+                          max_restarts=0, monitor_interval=0.5, start_method="spawn")
+    result: dict[str, Any] = {}
+    try:
+        elastic_launch(config, sys.executable)("-m", "ortlab.engine.ranks", str(folder / "spec.json"))
+        result["ok"] = True
+    except ChildFailedError as e:
+        result["failures"] = {str(r): {"exitcode": f.exitcode, "message": f.message, "timestamp": f.timestamp}
+                              for r, f in e.failures.items()}
+    except SignalException as e:
+        result["signal"] = signal.Signals(e.sigval).name
+    except Exception as e:  # the rendezvous timed out, the endpoint is unreachable, ...
+        result["error"] = f"{type(e).__name__}: {e}"
+    write_json(folder / "result.json", result)
+    return 0 if result.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,220 @@
+"""One rank of a distributed burst (`python -m ortlab.engine.ranks SPEC`, started by torch's elastic agent in
+ortlab.engine.launch): the process group, the workload with this rank's share of the data, the model inside
+DistributedDataParallel (ORTModule inside DDP, as ORT's guidelines say), an in-sync check after every step that
+also carries the Stop request, and the checkpoint at the end. Everything else is the single-process Engine, so a
+rank's folder (`<run>/ranks/<r>`) is an ordinary run."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import faulthandler
+import json
+import os
+import pickle
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ortlab.engine.config import BurstConfig, resolve_device
+from ortlab.engine.loop import Engine, _Burst
+from ortlab.options import Options
+from ortlab.run import RunWriter, load_run
+from ortlab.snapshot import Snapshot
+
+CHECKPOINT = "checkpoint.pt"
+_COLLECTIVE_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "timed out", "timeout")
+
+
+def collective_error(e: BaseException) -> bool:
+    """Whether an exception came from a collective (a peer that is gone or stuck), not from this rank's work."""
+    return isinstance(e, dist.DistError) or any(w in str(e).lower() for w in _COLLECTIVE_WORDS)
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """Bytes of the optimizer state this rank holds (under ZeRO-1 only its shard)."""
+    local = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer keeps its shard's optimizer there
+    return sum(v.numel() * v.element_size() for state in local.state.values() for v in state.values()
+               if isinstance(v, torch.Tensor))
+
+
+class RankEngine(Engine):
+    """The Engine of one rank: rank r trains on `workload.batch(step * world_size + r)`."""
+
+    def __init__(self, ref, seed: int, snapshot: str | None, run: Path, timeout_s: float):
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        super().__init__(ref, seed=seed, import_options=Options.from_environ(), snapshot=snapshot)
+        inner, rank, world = self.workload.batch, self.rank, self.world
+        self.workload = dataclasses.replace(self.workload, batch=lambda step: inner(step * world + rank))
+        self.run_folder = run
+        self.stop_file = run / "stop"
+        self.timeout_s = timeout_s
+        self.stop_agreed = False  # some rank saw a Stop request: every rank ends after the same step
+        self.names = [name for name, _ in self.model.named_parameters()]
+
+    def _run_dir(self, cfg: BurstConfig) -> Path:
+        path = self.run_folder / "ranks" / str(self.rank)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _prepare(self, cfg: BurstConfig) -> _Burst:
+        b = super()._prepare(cfg)
+        b.writer.meta.update(rank=self.rank, world_size=self.world, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+                             host=os.uname().nodename)
+        b.writer.write("meta.json", b.writer.meta)
+        b.extra["in_sync"] = True
+        return b
+
+    def _ddp(self, module: torch.nn.Module, b: _Burst):
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [torch.cuda.current_device()] if b.device.type == "cuda" else None
+        return DistributedDataParallel(module, device_ids=ids)
+
+    def _wrap(self, b: _Burst, inputs: Any) -> None:
+        super()._wrap(b, inputs)
+        b.runner = self._ddp(b.runner, b)  # DDP(ORTModule(model))
+
+    def _train(self, b: _Burst, on_step, should_stop) -> None:
+        if not b.ortmodule:
+            b.runner = self._ddp(self.model, b)
+        try:
+            super()._train(b, on_step, should_stop)
+        finally:
+            b.extra["optimizer_state_bytes"] = optimizer_state_bytes(b.optimizer)
+        if b.cfg.save_checkpoint:
+            b.stage = "checkpoint"
+            path = self._save_checkpoint(b)
+            if path is not None:
+                b.extra["checkpoint"] = str(path)
+            b.stage = "done"
+
+    def _step(self, b: _Burst, step: int) -> dict[str, Any]:
+        row = super()._step(b, step)
+        b.stage = "in-sync check"
+        row["in_sync"] = self._check_sync(b, step)
+        return row
+
+    def _check_sync(self, b: _Burst, step: int) -> bool:
+        """A float64 sum per parameter, all-gathered with this rank's Stop flag; checksums are compared bit for bit
+        (NaN equals NaN), the first step and parameter where they differ are kept."""
+        with torch.no_grad():
+            sums = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
+        flag = torch.tensor([1.0 if self.stop_file.exists() else 0.0], dtype=torch.float64, device=sums.device)
+        mine = torch.cat([sums, flag])
+        everyone = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(everyone, mine)
+        table = torch.stack(everyone).cpu()
+        self.stop_agreed = bool(table[:, -1].any())
+        bits = table[:, :-1].contiguous().view(torch.int64)
+        differs = (bits != bits[0]).any(dim=0)
+        if not differs.any():
+            return True
+        if b.extra.get("in_sync", True):
+            i = int(differs.nonzero()[0])
+            b.extra["in_sync"] = False
+            b.extra["out_of_sync"] = {"step": step, "parameter": self.names[i],
+                                      "checksums": {str(r): float(table[r, i]) for r in range(self.world)}}
+        return False
+
+    def _save_checkpoint(self, b: _Burst) -> Path | None:
+        """The full fp32 weights on rank 0: under ZeRO-1 each parameter from the rank whose shard updates it
+        (gathered, without the optimizer state, as PR 5478's aggregation does); under DDP rank 0's own."""
+        owned: dict[str, torch.Tensor] = {}
+        if b.cfg.optimizer == "zero1":
+            name_of = {id(p): n for n, p in self.model.named_parameters()}
+            owned = {name_of[id(p)]: p.detach().float().cpu() for group in b.optimizer.optim.param_groups
+                     for p in group["params"]}
+            shards = [None] * self.world if self.rank == 0 else None
+            dist.gather_object(owned, shards, dst=0)
+            owned = {k: v for shard in shards or [] for k, v in shard.items()}
+        if self.rank != 0:
+            return None
+        snap = Snapshot.take(self.model)
+        missing = set(self.names) - set(owned) if b.cfg.optimizer == "zero1" else set()
+        if missing:
+            raise RuntimeError(f"ZeRO-1 shards did not cover parameters {sorted(missing)[:5]}")
+        snap.model.update(owned)
+        return snap.save(self.run_folder / CHECKPOINT)
+
+    def _failed(self, b: _Burst, e: Exception) -> None:
+        super()._failed(b, e)
+        b.extra["failed_at"] = time.time()
+        error = f"rank {self.rank}: {b.extra['error']}"
+        if collective_error(e):
+            b.extra["collective"] = True
+            error += (f" (a collective with the other ranks failed: one of them is gone or stuck; collectives time "
+                      f"out after {self.timeout_s:.0f} s)")
+        b.extra["error"] = error
+
+
+def _watch_parent() -> None:
+    """End this rank when its elastic agent is gone (no rank outlives its launch)."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="ortlab-agent-watch").start()
+
+
+def _log_to(path: Path) -> None:
+    """File descriptors 1 and 2 into the rank's log, so that what happens before the burst (imports, the process
+    group, a crash in C++) is kept too."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+
+
+def _failed_early(folder: Path, cfg: BurstConfig, rank: int, error: str) -> None:
+    writer = RunWriter(folder, {"backend": cfg.backend, "config": cfg.to_dict(), "rank": rank, "pid": os.getpid()})
+    writer.finish("failed", error=error, failed_at=time.time())
+    print(f"[ortlab] {error}", flush=True)
+
+
+def main(spec_path: str) -> int:
+    spec_file = Path(spec_path)
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    rank = int(os.environ["RANK"])
+    run = Path(spec["run"])
+    folder = run / "ranks" / str(rank)
+    folder.mkdir(parents=True, exist_ok=True)
+    _log_to(folder / "log.txt")
+    faulthandler.enable()
+    _watch_parent()
+    cfg = BurstConfig.from_dict(spec["config"])
+    timeout = float(spec["timeout_s"])
+    try:
+        device = resolve_device(cfg.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=timeout))
+    except Exception as e:
+        _failed_early(folder, cfg, rank, f"rank {rank}: the process group did not form within {timeout:.0f} s: "
+                                         f"{type(e).__name__}: {e}")
+        return 1
+    try:
+        ref = pickle.loads((spec_file.parent / "ref.pkl").read_bytes())  # written by this package's launcher
+        engine = RankEngine(ref, spec["seed"], spec["snapshot"], run, timeout)
+        path = engine.run(cfg, should_stop=lambda: engine.stop_agreed)
+    except Exception as e:  # the workload or the arguments: before the burst started
+        _failed_early(folder, cfg, rank, f"rank {rank}: {type(e).__name__}: {e}")
+        return 1
+    status = load_run(path).status
+    dist.destroy_process_group()
+    return 0 if status in ("ok", "interrupted") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
