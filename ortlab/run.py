@@ -16,6 +16,7 @@ from typing import Any
 from ortlab.errors import InputError
 
 STATUSES = ("running", "ok", "interrupted", "stopped", "failed", "crashed")
+DISTRIBUTED_KEYS = ("nproc", "nnodes", "ranks", "in_sync", "out_of_sync", "checkpoint", "failed_rank")
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -202,10 +203,22 @@ class Run:
         return self.read_json("ort.json", {})
 
     @property
+    def memory(self) -> dict[str, Any]:
+        """The burst's activation-memory account (collector "memory"; ortlab.account): memory.json, {} without."""
+        return self.read_json("memory.json", {})
+
+    @property
     def transitions(self):
         import pandas as pd
 
         return pd.DataFrame(self.read_json("transitions.json", []))
+
+    @property
+    def ranks(self) -> list[Run]:
+        """Each rank's own run (folder ranks/<r>) of a distributed burst, by rank; [] for a single process."""
+        folder = self.path / "ranks"
+        found = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+        return [load_run(folder / str(r)) for r in found if (folder / str(r) / "meta.json").is_file()]
 
     def summary(self) -> dict[str, Any]:
         m = self.metrics
@@ -222,6 +235,12 @@ class Run:
         overhead = (self.ort or {}).get("overhead") or {}
         if overhead:
             out["ort_init_s"] = overhead.get("end to end")
+        from ortlab.account.record import summary_fields
+
+        out.update(summary_fields(self.memory))
+        for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
+            if key in self.meta:
+                out[key] = self.meta[key]
         return out
 
     def __repr__(self) -> str:

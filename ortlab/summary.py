@@ -42,6 +42,8 @@ class Comparison:
             if pt.get("median_step_s") and ort.get("median_step_s") else None,
             "ort_init_s": ort.get("ort_init_s"),
             "parity": bool(self.pytorch.meta.get("config", {}).get("parity")),
+            "saved_for_backward_ratio": (ort["saved_for_backward_mb"] / pt["saved_for_backward_mb"])
+            if pt.get("saved_for_backward_mb") and ort.get("saved_for_backward_mb") is not None else None,
         }
         for run in self.runs:
             if run.error or run.meta.get("warning"):
@@ -55,8 +57,11 @@ class Comparison:
             return "-" if value is None else format(value, spec)
 
         rows = [("", "pytorch", "ortmodule")]
+        process = "peak CUDA allocated (MB)" if self.pytorch.meta.get("device") == "cuda" else "peak resident set (MB)"
         shown = (("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
-                 ("median step (ms)", "median_step_s", "ms"), ("peak memory (MB)", "peak_mem_mb", ".0f"))
+                 ("median step (ms)", "median_step_s", "ms"), (process, "peak_mem_mb", ".0f"),
+                 ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
+                 ("activation peak (MB)", "activation_peak_mb", ".2f"))
         for label, key, spec in shown:
             vals = []
             for backend in ("pytorch", "ortmodule"):
@@ -68,6 +73,7 @@ class Comparison:
         lines.append(f"max |loss difference| {fmt(d['max_loss_diff'], '.3g')}")
         lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) {fmt(d['step_time_ratio'], '.2f')}")
         lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
+        lines += _memory_lines(d)
         if not d["parity"]:
             lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ "
                          "(use --parity)")
@@ -75,3 +81,17 @@ class Comparison:
             lines.append(f"problem: {problem}")
         lines.append("runs: " + "\n      ".join(str(r.path) for r in self.runs))
         return "\n".join(lines)
+
+
+def _memory_lines(d: dict[str, Any]) -> list[str]:
+    """What the accounted rows count (the process figure counts everything the process holds), or why a backend
+    has no account."""
+    accounted = [b for b in ("pytorch", "ortmodule") if d[b].get("memory_counts") and not d[b].get("memory_missing")]
+    lines = []
+    if accounted:
+        lines.append("accounted rows: activations only (ortlab.account), exact at the burst's shapes; the "
+                     "process's peak counts everything it holds:")
+        lines += [f"  {d[b]['memory_counts']}" for b in accounted]
+    lines += [f"no activation account for {b}: {d[b]['memory_missing']}" for b in ("pytorch", "ortmodule")
+              if d[b].get("memory_missing")]
+    return lines

@@ -389,3 +389,181 @@ def test_a_plan_that_moves_the_stash_saves_nothing(tmp_path):
                                                           "Add_output_0"]
     assert len(joined) == 4 and all("Dropout_output_0" in n for n in joined)
     assert a1.stashed_bytes == a0.stashed_bytes and a1.peak_activation_bytes == a0.peak_activation_bytes
+
+
+# --------------------------------------------------------------------------- where it shows: collector, summary
+
+
+def bn_workload():
+    """A model with a BatchNorm (running statistics: state a forward changes) and a Dropout (random numbers)."""
+    import torch
+
+    from ortlab.workload import Workload
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+                                torch.nn.Dropout(0.3), torch.nn.Linear(32, 4))
+
+    def batch(step):
+        g = torch.Generator().manual_seed(step)
+        return torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+
+    return Workload(model, batch, torch.nn.functional.mse_loss, name="bn", batch_size=8)
+
+
+def fake_run(folder: Path, backend: str, memory_data: dict | None, options: dict | None = None,
+             peak_mem_mb: float = 500.0) -> Path:
+    """A finished run folder with one step and the memory.json a burst's collector would have written."""
+    folder.mkdir(parents=True)
+    meta = {"status": "ok", "backend": backend, "device": "cpu", "effective_options": options or {},
+            "config": {"optimizer": "adamw", "options": options or {}}}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    row = {"step": 0, "loss": 1.0, "step_time_s": 0.01, "samples_per_s": 800.0, "peak_mem_mb": peak_mem_mb}
+    (folder / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    if memory_data is not None:
+        (folder / "memory.json").write_text(json.dumps(memory_data))
+    return folder
+
+
+def graph_record(account: MemoryAccount) -> dict:
+    from ortlab.account.record import COUNTS, GRAPH
+
+    return {"kind": GRAPH, "counts": COUNTS[GRAPH], **account.to_dict(timeline=True)}
+
+
+def autograd_record(account) -> dict:
+    from ortlab.account.record import AUTOGRAD, COUNTS
+
+    return {"kind": AUTOGRAD, "counts": COUNTS[AUTOGRAD], **account.to_dict()}
+
+
+def test_untouched_leaves_no_trace():
+    import random
+
+    import numpy as np
+    import torch
+
+    from ortlab.account.collector import untouched
+
+    model = bn_workload().model.train()
+    model[0].weight.grad = torch.ones_like(model[0].weight)
+    py, cpu, npy = random.getstate(), torch.get_rng_state(), np.random.get_state()[1].copy()
+    stats, grad = model[1].running_mean.clone(), model[0].weight.grad.clone()
+    with untouched(model):
+        model(torch.randn(5, 16)).sum().backward()
+        random.random(), np.random.rand()
+    assert random.getstate() == py and torch.equal(torch.get_rng_state(), cpu)
+    assert np.array_equal(np.random.get_state()[1], npy)
+    assert torch.equal(model[1].running_mean, stats) and torch.equal(model[0].weight.grad, grad)
+    assert model[4].weight.grad is None
+
+
+@pytest.mark.parametrize("factory", [None, bn_workload], ids=["demo", "batchnorm"])
+def test_the_collector_leaves_a_pytorch_burst_as_it_was(tmp_path, factory):
+    """The autograd account runs a forward and backward before the first step; the burst's losses, the model
+    it leaves, and the next burst are those of bursts without it."""
+    import torch
+
+    from ortlab.engine import BurstConfig, Engine
+    from ortlab.run import load_run
+    from ortlab.workload import ModelRef
+
+    engine = Engine(ModelRef.of(factory))
+
+    def burst(collect):
+        path = engine.run(BurstConfig(backend="pytorch", steps=3, out=str(tmp_path), collect=collect))
+        return load_run(path), {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+    (plain, state), (counted, state_counted), (after, _) = burst({}), burst({"memory": {}}), burst({})
+    assert plain.losses == counted.losses == after.losses
+    assert all(torch.equal(state[k], state_counted[k]) for k in state)
+    assert plain.memory == {} and counted.memory["kind"] == "autograd"
+    expected = torch_memory(factory).saved_bytes
+    assert counted.memory["saved_bytes"] == expected > 0
+    s = counted.summary()
+    assert s["saved_for_backward_mb"] == round(expected / 2**20, 3) and "autograd" in s["memory_counts"]
+    assert "activation_peak_mb" not in s and "saved_for_backward_mb" not in plain.summary()
+
+
+def test_summary_reports_accounted_memory_beside_the_process(tmp_path):
+    from ortlab.account.record import GRAPH, missing
+    from ortlab.run import load_run
+    from ortlab.summary import Comparison
+
+    graph = memory(recompute_graph(tmp_path / "m_execution_model_training.onnx"), order="default")
+    saved = torch_memory(torch_module(), torch_input())
+    pt = load_run(fake_run(tmp_path / "20260101-000000-pytorch", "pytorch", autograd_record(saved)))
+    ort = load_run(fake_run(tmp_path / "20260101-000001-ortmodule", "ortmodule", graph_record(graph),
+                            {"save_onnx": True}))
+    c = Comparison(pt, ort)
+    d = c.to_dict()
+    assert d["ortmodule"]["activation_peak_mb"] == round(12288 / 2**20, 3)
+    assert d["ortmodule"]["saved_for_backward_mb"] == round(graph.stashed_bytes / 2**20, 3)
+    assert d["pytorch"]["saved_for_backward_mb"] == round(saved.saved_bytes / 2**20, 3)
+    assert d["saved_for_backward_ratio"] == pytest.approx(d["ortmodule"]["saved_for_backward_mb"]
+                                                          / d["pytorch"]["saved_for_backward_mb"])
+    text = str(c)
+    assert "peak resident set (MB)" in text and "peak memory" not in text
+    assert "kept for backward (MB)" in text and "activation peak (MB)" in text and "autograd" in text
+    assert json.loads(json.dumps(d))["ortmodule"]["memory_counts"].startswith("ORTModule")
+    none = load_run(fake_run(tmp_path / "20260101-000002-ortmodule", "ortmodule",
+                             missing(GRAPH, "no graph: save_onnx was off")))
+    assert none.summary()["memory_missing"] == "no graph: save_onnx was off"
+    assert "no activation account for ortmodule: no graph: save_onnx was off" in str(Comparison(pt, none))
+    assert MemoryAccount.from_dict(ort.memory).steps == graph.steps
+    with pytest.raises(AccountError, match="timeline"):
+        MemoryAccount.from_dict(graph.to_dict())
+
+
+def torch_module():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
+
+
+def torch_input():
+    import torch
+
+    return torch.ones(16, 64)
+
+
+def test_cli_burst_collects_memory_by_default():
+    import argparse
+
+    from ortlab.cli import burst as burst_cli
+
+    p = argparse.ArgumentParser(prog="ortlab")
+    burst_cli.register(p.add_subparsers(dest="command"))
+    assert burst_cli.collect_settings(p.parse_args(["burst"])) == {"memory": {}}
+    assert burst_cli.collect_settings(p.parse_args(["burst", "--no-memory"])) == {}
+    assert burst_cli.collect_settings(p.parse_args(["burst", "--no-memory", "--collect", "stats"])) == {"stats": {}}
+
+
+@pytest.mark.slow
+def test_the_collector_accounts_ortmodule_bursts_and_says_why_not(tmp_path):
+    """With save_onnx: memory.json holds the graph's account, the same as ortlab.memory(run) afterwards; a
+    burst that reused the ORTModule has the account of the export it reused; without save_onnx, the reason."""
+    from ortlab.engine import BurstConfig, Engine
+    from ortlab.options import Options
+    from ortlab.run import load_run
+    from ortlab.workload import ModelRef
+
+    engine = Engine(ModelRef.of())
+
+    def burst(options):
+        cfg = BurstConfig(backend="ortmodule", steps=2, options=Options(options), out=str(tmp_path),
+                          collect={"memory": {}})
+        return load_run(engine.run(cfg))
+
+    first, reused, unsaved = burst({"save_onnx": True}), burst({"save_onnx": True}), burst({})
+    assert first.ok and reused.ok and unsaved.ok
+    recorded = first.memory
+    assert recorded["kind"] == "graph" and recorded["run"] == first.path.name and recorded["exact"]
+    again = memory(first)  # from ort.json's input shapes, written after the collector ran
+    assert again.to_dict(timeline=True) == {k: v for k, v in recorded.items() if k not in ("kind", "counts")}
+    assert reused.memory["peak_activation_bytes"] == recorded["peak_activation_bytes"]
+    assert "reused" in reused.memory["note"] and reused.memory["run"] == reused.path.name
+    assert "save_onnx" in unsaved.memory["missing"] and "peak_activation_bytes" not in unsaved.memory
+    s = first.summary()
+    assert s["activation_peak_mb"] > s["saved_for_backward_mb"] > 0 and s["peak_mem_mb"] > 0

@@ -59,6 +59,9 @@ def test_burst_both_json(tmp_path):
     assert summary["pytorch"]["status"] == summary["ortmodule"]["status"] == "ok"
     assert summary["max_loss_diff"] < 1e-3
     assert summary["ort_init_s"] > 0
+    # activation memory per backend from the account (on by default), beside the process's resident set
+    assert summary["pytorch"]["saved_for_backward_mb"] > 0 and summary["ortmodule"]["activation_peak_mb"] > 0
+    assert "autograd" in summary["pytorch"]["memory_counts"] and summary["saved_for_backward_ratio"] > 0
     from ortlab import load_run
 
     assert load_run(summary["ortmodule"]["path"]).backend == "ortmodule"
@@ -69,7 +72,7 @@ def test_burst_both_json(tmp_path):
 def test_burst_table(tmp_path):
     r = ortlab("burst", "--steps", "3", "--backend", "ortmodule", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert "final_loss" in r.stdout and "ort_init_s" in r.stdout
+    assert "final_loss" in r.stdout and "ort_init_s" in r.stdout and "activation_peak_mb" in r.stdout
 
 
 def test_options_reference_page_is_generated_from_the_registry():

@@ -8,7 +8,8 @@ the same question to PyTorch: what autograd saves for backward. `timeline_figure
 
 Modules: dims (symbolic dimensions evaluated), graph (the graph read, shapes resolved), order (ORT's execution
 orders), liveness (ORT's allocation planner walked), account (`MemoryAccount`), build (`memory`),
-torch_account (`torch_memory`), figures (`timeline_figure`). Importing this package imports neither onnx,
+torch_account (`torch_memory`), figures (`timeline_figure`), collector (the burst collector "memory"), record
+(its memory.json, and what a run's summary shows of it). Importing this package imports neither onnx,
 torch, pandas nor matplotlib. No public name below equals a module's name.
 """
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 PHASES = ("forward", "yield", "backward")
@@ -82,6 +82,18 @@ class MemoryAccount:
         if timeline:
             out["timeline"] = {k: list(v) for k, v in self.steps.items()}
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryAccount:
+        """The account back from `to_dict(timeline=True)` (a run's memory.json): what the Lab draws from."""
+        from ortlab.account.errors import AccountError
+
+        names = [f.name for f in fields(cls) if f.name != "steps"]
+        missing = [k for k in (*names, "timeline") if k not in data]
+        if missing:
+            raise AccountError(f"not a memory account with its timeline (to_dict(timeline=True)): "
+                               f"{', '.join(missing)} missing")
+        return cls(**{k: data[k] for k in names}, steps={k: list(v) for k, v in data["timeline"].items()})
 
     def report(self, n: int = 10) -> str:
         """The account as text: the peak and where, the largest tensors then, what is counted apart."""

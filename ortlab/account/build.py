@@ -8,7 +8,7 @@ used), the optimizer and the device. For a bare `.onnx` file, pass `dims` or `in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +41,19 @@ def memory(source: Any, *, dims: Mapping[str, int] | None = None,
     to evaluate at (default: what the run recorded). `order`: "auto" (the one ORT used: memory_efficient when
     the memory optimizer is on), "default" or "memory_efficient". `prefix` picks one export of several.
     """
-    if order not in ORDER_CHOICES:
-        raise AccountError(f"order={order!r}: allowed are {', '.join(ORDER_CHOICES)}")
+    _check_order(order)
     path, run = _locate(source, prefix)
+    return account_of(path, run, dims=dims, input_shapes=input_shapes, order=order)
+
+
+def account_of(path: Path, run: Any, *, dims: Mapping[str, int] | None = None,
+               input_shapes: Mapping[str, Any] | None = None, order: str = "auto",
+               user_inputs: Sequence[str] | None = None) -> MemoryAccount:
+    """The account of the execution model at `path`, for `run` (its options, optimizer and device; None: a bare
+    graph). `user_inputs`, the graph inputs that are not parameters, default to ORT's record in the run's
+    ort.json: a burst's collector passes them (and `input_shapes`) before the burst writes that file, and may
+    name a graph of an earlier burst whose ORTModule this one reused."""
+    _check_order(order)
     g = read_graph(path)
     values = _values(g, run, dims, input_shapes)
     shapes = resolve(g, values)
@@ -52,8 +62,13 @@ def memory(source: Any, *, dims: Mapping[str, int] | None = None,
     steps, used = execution_order(g, kind)
     if used != kind:
         reason = f"{kind} asked, but the graph has no single YieldOp: default"
-    p = plan(g, steps, sizes, _parameters(g, run))
+    p = plan(g, steps, sizes, _parameters(g, run, user_inputs))
     return _assemble(g, run, p, shapes, values, used, reason)
+
+
+def _check_order(order: str) -> None:
+    if order not in ORDER_CHOICES:
+        raise AccountError(f"order={order!r}: allowed are {', '.join(ORDER_CHOICES)}")
 
 
 def _locate(source: Any, prefix: str | None) -> tuple[Path, Any]:
@@ -128,12 +143,14 @@ def _order(g: ExecGraph, run: Any, order: str) -> tuple[str, str]:
     return "default", "no recompute nodes: ORT's memory optimizer taken as off"
 
 
-def _parameters(g: ExecGraph, run: Any) -> set[str] | None:
+def _parameters(g: ExecGraph, run: Any, user_inputs: Sequence[str] | None) -> set[str] | None:
     """Graph inputs that are parameters, from ORT's post-export record (None: guess from the gradients)."""
-    info = (run.ort.get("post_export") or {}) if run is not None else {}
-    if info.get("user_inputs") is None:
+    if user_inputs is None:
+        info = (run.ort.get("post_export") or {}) if run is not None else {}
+        user_inputs = info.get("user_inputs")
+    if user_inputs is None:
         return None
-    user = set(info["user_inputs"])
+    user = set(user_inputs)
     return {t for t in g.graph_inputs if t not in user and t not in g.initializers}
 
 

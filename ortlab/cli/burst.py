@@ -26,11 +26,13 @@ def cmd_burst(args) -> int:
     from ortlab.options import Options
 
     options = Options.parse(args.option)
-    if args.save_graphs:
+    collect = collect_settings(args)
+    if args.save_graphs or ("memory" in collect and args.backend != "pytorch"):  # the account reads ORT's graph
         options = options.replace(save_onnx=True)
     kwargs = dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=args.precision,
                   device=args.device, parity=args.parity, progress=not args.json and sys.stderr.isatty(),
-                  collect=collect_settings(args))
+                  collect=collect, nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
+                  rdzv_endpoint=args.rdzv_endpoint, save_checkpoint=args.save_checkpoint)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         if args.backend == "both":
             comparison = session.compare(args.steps, options, **kwargs)
@@ -55,6 +57,8 @@ def cmd_burst(args) -> int:
 def collect_settings(args) -> dict[str, dict]:
     """`--collect stats --stats-modules 'blocks.*' --stats-samples 4` -> Session.burst's collect= argument."""
     collect = {name: {} for name in args.collect}
+    if args.memory:
+        collect["memory"] = {}
     if "stats" in collect:
         if args.stats_modules:
             collect["stats"]["modules"] = list(args.stats_modules)
@@ -75,6 +79,8 @@ def _single(run) -> str:
 
 
 def register(sub) -> None:
+    import argparse
+
     from ortlab.engine.collectors import COLLECTORS
     from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS
 
@@ -92,14 +98,29 @@ def register(sub) -> None:
     b.add_argument("--device", default="auto", choices=DEVICES)
     b.add_argument("--save-graphs", action="store_true",
                    help="save ORTModule's exported graphs into the run (the option save_onnx=true)")
+    b.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="account activation memory per backend (memory.json; ORTModule bursts then save their "
+                   "graphs): what autograd saves for backward, and ORT's execution graph step by step "
+                   "(default: on)")
     b.add_argument("--collect", action="append", default=[], choices=sorted(COLLECTORS),
                    help="record per-burst data: stats = activation statistics (for ortlab diff), plans = "
-                   "the memory optimizer's recompute plans (repeatable)")
+                   "the memory optimizer's recompute plans, memory = the activation-memory account (on by "
+                   "default: --memory) (repeatable)")
     b.add_argument("--stats-modules", action="append", metavar="GLOB",
                    help="with --collect stats: only modules whose name matches (repeatable; default all)")
     b.add_argument("--stats-samples", type=non_negative_int, metavar="N",
                    help="with --collect stats: values sampled per tensor (default 8)")
     b.add_argument("--stats-no-grads", action="store_true", help="with --collect stats: no gradient statistics")
+    d = b.add_argument_group("several processes and machines (ranks started by torch's elastic launcher)")
+    d.add_argument("--nproc", type=positive_int, default=1, help="ranks on this machine (default 1: one process)")
+    d.add_argument("--nnodes", type=positive_int, default=1, help="machines in the job (start the same command "
+                   "on each, with its --node-rank)")
+    d.add_argument("--node-rank", type=non_negative_int, default=0, help="this machine's index, 0 to nnodes - 1")
+    d.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="where the machines meet: node 0's address and a free port (needed with --nnodes > 1)")
+    d.add_argument("--save-checkpoint", action="store_true",
+                   help="write the full fp32 weights at the end (checkpoint.pt; ZeRO-1 shards gathered); loads "
+                   "as Session(snapshot=PATH)")
     add_out_arg(b)
     add_in_process_arg(b)
     add_json_arg(b)

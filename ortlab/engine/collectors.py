@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 # name -> "module:Class", loaded lazily in whichever process runs the burst. A collector class is built with the
 # keyword arguments given in BurstConfig.collect[name].
 COLLECTORS: dict[str, str] = {
+    "memory": "ortlab.account.collector:MemoryCollector",  # the activation-memory account (memory.json)
     "plans": "ortlab.recompute.collector:PlanCollector",  # the memory optimizer's recompute plans (ORTModule bursts)
     "stats": "ortlab.activations.collect:StatsCollector",  # per-step activation and gradient statistics
 }

@@ -20,6 +20,11 @@ def _table(df) -> str:
     return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True, na_rep="-")
 
 
+def _process_label(run) -> str:
+    """The process figure, named as what it is (the accounted columns beside it count activations only)."""
+    return "peak CUDA allocated (MB)" if run.meta.get("device") == "cuda" else "peak resident set (MB)"
+
+
 class BurstPanel(W.VBox):
     """Thin over Session.burst: a background thread runs the bursts so the kernel stays responsive and Stop
     works; each step updates the progress bar and the loss curve."""
@@ -42,6 +47,9 @@ class BurstPanel(W.VBox):
                                        "the Activations tab compares the two backends")
         self.save_graphs = W.Checkbox(value=False, description="save exported graphs",
                                       tooltip="ORTModule's stage graphs into the run (save_onnx): the Graphs tab")
+        self.account_memory = W.Checkbox(value=True, description="account activation memory",
+                                         tooltip="what autograd saves for backward (PyTorch) and ORT's execution "
+                                         "graph step by step (ORTModule; saves its graphs): the Memory tab")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
         self.progress = W.IntProgress(value=0, min=0, max=1, description="", layout=W.Layout(width="400px"))
@@ -56,7 +64,7 @@ class BurstPanel(W.VBox):
         self.last_runs: list = []
         super().__init__([
             self.backend, W.HBox([self.steps, self.seed, self.parity]), W.HBox([self.optimizer, self.precision]),
-            W.HBox([self.record_stats, self.save_graphs]),
+            W.HBox([self.record_stats, self.save_graphs, self.account_memory]),
             W.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.plot,
             W.HTML("<b>Results</b>"), self.results, W.HTML("<b>Why ORTModule exported (transitions)</b>"),
             self.transitions])
@@ -91,9 +99,10 @@ class BurstPanel(W.VBox):
         runs = []
         try:
             options = self.get_options()
-            if self.save_graphs.value:
-                options = options.replace(save_onnx=True)
-            collect = {"stats": {}} if self.record_stats.value else None
+            if self.save_graphs.value or (self.account_memory.value and "ortmodule" in backends):
+                options = options.replace(save_onnx=True)  # the memory account reads ORT's saved graph
+            collect = {name: {} for name, on in (("stats", self.record_stats.value),
+                                                 ("memory", self.account_memory.value)) if on} or None
             for backend in backends:
                 self.status.value = f"running {backend}..."
                 run = self.session.burst(
@@ -151,7 +160,9 @@ class BurstPanel(W.VBox):
             s = run.summary()
             rows.append({"backend": run.backend, "status": run.status, "steps": s.get("steps"),
                          "final loss": s.get("final_loss"), "median step (ms)": (s.get("median_step_s") or 0) * 1000,
-                         "peak memory (MB)": s.get("peak_mem_mb"),
+                         _process_label(run): s.get("peak_mem_mb"),
+                         "kept for backward (MB)": s.get("saved_for_backward_mb"),
+                         "activation peak (MB)": s.get("activation_peak_mb"),
                          "ORT init (s)": s.get("ort_init_s") if run.backend == "pytorch" or run.ort.get("exported")
                          else "reused (no export)"})
         self.results.value = _table(pd.DataFrame(rows))

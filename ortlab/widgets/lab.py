@@ -17,6 +17,7 @@ _VIEW_TABS = (
     ("Graphs", "ortlab.widgets.graphs", "GraphsPanel", "runs"),
     ("Recompute", "ortlab.widgets.recompute", "RecomputePanel", "session"),
     ("Activations", "ortlab.widgets.activations", "ActivationsPanel", "runs"),
+    ("Memory", "ortlab.widgets.memory", "MemoryPanel", "runs"),
 )
 
 
