@@ -112,6 +112,9 @@ class StatsCollector(Collector):
     Order: forward order as PyTorch runs it (also under ORTModule, whose PythonOps carry their trace order);
     backward rows are the gradients of the same tensors. A tensor that is the same object as an earlier one
     (a Sequential's output is its last child's) is summarized once and copied.
+
+    In a rank of a distributed burst the rank also calls `on_parameter_grads` before each optimizer step: each
+    parameter's gradient after DDP's all-reduce (phase "param_grad"), which must be equal on every rank.
     """
 
     changes_graph = True
@@ -140,6 +143,10 @@ class StatsCollector(Collector):
         self._fw, self._bw = np.empty((0, _NF)), np.empty((0, _NF))  # this step's rows, per slot
         self._fws, self._bws = np.empty((0, samples), np.float32), np.empty((0, samples), np.float32)
         self._step: int | None = None
+        self.params: list[tuple[str, str, str]] = []  # (name, shape, dtype) of each parameter with a gradient
+        self._pg = np.empty((0, _NF))  # this step's parameter-gradient rows
+        self._pgs = np.empty((0, samples), np.float32)
+        self._param_frames: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # step -> rows, samples
         self._reset_forward()
 
     @property
@@ -304,6 +311,24 @@ class StatsCollector(Collector):
                 self._grow(slot + 1)
             self._summarize(grad, self._bw, self._bws, slot)
 
+    def on_parameter_grads(self, named_parameters) -> None:
+        """Each parameter's gradient as it is now (a rank calls this after backward, before the optimizer step:
+        after DDP's all-reduce), in the order of the model's parameters."""
+        if self._step is None:
+            return
+        grads = [(name, p.grad) for name, p in named_parameters if p.grad is not None]
+        if not self.params:
+            self.params = [(n, "x".join(map(str, g.shape)), str(g.dtype).removeprefix("torch.")) for n, g in grads]
+            self._pg = np.full((len(grads), _NF), np.nan)
+            self._pgs = np.full((len(grads), self.samples), np.nan, np.float32)
+        index = {name: i for i, (name, _, _) in enumerate(self.params)}
+        self._pg.fill(np.nan)
+        self._pgs.fill(np.nan)
+        for name, g in grads:
+            if name in index:
+                self._summarize(g, self._pg, self._pgs, index[name])
+        self._param_frames[self._step] = (self._pg.copy(), self._pgs.copy())
+
     # -- output
 
     def write(self, path: Path, **meta: Any) -> Path:
@@ -328,6 +353,20 @@ class StatsCollector(Collector):
         np.savez(tmp, meta=np.array(json.dumps(info)), step=np.array([f[0] for f in self._frames], np.int64),
                  forward=stack(1, _NF, np.float64), backward=stack(2, _NF, np.float64),
                  forward_samples=stack(3, self.samples, np.float32),
-                 backward_samples=stack(4, self.samples, np.float32), **slot_columns)
+                 backward_samples=stack(4, self.samples, np.float32), **slot_columns, **self._param_arrays())
         tmp.replace(path)
         return path
+
+    def _param_arrays(self) -> dict[str, np.ndarray]:
+        """The parameter gradients (when a rank recorded them), per recorded step: [step, parameter, field]."""
+        if not self.params:
+            return {}
+        p = len(self.params)
+        rows = np.full((len(self._frames), p, _NF), np.nan)
+        samples = np.full((len(self._frames), p, self.samples), np.nan, np.float32)
+        for j, frame in enumerate(self._frames):
+            if frame[0] in self._param_frames:
+                rows[j], samples[j] = self._param_frames[frame[0]]
+        return {"param_grad": rows, "param_grad_samples": samples,
+                **{f"param_{k}": np.array([q[i] for q in self.params], dtype=str)
+                   for i, k in enumerate(("name", "shape", "dtype"))}}

@@ -17,6 +17,7 @@ import numpy as np
 
 from ortlab.activations.errors import ActivationsError, StatsFileError
 from ortlab.activations.legacy import is_dump, read_dump
+from ortlab.activations.ranks import apply_rank_rules, rank_of, rank_pair
 from ortlab.activations.results import METRICS, ActivationDiff, Divergence, NonFinite, Tolerances
 from ortlab.activations.table import STATS_FILE, read_stats
 
@@ -37,6 +38,9 @@ def load(source: Any, model: Any = None):
 
 
 def _label(source: Any, table) -> str:
+    rank = rank_of(source)
+    if rank is not None:  # <run>/ranks/<r>
+        return f"{Path(getattr(source, 'path', source)).resolve().parent.parent.name} rank {rank}"
     if hasattr(source, "path"):
         return Path(source.path).name
     if isinstance(source, str | Path):
@@ -48,18 +52,27 @@ def _label(source: Any, table) -> str:
 
 
 def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None = None, *, noise: Any = None,
-            noise_factor: float = 1.0, model: Any = None, steps: Any = None) -> ActivationDiff:
+            noise_factor: float = 1.0, model: Any = None, steps: Any = None, ranks: Any = None) -> ActivationDiff:
     """Compare two sources (Run, run folder, ORT dump folder or table; or one ortlab Comparison from
-    Session.compare). `tolerances`: one number for every statistic or a dict per statistic. `noise`: a
+    Session.compare; or one distributed run and `ranks=(i, j)`). Two ranks of a distributed burst are compared
+    as ranks (see ortlab.activations.ranks): their activations may differ, their parameter gradients not.
+    `tolerances`: one number for every statistic or a dict per statistic. `noise`: a
     NoiseFloor, whose run-to-run differences (times `noise_factor`) raise the tolerance per tensor and step.
     `model`: the nn.Module of an ORT dump, to name its tensors by module path. `steps`: only these steps.
     Against a noise floor, each tensor's tolerance becomes the larger of `tolerances` and `noise_factor` times
     that tensor's run-to-run difference."""
+    if ranks is not None:
+        if b is not None:
+            raise ActivationsError("compare takes two sources or one distributed run with ranks=(i, j), not both")
+        a, b = rank_pair(a, ranks)
     if b is None and hasattr(a, "pytorch") and hasattr(a, "ortmodule"):
         a, b = a.pytorch, a.ortmodule
     if b is None:
-        raise ActivationsError("compare needs two sources (or one Comparison from Session.compare)")
+        raise ActivationsError("compare needs two sources (or one Comparison from Session.compare, or one "
+                               "distributed run and ranks=(i, j))")
     tol = Tolerances.of(tolerances)
+    pair = (rank_of(a), rank_of(b))
+    pair = pair if None not in pair and pair[0] != pair[1] else None
     _same_model(a, b)
     ta, tb = load(a, model), load(b, model)
     la, lb = _label(a, ta), _label(b, tb)
@@ -77,9 +90,11 @@ def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None 
     table = _differences(merged, tol, comparable_samples=_same_sampling(ta, tb))
     if noise is not None:
         table = _apply_noise(table, noise, tol, noise_factor)
+    if pair is not None:
+        table = apply_rank_rules(table, tolerances_given=tolerances is not None)
     first = _first_divergence(table)
     nonfinite = {la: _first_nonfinite(ta), lb: _first_nonfinite(tb)}
-    return ActivationDiff(la, lb, table, first, nonfinite, aligned_by, tol, unmatched, errors, noise)
+    return ActivationDiff(la, lb, table, first, nonfinite, aligned_by, tol, unmatched, errors, noise, pair)
 
 
 def _same_model(a: Any, b: Any) -> None:

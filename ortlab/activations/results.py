@@ -117,6 +117,7 @@ class ActivationDiff:
     unmatched: dict[str, list[str]] = field(default_factory=dict)  # names only one side has
     errors: list[str] = field(default_factory=list)  # unreadable dump files
     noise: Any = None  # the NoiseFloor used, if any
+    ranks: tuple[int, int] | None = None  # two ranks of a distributed burst: only parameter gradients must match
 
     @property
     def diverged(self) -> bool:
@@ -124,7 +125,10 @@ class ActivationDiff:
 
     def top(self, n: int = 10):
         """The n largest differences (relative to tolerance), one row per tensor: its worst step."""
-        t = self.table.dropna(subset=["score"]).sort_values("score", ascending=False)
+        t = self.table.dropna(subset=["score"])
+        if self.ranks is not None:  # differences by data are expected between ranks
+            t = t[~t["expected"] & (t["score"] > 0)]
+        t = t.sort_values("score", ascending=False)
         t = t.drop_duplicates(["phase", "name"])
         out = t.head(n).copy()
         out["rel"] = [row[f"rel_{row['worst']}"] for _, row in out.iterrows()]
@@ -158,7 +162,7 @@ class ActivationDiff:
                 "first": asdict(self.first) if self.first else None,
                 "nonfinite": {k: asdict(v) if v else None for k, v in self.nonfinite.items()},
                 "tolerances": asdict(self.tolerances), "unmatched": self.unmatched, "errors": self.errors,
-                "noise_floor": bool(self.noise is not None),
+                "noise_floor": bool(self.noise is not None), "ranks": list(self.ranks) if self.ranks else None,
                 "top": self.top(10).to_dict(orient="records"),
                 "compared": {"tensors": int(self.table["name"].nunique()),
                              "steps": int(self.table["step"].nunique())}}
@@ -171,6 +175,10 @@ class ActivationDiff:
         against = ", against the noise floor" if self.noise is not None else ""
         lines = [f"{self.a} vs {self.b}: {self.table['name'].nunique()} tensors x "
                  f"{self.table['step'].nunique()} steps, aligned by {self.aligned_by}{against}"]
+        if self.ranks is not None:
+            from ortlab.activations.ranks import rank_lines
+
+            lines += rank_lines(self)
         lines.append(f"first divergence: {self.first}" if self.first else "no divergence beyond tolerance")
         for label, nf in self.nonfinite.items():
             if nf:

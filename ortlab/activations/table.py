@@ -1,7 +1,8 @@
 """The one table every source of activation statistics becomes: ortlab's stats files and ORT's dump folders.
 
 One row per tensor, step and phase. `seq` is the execution order within a step (forward rows first, then the
-gradients); `order` is the tensor's forward position, shared by its two rows. Reading needs numpy and pandas
+gradients, then the parameter gradients a rank recorded after all-reduce: phase "param_grad", kind
+"parameter"); `order` is the tensor's forward position, shared by its two rows. Reading needs numpy and pandas
 only, not torch, so `ortlab diff` and the widgets stay quick.
 """
 
@@ -22,11 +23,15 @@ FIELDS = ("numel", "min", "max", "sum", "sumsq", "css", "nan", "inf", "zero")  #
 COLUMNS = ("step", "phase", "seq", "order", "name", "ort_name", "kind", "module", "cls", "shape", "dtype",
            "numel", "min", "max", "mean", "std", "norm", "nan", "inf", "zero", "samples", "std_reliable")
 PHASES = ("forward", "backward")
+PARAM_GRAD = "param_grad"  # a parameter's gradient after backward (and DDP's all-reduce), recorded by ranks
 
 
 def stats_path(source: Any) -> Path:
-    """The stats file of a Run, a run folder or the file itself."""
+    """The stats file of a Run, a run folder or the file itself; of a distributed run, its lowest rank's."""
     path = Path(getattr(source, "path", source))
+    if path.is_dir() and not (path / STATS_FILE).is_file() and (path / "ranks").is_dir():
+        ranks = sorted((p for p in (path / "ranks").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        path = ranks[0] if ranks else path
     if path.is_dir():
         path = path / STATS_FILE
     if not path.is_file():
@@ -79,12 +84,37 @@ def read_stats(source: Any):
             "mean": mean, "std": std, "norm": np.sqrt(r[:, 4]), "nan": r[:, 6].astype(np.int64),
             "inf": r[:, 7].astype(np.int64), "zero": r[:, 8].astype(np.int64),
             "samples": list(data[f"{phase}_samples"][si, ti]), "std_reliable": True}))
+    if "param_grad" in data:
+        frames.append(_param_rows(data, steps, 2 * n))
     if not frames:
         return empty_table()
     df = pd.concat(frames, ignore_index=True)
     df = df.sort_values(["step", "seq"], ignore_index=True)
     df.attrs.update(source=str(path.parent), kind="ortlab", meta=meta)
     return df
+
+
+def _param_rows(data: dict[str, np.ndarray], steps: np.ndarray, first_seq: int):
+    """Phase "param_grad": one row per parameter and recorded step, after every tensor of the step."""
+    import pandas as pd
+
+    rows = data["param_grad"]
+    si, pi = np.nonzero(~np.isnan(rows[:, :, 0]))
+    r = rows[si, pi]
+    numel = r[:, 0]
+    finite_n = numel - r[:, 6] - r[:, 7]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(finite_n > 0, r[:, 3] / finite_n, np.nan)
+        std = np.where(finite_n > 1, np.sqrt(r[:, 5] / (finite_n - 1)), np.nan)
+    names = data["param_name"][pi]
+    module = np.array([name.rpartition(".")[0] for name in names], dtype=str)
+    return pd.DataFrame({
+        "step": steps[si], "phase": PARAM_GRAD, "seq": first_seq + pi, "order": first_seq + pi, "name": names,
+        "ort_name": names, "kind": "parameter", "module": module, "cls": "", "shape": data["param_shape"][pi],
+        "dtype": data["param_dtype"][pi], "numel": numel.astype(np.int64), "min": r[:, 1], "max": r[:, 2],
+        "mean": mean, "std": std, "norm": np.sqrt(r[:, 4]), "nan": r[:, 6].astype(np.int64),
+        "inf": r[:, 7].astype(np.int64), "zero": r[:, 8].astype(np.int64),
+        "samples": list(data["param_grad_samples"][si, pi]), "std_reliable": True})
 
 
 def empty_table():

@@ -44,7 +44,14 @@ def _existing(name: str, value: str) -> str:
 def cmd_diff(args) -> int:
     from ortlab.activations import compare
 
-    diff = compare(_existing("A", args.a), _existing("B", args.b), args.tolerance)
+    if args.ranks is not None:
+        if args.b is not None:
+            raise CliError("give one distributed run with --ranks I J, or two sources without it")
+        diff = compare(_existing("RUN", args.a), tolerances=args.tolerance, ranks=tuple(args.ranks))
+    elif args.b is None:
+        raise CliError("diff needs two sources (A B), or one distributed run and --ranks I J")
+    else:
+        diff = compare(_existing("A", args.a), _existing("B", args.b), args.tolerance)
     if args.json:
         print_json(diff.to_dict() | {"top": diff.top(args.top).to_dict(orient="records")})
     else:
@@ -85,8 +92,11 @@ def register(sub) -> None:
     d = sub.add_parser("diff", help="compare activation statistics or ORT dumps: the first divergence",
                        description="Compare two sources of activation statistics and name the first "
                                    "divergence. Exit 1 when they diverge.")
-    d.add_argument("a", help=f"the reference: {SOURCE}")
-    d.add_argument("b", help="the same for the other run")
+    d.add_argument("a", help=f"the reference: {SOURCE} (with --ranks: a distributed run)")
+    d.add_argument("b", nargs="?", help="the same for the other run")
+    d.add_argument("--ranks", nargs=2, type=int, metavar=("I", "J"),
+                   help="compare two ranks of the distributed run A (RUN/ranks/I and RUN/ranks/J): activations "
+                        "may differ by data, parameter gradients after all-reduce must be equal")
     d.add_argument("--tolerance", type=tolerance,
                    help="relative tolerance for every statistic (default 1e-3), or mean=..,std=..")
     d.add_argument("--top", type=positive_int, default=10, help="how many of the largest differences to list")

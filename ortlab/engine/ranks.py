@@ -68,6 +68,9 @@ class RankEngine(Engine):
                              host=os.uname().nodename)
         b.writer.write("meta.json", b.writer.meta)
         b.extra["in_sync"] = True
+        stats = b.collectors.get("stats")
+        if stats is not None:  # the gradients every rank must agree on: after the all-reduce, before the update
+            b.optimizer.register_step_pre_hook(lambda *_: stats.on_parameter_grads(self.model.named_parameters()))
         return b
 
     def _ddp(self, module: torch.nn.Module, b: _Burst):
