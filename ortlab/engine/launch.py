@@ -68,12 +68,25 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
     (path / "stop").unlink(missing_ok=True)
     status, extra = _outcome(path, result, stop)
     local = _rank_dirs(path)
+    _check_graphs(local, extra)
     for name in ("ort.json", "transitions.json", "memory.json"):  # the views read them here: the lowest rank's
         source = (local[0] if local else path) / name
         if source.is_file():
             shutil.copyfile(source, path / name)
     writer.finish(status, **extra)
     return path
+
+
+def _check_graphs(local: list[Path], extra: dict[str, Any]) -> None:
+    """Whether every rank exported the same graphs (save_onnx): `rank_graphs` in the run's meta."""
+    from ortlab.graphs.collection import run_stage_folders
+    from ortlab.graphs.ranks import check
+
+    info = check({int(p.name): run_stage_folders(load_run(p)) for p in local if (p / "meta.json").is_file()})
+    if info is not None:
+        extra["rank_graphs"] = info
+        if not info["identical"]:
+            extra["warning"] = f"the ranks exported different graphs: {', '.join(info['differ'])}"
 
 
 def _check_devices(cfg: BurstConfig) -> None:

@@ -123,9 +123,13 @@ class Graphs:
 
 
 def run_stage_folders(run) -> list[Path]:
-    """Where a run's stage files may be, first choice first: its save_onnx_path, its onnx/ folder, itself."""
+    """Where a run's stage files may be, first choice first: its save_onnx_path, its onnx/ folder, its lowest
+    rank's onnx/ folder (a distributed run: every rank exports; ranks/<r>/onnx), itself."""
     saved = (run.meta.get("effective_options") or {}).get("save_onnx_path")
-    return [*([Path(saved)] if saved else []), run.path / "onnx", run.path]
+    ranks = run.path / "ranks"
+    lowest = sorted((p for p in ranks.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)) \
+        if ranks.is_dir() else []
+    return [*([Path(saved)] if saved else []), run.path / "onnx", *[p / "onnx" for p in lowest[:1]], run.path]
 
 
 def stage_file_of(path: Path) -> StageFile:

@@ -12,6 +12,7 @@ import ipywidgets as W
 
 from ortlab.graphs import Graphs, GraphsError, NetronError, find_stage_files, load, serve
 from ortlab.graphs.collection import run_stage_folders
+from ortlab.graphs.ranks import describe
 from ortlab.widgets.images import figure_area
 
 _TABS = ("Summary", "Stage diff", "Search", "Re-exports", "netron")
@@ -232,7 +233,9 @@ class GraphsPanel(W.VBox):
             self.compare_picker.options = options
             self.stage_picker.options = options
             self.stage_picker.value = stages[-1]  # the execution model: what ORT runs
-        self._say(f"{run.path.name}: {len(stages)} stage files, prefix {g.prefix!r}")
+        ranks = describe(run.meta.get("rank_graphs"))
+        self._say(f"{run.path.name}: {len(stages)} stage files, prefix {g.prefix!r}" + (f"; {ranks}" if ranks else ""),
+                  error=not run.meta.get("rank_graphs", {}).get("identical", True))
         self._show_stage()
 
     @_guarded
