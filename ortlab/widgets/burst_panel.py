@@ -1,11 +1,15 @@
-"""Burst panel: run PyTorch and/or ORTModule bursts with a live loss curve; Stop really stops."""
+"""Burst panel: run PyTorch and/or ORTModule bursts with a live loss curve; Stop really stops. With processes > 1
+each burst runs as ranks (ortlab.engine.launch) and the plot shows every rank's curve."""
 
 from __future__ import annotations
 
 import html
+import json
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import ipywidgets as W
 
@@ -18,6 +22,39 @@ def _table(df) -> str:
     if not len(df):
         return ""
     return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True, na_rep="-")
+
+
+def _rank_losses(folder: Path) -> dict[int, list[float]]:
+    """Each rank's losses so far, from its metrics.jsonl (complete lines only)."""
+    out = {}
+    ranks = folder / "ranks"
+    for p in sorted((p for p in ranks.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)) \
+            if ranks.is_dir() else []:
+        try:
+            lines = (p / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        losses = []
+        for line in lines:
+            try:
+                losses.append(json.loads(line)["loss"])
+            except (ValueError, KeyError, TypeError):
+                break
+        out[int(p.name)] = losses
+    return out
+
+
+def _running_ranks_run(out: Path, backend: str) -> Path | None:
+    """The folder of the distributed burst this process is running now (its launcher writes our pid)."""
+    for meta in sorted(out.glob("*/meta.json"), reverse=True):
+        try:
+            m = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if m.get("pid") == os.getpid() and m.get("status") == "running" and m.get("backend") == backend \
+                and "nproc" in m:
+            return meta.parent
+    return None
 
 
 def _process_label(run) -> str:
@@ -42,6 +79,9 @@ class BurstPanel(W.VBox):
         self.optimizer = W.Dropdown(options=["adamw", "sgd", "fused_adam", "fp16_optimizer"], value="adamw",
                                     description="optimizer")
         self.precision = W.Dropdown(options=["fp32", "fp16"], value="fp32", description="precision")
+        self.nproc = W.BoundedIntText(value=1, min=1, max=64, description="processes",
+                                      tooltip="more than 1: each burst runs as that many ranks (DDP, gloo on the "
+                                      "CPU, one GPU per rank on CUDA); the plot shows every rank")
         self.record_stats = W.Checkbox(value=False, description="record activation statistics",
                                        tooltip="per-step statistics of every module's activations and gradients: "
                                        "the Activations tab compares the two backends")
@@ -63,7 +103,8 @@ class BurstPanel(W.VBox):
         self._curves: dict[str, list[float]] = {}
         self.last_runs: list = []
         super().__init__([
-            self.backend, W.HBox([self.steps, self.seed, self.parity]), W.HBox([self.optimizer, self.precision]),
+            self.backend, W.HBox([self.steps, self.seed, self.parity]),
+            W.HBox([self.optimizer, self.precision, self.nproc]),
             W.HBox([self.record_stats, self.save_graphs, self.account_memory]),
             W.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.plot,
             W.HTML("<b>Results</b>"), self.results, W.HTML("<b>Why ORTModule exported (transitions)</b>"),
@@ -78,6 +119,7 @@ class BurstPanel(W.VBox):
             return
         backends = ["pytorch", "ortmodule"] if self.backend.value == "both" else [self.backend.value]
         self._curves = {b: [] for b in backends}
+        self._rank_runs: dict[str, Path | None] = {}
         self._drawn = 0.0
         self.progress.max, self.progress.value = self.steps.value * len(backends), 0
         self.run_button.disabled, self.stop_button.disabled = True, False
@@ -108,8 +150,10 @@ class BurstPanel(W.VBox):
                 run = self.session.burst(
                     backend, self.steps.value, options, seed=self.seed.value, parity=self.parity.value,
                     optimizer=self.optimizer.value, precision=self.precision.value, progress=False, collect=collect,
-                    on_step=lambda row, b=backend: self._step(b, row))
+                    nproc=self.nproc.value, on_step=lambda row, b=backend: self._step(b, row))
                 runs.append(run)
+                if run.ranks:  # the final curves: every rank's whole run
+                    self._set_rank_curves(backend, {int(r.path.name): r.losses for r in run.ranks})
                 if run.status != "ok":
                     break
             self.status.value = self._summary(runs)
@@ -131,15 +175,31 @@ class BurstPanel(W.VBox):
     def _step(self, backend: str, row: dict) -> None:
         from ortlab.plots import figure_png, loss_figure
 
-        self._curves[backend].append(row["loss"])
+        if backend in self._curves:
+            self._curves[backend].append(row["loss"])
         self.progress.value += 1
         # drawing takes ~50 ms: at most twice a second (in-process bursts call this from their training loop);
         # the final curve is drawn when the bursts end
         now = time.monotonic()
         if now - self._drawn >= PLOT_INTERVAL_S:
+            if self.nproc.value > 1:  # the step rows are rank 0's: the other ranks' from their folders
+                if self._rank_runs.get(backend) is None:
+                    self._rank_runs[backend] = _running_ranks_run(Path(self.session.out).expanduser(), backend)
+                if self._rank_runs[backend] is not None:
+                    self._set_rank_curves(backend, _rank_losses(self._rank_runs[backend]))
             self.plot.value = figure_png(loss_figure(self._curves))
             self.plot.layout.display = None
             self._drawn = now
+
+    def _set_rank_curves(self, backend: str, losses: dict[int, list[float]]) -> None:
+        """One curve per rank ("pytorch rank 1"), in place of the backend's single curve, order kept."""
+        curves = {}
+        for label, values in self._curves.items():
+            if label == backend or label.startswith(f"{backend} rank "):
+                curves.update({f"{backend} rank {r}": v for r, v in losses.items()} if losses else {label: values})
+            else:
+                curves[label] = values
+        self._curves = curves
 
     @staticmethod
     def _summary(runs) -> str:
@@ -164,7 +224,10 @@ class BurstPanel(W.VBox):
                          "kept for backward (MB)": s.get("saved_for_backward_mb"),
                          "activation peak (MB)": s.get("activation_peak_mb"),
                          "ORT init (s)": s.get("ort_init_s") if run.backend == "pytorch" or run.ort.get("exported")
-                         else "reused (no export)"})
+                         else "reused (no export)",
+                         **({"ranks": len(s["ranks"]), "in sync": s.get("in_sync"),
+                             "ranks' graphs": (s.get("rank_graphs") or {}).get("identical", "-")}
+                            if s.get("ranks") else {})})
         self.results.value = _table(pd.DataFrame(rows))
         transitions = self.session.transitions
         shown = transitions[["run", "action", "reason", "ort_exported"]] if len(transitions) else transitions
