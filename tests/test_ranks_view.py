@@ -163,7 +163,7 @@ def test_lab_runs_ranks_with_a_curve_and_a_log_per_rank_and_checks_their_graphs_
         assert run.ok and run.meta["nproc"] == 2, (run.error, panel.status.value)
         assert list(panel._curves) == ["ortmodule rank 0", "ortmodule rank 1"]  # the plot: one curve per rank
         assert panel._curves["ortmodule rank 0"] == run.ranks[0].losses != run.ranks[1].losses
-        assert "in sync" in panel.results.value and "ranks&#x27; graphs" in panel.results.value
+        assert "in sync" in panel.results.value and "same graphs on all ranks" in panel.results.value
         # every rank exported the same graphs; the Graphs tab reads rank 0's and says so
         assert run.meta["rank_graphs"]["identical"] is True and run.summary()["rank_graphs"]["files"] >= 4
         graphs = lab.extra_panels["Graphs"]

@@ -226,7 +226,7 @@ class BurstPanel(W.VBox):
                          "ORT init (s)": s.get("ort_init_s") if run.backend == "pytorch" or run.ort.get("exported")
                          else "reused (no export)",
                          **({"ranks": len(s["ranks"]), "in sync": s.get("in_sync"),
-                             "ranks' graphs": (s.get("rank_graphs") or {}).get("identical", "-")}
+                             "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical", "-")}
                             if s.get("ranks") else {})})
         self.results.value = _table(pd.DataFrame(rows))
         transitions = self.session.transitions
