@@ -67,6 +67,24 @@ def test_ranks_differ_by_data_without_a_divergence_when_their_parameter_gradient
     assert cli(["diff", str(run_dir), "--ranks", "0", "1"]) == 0
 
 
+def test_the_activations_tab_offers_each_rank_and_compares_two_as_ranks(tmp_path):
+    from ortlab.widgets.activations import ActivationsPanel
+
+    def off(step, name, g):
+        return g * 2 if (step, name) == (0, "0.bias") else g
+
+    run = load_run(distributed_run(tmp_path, off))
+    panel = ActivationsPanel(lambda: [run])
+    labels = [label for label, _ in panel.a.options]
+    assert labels == ["run (pytorch) rank 0", "run (pytorch) rank 1"]
+    panel.a.value, panel.b.value = (str(run.path / "ranks" / str(r)) for r in (0, 1))
+    diff = panel.compare()
+    assert diff.ranks == (0, 1) and (diff.first.step, diff.first.name) == (0, "0.bias")
+    assert "differ (expected, not a divergence" in panel.status.value
+    assert "first divergence: step 0, param_grad: 0.bias" in panel.status.value
+    assert panel.tensor.value == ("param_grad", "0.bias") and "param grad 0.bias" in dict(panel.tensor.options)
+
+
 def test_a_parameter_gradient_that_differs_between_ranks_is_the_divergence_naming_it_and_its_step(tmp_path, capsys):
     def off(step, name, g):
         return g + 1e-6 if (step, name) == (1, "2.weight") else g

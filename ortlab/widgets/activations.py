@@ -18,6 +18,13 @@ def _png(fig) -> bytes:
     return figure_png(fig)
 
 
+def _label(run) -> str:
+    rank = run.meta.get("rank") if "world_size" in run.meta else None
+    if rank is not None:  # <run>/ranks/<r>
+        return f"{run.path.parent.parent.name} ({run.backend}) rank {rank}"
+    return f"{run.path.name} ({run.backend})"
+
+
 class ActivationsPanel(W.VBox):
     """`runs()` lists the runs to choose from (the Lab passes its session's); runs without statistics are left
     out. A folder path (a run, or an ORT StatisticsSubscriber folder) can be typed instead."""
@@ -49,10 +56,11 @@ class ActivationsPanel(W.VBox):
     # -- state
 
     def refresh(self) -> None:
-        """Re-read the runs (those that collected statistics), newest first; A defaults to the newest PyTorch
-        run and B to the newest ORTModule run."""
-        runs = [r for r in reversed(self.get_runs() or []) if (Path(r.path) / "stats.npz").is_file()]
-        options = [(f"{r.path.name} ({r.backend})", str(r.path)) for r in runs]
+        """Re-read the runs (those that collected statistics; of a distributed run, each rank), newest first; A
+        defaults to the newest PyTorch run and B to the newest ORTModule run."""
+        runs = [r for run in reversed(self.get_runs() or []) for r in [run, *run.ranks]
+                if (Path(r.path) / "stats.npz").is_file()]
+        options = [(_label(r), str(r.path)) for r in runs]
         keep_a, keep_b = self.a.value, self.b.value
         self.a.options, self.b.options = options, options
         paths = [p for _, p in options]
@@ -77,15 +85,18 @@ class ActivationsPanel(W.VBox):
         if not a or not b:
             self._error("choose two runs (or type two folders)")
             return None
-        try:
-            self.diff = compare(a, b, self.tolerance.value)
+        from ortlab.activations.ranks import rank_of
+
+        ranks = None not in (rank_of(a), rank_of(b)) and rank_of(a) != rank_of(b)
+        try:  # two ranks: parameter gradients must be equal, the tolerance is for runs
+            self.diff = compare(a, b, None if ranks else self.tolerance.value)
             self.heatmap.value = _png(self.diff.heatmap())
         except Exception as e:  # the panel shows every failure itself: a notebook cell should not see it
             self._error(f"{type(e).__name__}: {e}")
             return None
         self.status.value = self._summary()
         rows = self.diff.table.drop_duplicates(["phase", "name"]).sort_values("seq")
-        self.tensor.options = [(("grad " if p == "backward" else "") + n, (p, n))
+        self.tensor.options = [({"backward": "grad ", "param_grad": "param grad "}.get(p, "") + n, (p, n))
                                for p, n in zip(rows["phase"], rows["name"], strict=True)]
         first = self.diff.first
         if first:
@@ -111,6 +122,10 @@ class ActivationsPanel(W.VBox):
     def _summary(self) -> str:
         d = self.diff
         head = f"<b>{html.escape(d.a)}</b> vs <b>{html.escape(d.b)}</b>, aligned by {d.aligned_by}<br>"
+        if d.ranks is not None:  # what may differ between ranks, and whether what must not does
+            from ortlab.activations.ranks import rank_lines
+
+            head += "".join(f"{html.escape(line)}<br>" for line in rank_lines(d))
         if d.first:
             head += ("<span style='color:#c00;font-weight:bold'>first divergence: "
                      f"{html.escape(str(d.first))}</span>")
