@@ -96,6 +96,7 @@ def test_a_parameter_gradient_that_differs_between_ranks_is_the_divergence_namin
     assert (first.step, first.phase, first.name) == (1, "param_grad", "2.weight")
     assert "parameter gradients after all-reduce DIFFER: 1 of 4 parameters, first 2.weight at step 1" in str(diff)
     assert diff.top(5)["name"].tolist() == ["2.weight"]  # activations are not listed as differences
+    assert diff.to_dict()["ranks"] == [0, 1] and "DIFFER" in diff.to_dict()["rank_notes"][1]
     assert cli(["diff", str(run_dir), "--ranks", "0", "1"]) == 1
     assert "step 1, param_grad: 2.weight" in capsys.readouterr().out
     # a tolerance given applies to the parameter gradients instead of equality
@@ -200,3 +201,25 @@ def test_lab_runs_ranks_with_a_curve_and_a_log_per_rank_and_checks_their_graphs_
         assert loaded["in_sync"] is True
     finally:
         lab.close()
+
+
+def test_burst_panel_reads_every_ranks_curve_from_the_running_burst(tmp_path):
+    import os
+
+    from ortlab.widgets.burst_panel import BurstPanel, _rank_losses, _running_ranks_run
+
+    run_dir = tmp_path / "20261123-101500-ortmodule"
+    run_dir.mkdir()
+    write_json(run_dir / "meta.json", {"status": "running", "backend": "ortmodule", "nproc": 2, "pid": os.getpid()})
+    for rank, losses in ((0, [3.0, 2.5]), (1, [3.1])):
+        folder = run_dir / "ranks" / str(rank)
+        folder.mkdir(parents=True)
+        lines = [json.dumps({"step": i, "loss": v}) for i, v in enumerate(losses)]
+        (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n" + ('{"step": 2, "lo' if rank == 0 else ""))
+    assert _running_ranks_run(tmp_path, "ortmodule") == run_dir
+    assert _running_ranks_run(tmp_path, "pytorch") is None
+    assert _rank_losses(run_dir) == {0: [3.0, 2.5], 1: [3.1]}  # a half-written line is not a step
+    panel = BurstPanel(SimpleNamespace(out=tmp_path), lambda: None)
+    panel._curves = {"pytorch": [1.0], "ortmodule": [3.0]}
+    panel._set_rank_curves("ortmodule", _rank_losses(run_dir))
+    assert panel._curves == {"pytorch": [1.0], "ortmodule rank 0": [3.0, 2.5], "ortmodule rank 1": [3.1]}

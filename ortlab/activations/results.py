@@ -97,6 +97,12 @@ class NonFinite:
                 + (f" (after {self.previous})" if self.previous else ""))
 
 
+def _rank_lines(diff) -> list[str]:
+    from ortlab.activations.ranks import rank_lines
+
+    return rank_lines(diff)
+
+
 def _fmt(v: float) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
@@ -163,6 +169,7 @@ class ActivationDiff:
                 "nonfinite": {k: asdict(v) if v else None for k, v in self.nonfinite.items()},
                 "tolerances": asdict(self.tolerances), "unmatched": self.unmatched, "errors": self.errors,
                 "noise_floor": bool(self.noise is not None), "ranks": list(self.ranks) if self.ranks else None,
+                "rank_notes": _rank_lines(self) if self.ranks else None,
                 "top": self.top(10).to_dict(orient="records"),
                 "compared": {"tensors": int(self.table["name"].nunique()),
                              "steps": int(self.table["step"].nunique())}}
@@ -176,9 +183,7 @@ class ActivationDiff:
         lines = [f"{self.a} vs {self.b}: {self.table['name'].nunique()} tensors x "
                  f"{self.table['step'].nunique()} steps, aligned by {self.aligned_by}{against}"]
         if self.ranks is not None:
-            from ortlab.activations.ranks import rank_lines
-
-            lines += rank_lines(self)
+            lines += _rank_lines(self)
         lines.append(f"first divergence: {self.first}" if self.first else "no divergence beyond tolerance")
         for label, nf in self.nonfinite.items():
             if nf:
