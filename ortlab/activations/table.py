@@ -66,10 +66,7 @@ def read_stats(source: Any):
         si, ti = np.nonzero(present)
         r = rows[si, ti]
         numel = r[:, 0]
-        finite_n = numel - r[:, 6] - r[:, 7]  # min, max and the sums are over the finite values
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean = np.where(finite_n > 0, r[:, 3] / finite_n, np.nan)
-            std = np.where(finite_n > 1, np.sqrt(r[:, 5] / (finite_n - 1)), np.nan)
+        mean, std = _moments(r)
         order = data["slot_index"][ti]
         kind = data["slot_kind"][ti]
         ort_name = np.where(kind == "module", np.char.add(np.char.add(data["slot_cls"][ti], "_"), np.char.add(
@@ -94,6 +91,15 @@ def read_stats(source: Any):
     return df
 
 
+def _moments(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std of stats rows (FIELDS): min, max and the sums are over the finite values."""
+    finite_n = r[:, 0] - r[:, 6] - r[:, 7]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(finite_n > 0, r[:, 3] / finite_n, np.nan)
+        std = np.where(finite_n > 1, np.sqrt(r[:, 5] / (finite_n - 1)), np.nan)
+    return mean, std
+
+
 def _param_rows(data: dict[str, np.ndarray], steps: np.ndarray, first_seq: int):
     """Phase "param_grad": one row per parameter and recorded step, after every tensor of the step."""
     import pandas as pd
@@ -102,10 +108,7 @@ def _param_rows(data: dict[str, np.ndarray], steps: np.ndarray, first_seq: int):
     si, pi = np.nonzero(~np.isnan(rows[:, :, 0]))
     r = rows[si, pi]
     numel = r[:, 0]
-    finite_n = numel - r[:, 6] - r[:, 7]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(finite_n > 0, r[:, 3] / finite_n, np.nan)
-        std = np.where(finite_n > 1, np.sqrt(r[:, 5] / (finite_n - 1)), np.nan)
+    mean, std = _moments(r)
     names = data["param_name"][pi]
     module = np.array([name.rpartition(".")[0] for name in names], dtype=str)
     return pd.DataFrame({
