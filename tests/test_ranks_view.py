@@ -133,8 +133,9 @@ def test_stage_files_are_checked_across_ranks_and_the_views_read_the_lowest_rank
     assert differ["differ"][names[0]]["1"] is None and len(differ["differ"][names[1]]["0"]) == 16
     assert "DIFFER" in describe(differ)
     assert check({0: [tmp_path / "nothing"]}) is None
-    write_json(run_dir / "meta.json", {"status": "ok", "backend": "ortmodule", "nproc": 2})
-    assert load_graphs(load_run(run_dir)).folder == run_dir / "ranks" / "0" / "onnx"
+    write_json(run_dir / "meta.json", {"status": "ok", "backend": "ortmodule", "nproc": 2, "rank_graphs": differ})
+    graphs = load_graphs(load_run(run_dir))
+    assert graphs.folder == run_dir / "ranks" / "0" / "onnx" and graphs.rank_graphs == differ
 
 
 def test_log_panel_picks_a_rank_of_a_distributed_run(tmp_path):

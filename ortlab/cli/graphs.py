@@ -48,6 +48,10 @@ def _graphs_text(g) -> str:
     cols = ["stage", "nodes", "forward", "gradient", "recompute", "op_types", "user_inputs", "parameters",
             "outputs"]
     lines = [f"{g.folder}  (prefix {g.prefix!r})"]
+    if g.rank_graphs:
+        from ortlab.graphs.ranks import describe
+
+        lines.append(describe(g.rank_graphs))
     for mode in g.modes:
         lines += ["", f"{mode}:", g.summary(mode)[cols].to_string(index=False), "",
                   "what each stage changed:"]

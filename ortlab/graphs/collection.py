@@ -112,8 +112,14 @@ class Graphs:
 
         return stages_chart(self.summary(mode), f"{self.prefix} ({mode}): nodes per stage")
 
+    @property
+    def rank_graphs(self) -> dict[str, Any] | None:
+        """Of a distributed run: whether every rank exported the same stage files (see ortlab.graphs.ranks)."""
+        return self.run.meta.get("rank_graphs") if self.run is not None else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"folder": str(self.folder), "prefix": self.prefix, "modes": self.modes,
+                **({"rank_graphs": self.rank_graphs} if self.rank_graphs else {}),
                 "stages": self.summary().to_dict(orient="records"),
                 "diffs": {m: self.diffs(m).to_dict(orient="records") for m in self.modes}}
 

@@ -233,9 +233,9 @@ class GraphsPanel(W.VBox):
             self.compare_picker.options = options
             self.stage_picker.options = options
             self.stage_picker.value = stages[-1]  # the execution model: what ORT runs
-        ranks = describe(run.meta.get("rank_graphs"))
+        ranks = describe(g.rank_graphs)
         self._say(f"{run.path.name}: {len(stages)} stage files, prefix {g.prefix!r}" + (f"; {ranks}" if ranks else ""),
-                  error=not run.meta.get("rank_graphs", {}).get("identical", True))
+                  error=not (g.rank_graphs or {}).get("identical", True))
         self._show_stage()
 
     @_guarded
