@@ -137,21 +137,23 @@ def check_accounted_savings(t, n_layer: int) -> None:
         # a single plan: the stash falls by exactly ORT's prediction; the peak, in the last block's backward
         # where that block's recomputed tensor is alive again, by all blocks but that one
         assert row["stash_saving_mb"] == pytest.approx(row["predicted_saving_mb"], abs=1e-3)
-        assert row["accounted_saving_mb"] == pytest.approx(row["stash_saving_mb"] * (n_layer - 1) / n_layer)
-        assert row["accounted_saving_mb"] > 0
+        assert 0 < row["accounted_saving_mb"] <= row["stash_saving_mb"]
+        if name.endswith(("BiasGelu+", ": FusedMatMul+")):  # the MLP's plans
+            assert row["accounted_saving_mb"] == pytest.approx(row["stash_saving_mb"] * (n_layer - 1) / n_layer)
     level1 = t.loc["level 1"]
     # level 1: the peak falls, by less than the stash (the last block's recomputed tensors are alive again at
-    # the peak) and less than ORT predicts; the stash by about ORT's prediction (ORT's estimate of the
-    # LayerNormalization plan varies from run to run; a recomputed Dropout drops its mask too)
+    # the peak) and less than ORT predicts; the stash by about ORT's prediction: ORT's estimate of the
+    # LayerNormalization plan varies from run to run, from almost nothing to every occurrence's full output
+    # (14% of the prediction at most on these models), and the account also sees its mean and inv_std go
     assert 0 < level1["accounted_saving_mb"] < level1["predicted_saving_mb"]
     assert level1["accounted_saving_mb"] < level1["stash_saving_mb"]
-    assert level1["stash_saving_mb"] == pytest.approx(level1["predicted_saving_mb"], rel=0.15)
+    assert level1["stash_saving_mb"] == pytest.approx(level1["predicted_saving_mb"], rel=0.2)
     assert level1["accounted_stash_mb"] < t.loc["none", "accounted_stash_mb"] / 10
     # all type 1 of the level-0 probe: the stash falls by ORT's prediction or more, the peak not at all: its
     # plans cross layers (the residual sums among them), so the whole forward reruns before the first
     # backward node and the peak is the no-plan peak
     every = t.loc["all type 1"]
-    assert every["stash_saving_mb"] == pytest.approx(every["predicted_saving_mb"], rel=0.15)
+    assert every["stash_saving_mb"] == pytest.approx(every["predicted_saving_mb"], rel=0.2)
     assert every["accounted_saving_mb"] == 0
 
 

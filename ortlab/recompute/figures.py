@@ -52,9 +52,9 @@ def pareto_figure(table):
     ax.set_xlabel("median step time (ms)")
     ax.set_ylabel("activation peak, accounted (MB)")
     ax.set_title("recompute plan sets: accounted activation peak vs time", fontsize=10)
-    ax.text(0.01, 0.01, "peak: activation buffers alive at one step of ORT's execution graph\n(parameters, "
-            "gradients, optimizer state and the process's other memory not counted)", transform=ax.transAxes,
-            fontsize=7, color="gray", va="bottom")
+    fig.supxlabel("peak: the activation buffers alive at one step of ORT's execution graph (parameters, gradients, "
+                  "optimizer state\nand the rest of the process not counted; the process's peak is the sweep's "
+                  "process_peak_mb)", fontsize=7, color="gray")
     ax.grid(alpha=0.3)
     return fig
 
@@ -69,24 +69,27 @@ def _front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def saving_figure(table):
-    """ORT's predicted saving against the accounted ones: what leaves the stash (kept for backward), and what
-    the activation peak falls by, each the no-plan set's minus this set's."""
+    """ORT's predicted saving against the accounted ones, per plan set: what leaves the stash (kept for
+    backward) and what the activation peak falls by (each the no-plan set's minus the set's), joined by a line."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5.5, 4), dpi=100, layout="constrained")
     ax = fig.add_subplot()
-    hi = 1.0
-    for column, marker, label in (("stash_saving_mb", "o", "kept for backward (stash), accounted"),
-                                  ("accounted_saving_mb", "^", "activation peak, accounted")):
-        ok = table.dropna(subset=["predicted_saving_mb", column])
-        ax.scatter(ok["predicted_saving_mb"], ok[column], marker=marker, label=label)
-        for name, px, py in zip(ok["set"], ok["predicted_saving_mb"], ok[column], strict=True):
-            ax.annotate(name, (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
-        hi = max([hi, *ok["predicted_saving_mb"], *ok[column]])
+    ok = table.dropna(subset=["predicted_saving_mb", "stash_saving_mb", "accounted_saving_mb"])
+    x, stash, peak = ok["predicted_saving_mb"], ok["stash_saving_mb"], ok["accounted_saving_mb"]
+    ax.vlines(x, peak, stash, color="gray", alpha=0.4, linewidth=1)
+    ax.scatter(x, stash, marker="o", label="kept for backward (stash), accounted")
+    ax.scatter(x, peak, marker="^", label="activation peak, accounted")
+    names: dict[tuple[float, float], list[str]] = {}
+    for name, px, py in zip(ok["set"], x, stash, strict=True):  # sets at one point share a label
+        names.setdefault((round(px, 3), round(py, 3)), []).append(name)
+    for (px, py), group in names.items():
+        ax.annotate("\n".join(group), (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    hi = max([1.0, *x, *stash, *peak])
     ax.plot([0, hi], [0, hi], linestyle=":", color="gray", label="accounted = predicted")
     ax.set_xlabel("ORT's predicted saving (MB)")
     ax.set_ylabel("accounted saving vs no plan (MB)")
     ax.set_title("recompute: ORT's prediction vs the memory account", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     return fig
