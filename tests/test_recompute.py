@@ -193,6 +193,23 @@ def test_cli_plans_json_at_the_given_shapes(tmp_path, capsys):
     assert data["plans"] and all(p["saving_bytes"] > 0 for p in data["plans"])
 
 
+@pytest.mark.slow
+def test_cli_sweep_json_reports_accounted_savings(tmp_path, capsys):
+    model = ["--model-arg", "dropout=0", "--model-arg", "batch_size=4", "--model-arg", "seq_len=32"]
+    code = _cli("plans", "--sweep", "--steps", "2", *model, "--json", "--out", str(tmp_path))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    rows = {r["set"]: r for r in json.loads(out.out)["rows"]}
+    assert "peak_mem_mb" not in rows["none"] and rows["none"]["process_peak_mb"] > 0
+    assert rows["none"]["accounted_saving_mb"] == 0 and rows["none"]["accounted_exact"]
+    applied = [r for r in rows.values() if r["recompute_nodes"]]
+    assert len(applied) == len(rows) - 1
+    # every set ORT applied keeps less for backward; every one but the level-0 probe's cross-layer set also
+    # lowers the activation peak (docs/recompute.md, "Measured by the account")
+    assert all(r["stash_saving_mb"] > 0 for r in applied)
+    assert all(r["accounted_saving_mb"] > 0 for r in applied if r["set"] != "all type 1")
+
+
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert _cli("plans", "--model-arg", "n_layer", "--out", str(tmp_path)) == 2
     assert _cli("plans", "--sweep", "--steps", "1", "--out", str(tmp_path)) == 2
