@@ -52,14 +52,15 @@ def _print_plans(run, as_json: bool) -> int:
 
 
 def _print_sweep(sweep, as_json: bool) -> int:
-    cols = ["set", "status", "median_step_ms", "peak_mem_mb", "predicted_saving_mb", "measured_saving_mb",
-            "recompute_nodes", "loss_equal"]
+    cols = ["set", "status", "median_step_ms", "accounted_peak_mb", "accounted_saving_mb", "predicted_saving_mb",
+            "stash_saving_mb", "recompute_nodes", "loss_equal", "process_peak_mb"]
     if as_json:
-        rows = sweep.table[[*cols, "plans", "max_loss_rel_diff"]].to_dict(orient="records")
-        data = {"rows": rows, "notes": sweep.notes, "path": str(sweep.path)}
+        rows = sweep.table[[*cols, "plans", "accounted_stash_mb", "accounted_exact", "account_missing",
+                            "max_loss_rel_diff"]]
+        data = {"rows": rows.to_dict(orient="records"), "notes": sweep.notes, "path": str(sweep.path)}
         print_json(data)
     else:
-        print(sweep.table[cols].to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+        print(sweep.table[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}"))
         for note in sweep.notes:
             print(f"note: {note}")
     return 0 if (sweep.table["status"] == "ok").all() else 1

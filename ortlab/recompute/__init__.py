@@ -4,7 +4,7 @@
     table = ortlab.recompute.plans(run)          # one row per plan, largest saving first
     ortlab.recompute.what_if(table, input_ids_dim1=512)
     ortlab.recompute.write_config([1, 2], "plans.json", plans=table)   # ORTMODULE_MEMORY_OPT_CONFIG
-    sweep = ortlab.recompute.plan_sweep(session)  # measured: step time, memory, loss equality per plan set
+    sweep = ortlab.recompute.plan_sweep(session)  # per plan set: step time, accounted saving, loss equality
 
 Modules: expr (plan ids, symbolic savings), observer (ORT's plans from a wrap), collector ("plans"), table
 (plans, what_if, plan_config, write_config), sweep (plan_sweep), figures.

@@ -1,4 +1,9 @@
-"""Measuring plan sets: short ORTModule bursts per set, their step time, memory, saving and loss equality."""
+"""Measuring plan sets: short ORTModule bursts per set, their step time, accounted memory, saving and loss equality.
+
+The memory a plan saves is taken from the activation-memory account (ortlab.account) of the execution graph ORT
+ran with the plan applied, against the graph without: exact at the burst's shapes, on any device. The process's
+peak (the resident set on the CPU) stays as a secondary column: it cannot resolve a plan on the CPU.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortlab.account.record import MB
 from ortlab.recompute.errors import PlanError
 from ortlab.recompute.figures import pareto_figure, saving_figure
-from ortlab.recompute.table import plan_config, plans, write_config
+from ortlab.recompute.table import PLANS_FILE, plan_config, plans, write_config
 
+COLUMNS = ["set", "plans", "memory_opt_level", "status", "median_step_ms", "accounted_peak_mb", "accounted_saving_mb",
+           "predicted_saving_mb", "accounted_stash_mb", "stash_saving_mb", "accounted_exact", "recompute_nodes",
+           "recompute_ops", "loss_equal", "max_loss_rel_diff", "process_peak_mb", "account_missing"]
 LOSS_RTOL = 1e-4  # recompute reruns the same kernels: losses agree to float noise unless dropout masks differ
 
 
@@ -51,14 +60,16 @@ def plan_sweep(session_or_model=None, steps: int = 6, sets: Mapping[str, Any] | 
                options: Mapping[str, Any] | None = None, model_kwargs: Mapping[str, Any] | None = None,
                out: str | Path = "runs", in_process: bool = False, parity: bool = False,
                rtol: float = LOSS_RTOL, progress: bool = False, **burst_kwargs: Any) -> Sweep:
-    """Short ORTModule bursts for several plan sets; per set: median step time, peak memory, predicted and
-    measured saving, recompute nodes in the execution graph, and whether the loss equals the no-plan burst's.
+    """Short ORTModule bursts for several plan sets; per set: median step time, the accounted activation peak
+    and stash of its execution graph, ORT's predicted saving beside the accounted one, recompute nodes in the
+    graph, and whether the loss equals the no-plan burst's.
 
     `session_or_model`: a Session (its bursts), or a model factory for a session made and closed here.
     `sets` maps a name to a list of plan ids (see plan_config; [] = no plan) or to options such as
     {"memory_opt_level": 1}; default: default_sets(). The no-plan burst always runs first and is the
-    reference. Peak memory is taken after step 0 (the export excluded); on the CPU it is the process's peak
-    resident set, which is coarse: it counts everything the process holds.
+    reference. Every burst saves its graphs and collects its memory account ("memory"). `process_peak_mb` is
+    the process's peak after step 0 (on the CPU its resident set: coarse, it counts everything the process
+    holds), kept beside the account.
     """
     import pandas as pd
 
@@ -74,7 +85,8 @@ def plan_sweep(session_or_model=None, steps: int = 6, sets: Mapping[str, Any] | 
     base = Options(options or {}).replace(save_onnx=True, memory_opt_level=0, memory_opt_config="")
     folder = Path(session.out).expanduser().resolve() / f"plan-sweep-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     folder.mkdir(parents=True, exist_ok=True)
-    kwargs = dict(parity=parity, progress=progress, collect={"plans": {"steady_peak": True}}, **burst_kwargs)
+    collect = {"plans": {"steady_peak": True}, "memory": {}}
+    kwargs = dict(parity=parity, progress=progress, collect=collect, **burst_kwargs)
     try:
         baseline = session.burst("ortmodule", steps, base, name="plans-none", **kwargs)
         if baseline.status != "ok":
@@ -99,6 +111,7 @@ def plan_sweep(session_or_model=None, steps: int = 6, sets: Mapping[str, Any] | 
             rows.append(_measure(name, entries, run))
         df = pd.DataFrame(rows)
         notes = _compare(df, runs, reference, rtol)
+        df = df[[*COLUMNS, *(c for c in df.columns if c not in COLUMNS)]]
         write_json(folder / "sweep.json", {"rows": df.drop(columns=["run"]).to_dict(orient="records"),
                                            "runs": {k: str(r.path) for k, r in runs.items()}, "notes": notes,
                                            "steps": steps, "parity": parity})
@@ -114,42 +127,76 @@ def _measure(name: str, entries: list[str] | None, run) -> dict[str, Any]:
            "memory_opt_level": run.meta.get("effective_options", {}).get("memory_opt_level", 0),
            "status": run.status,
            "median_step_ms": float(later["step_time_s"].median() * 1000) if len(later) else None,
-           "peak_mem_mb": float(later["peak_mem_mb"].max()) if len(later) else None,
-           "predicted_saving_mb": None, "recompute_nodes": None, "recompute_ops": None, "run": run}
+           **_accounted(run),
+           "predicted_saving_mb": None, "recompute_nodes": None, "recompute_ops": None,
+           "process_peak_mb": float(later["peak_mem_mb"].max()) if len(later) else None, "run": run}
     try:
         table = plans(run)
     except PlanError:
         return row
     applied = table[table["applied"]]
     predicted = applied["saving_bytes"] * applied["applied_count"] / applied["frequency"]
-    row["predicted_saving_mb"] = float(predicted.sum() / 2**20)
+    row["predicted_saving_mb"] = float(predicted.sum() / MB)
     graph = table.attrs.get("execution_graph") or {}
     row["recompute_nodes"] = graph.get("recompute_nodes")
     row["recompute_ops"] = graph.get("recompute_ops")
     return row
 
 
+def _accounted(run) -> dict[str, Any]:
+    """The account of the execution graph this burst ran: its activation peak and its stash (MB), whether every
+    size was known, or why there is none. A burst that reused an ORTModule the memory collector did not see
+    export has no memory.json account; the plans collector still names that export's graph, accounted here."""
+    data = run.memory or {}
+    if data.get("peak_activation_bytes") is None:
+        from ortlab.account.build import account_of
+
+        graph = (run.read_json(PLANS_FILE, {}) or {}).get("execution_graph") or {}
+        if graph.get("file") and Path(graph["file"]).is_file():
+            try:
+                data = account_of(Path(graph["file"]), run).to_dict()
+            except Exception as e:  # the sweep's other figures stand without it
+                data = {"missing": f"the account of {Path(graph['file']).name} failed: {type(e).__name__}: {e}"}
+    if data.get("peak_activation_bytes") is None:
+        reason = data.get("missing") or "the burst wrote no memory account"
+        return {"accounted_peak_mb": None, "accounted_stash_mb": None, "accounted_exact": None,
+                "account_missing": reason}
+    return {"accounted_peak_mb": data["peak_activation_bytes"] / MB,
+            "accounted_stash_mb": None if data.get("stashed_bytes") is None else data["stashed_bytes"] / MB,
+            "accounted_exact": bool(data.get("exact", not data.get("uncertain"))), "account_missing": None}
+
+
 def _compare(df, runs: dict[str, Any], reference: str, rtol: float) -> list[str]:
-    """Measured saving and loss equality against the no-plan set; notes for what a reader must not miss."""
+    """Accounted saving and loss equality against the no-plan set; notes for what a reader must not miss."""
     cuda = str(runs[reference].meta.get("device", "")).startswith("cuda")
-    notes = ["peak memory after step 0 is torch's CUDA allocator peak, which covers ORT's allocations" if cuda
-             else "peak memory after step 0 is the process's peak resident set on the CPU: coarse, it counts "
-             "everything the process holds (ORT's arena keeps its high-water mark, which is what differs)"]
+    process = ("torch's CUDA allocator peak after step 0, which covers ORT's allocations" if cuda else
+               "the process's peak resident set after step 0: coarse, it counts everything the process holds, "
+               "and cannot resolve a plan on the CPU")
+    notes = ["memory: accounted_peak_mb is the most activation bytes alive at one step of ORT's execution graph "
+             "(ortlab.account, at the burst's shapes; parameters, gradients, optimizer state apart), "
+             "accounted_stash_mb what it keeps across the yield for backward; accounted_saving_mb and "
+             "stash_saving_mb are the no-plan set's minus this set's, predicted_saving_mb ORT's symbolic saving "
+             f"(what leaves the stash); process_peak_mb is {process}"]
     base = runs[reference].metrics["loss"].to_numpy()
-    base_peak = df.loc[df["set"] == reference, "peak_mem_mb"].iloc[0]
-    measured, loss_diff = [], []
+    ref = df.loc[df["set"] == reference].iloc[0]
+    df["accounted_saving_mb"] = _minus(ref["accounted_peak_mb"], df["accounted_peak_mb"])
+    df["stash_saving_mb"] = _minus(ref["accounted_stash_mb"], df["accounted_stash_mb"])
+    loss_diff = []
     for row in df.itertuples():
         losses = runs[row.set].metrics["loss"].to_numpy()
         n = min(len(losses), len(base))
         diff = float((abs(losses[:n] - base[:n]) / abs(base[:n]).clip(1e-12)).max()) if n else None
         loss_diff.append(diff)
-        measured.append(None if row.peak_mem_mb is None or base_peak is None else base_peak - row.peak_mem_mb)
         if diff is not None and diff > rtol:
             notes.append(f"{row.set}: loss differs from '{reference}' by {diff:.2e} (relative, > {rtol:g}): "
                          "recompute should not change the loss; if the model uses dropout, the recomputed "
                          "graph can draw other masks (compare with dropout 0 or parity=True)")
         if row.status != "ok":
             notes.append(f"{row.set}: the burst is {row.status}: {runs[row.set].error}")
+        if row.account_missing:
+            notes.append(f"{row.set}: no memory account: {row.account_missing}")
+        elif row.accounted_exact is False:
+            notes.append(f"{row.set}: some activation sizes are unknown: its accounted peak is a lower bound")
         chosen = bool(row.plans) or row.memory_opt_level > 0
         if chosen and row.recompute_nodes == 0:
             notes.append(f"{row.set}: plans were chosen but the execution graph has no recompute node: "
@@ -157,7 +204,16 @@ def _compare(df, runs: dict[str, Any], reference: str, rtol: float) -> list[str]
         if not chosen and row.recompute_nodes:
             notes.append(f"{row.set}: no plan chosen, yet the execution graph has {row.recompute_nodes} "
                          "recompute nodes")
-    df["measured_saving_mb"] = measured
+        if chosen and row.recompute_nodes and row.stash_saving_mb is not None and row.stash_saving_mb <= 0:
+            notes.append(f"{row.set}: applied, yet the graph keeps no less for backward: the recompute needs "
+                         "inputs kept in place of what it removes (see docs/recompute.md)")
     df["max_loss_rel_diff"] = loss_diff
     df["loss_equal"] = [d is not None and d <= rtol for d in loss_diff]
     return notes
+
+
+def _minus(reference, values) -> list[float | None]:
+    def known(v) -> bool:
+        return v is not None and v == v  # NaN: pandas' missing float
+
+    return [reference - v if known(reference) and known(v) else None for v in values]

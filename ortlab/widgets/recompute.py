@@ -23,6 +23,21 @@ def _error(e: BaseException) -> str:
     return f"<span style='color:#c00'>{html.escape(text)}</span>"
 
 
+def _accounted(run, reference) -> str:
+    """The applied run's accounted activation peak and stash, and their change from the plans' run."""
+    data = run.memory or {}
+    if data.get("peak_activation_bytes") is None:
+        return f"no memory account: {data.get('missing') or 'none collected'}"
+    mb, keys = 2**20, ("peak_activation_bytes", "stashed_bytes")
+    peak, kept = (None if data.get(k) is None else data[k] / mb for k in keys)
+    text = f"accounted activation peak {peak:.2f} MB" + ("" if kept is None else f", kept for backward {kept:.2f} MB")
+    base = getattr(reference, "memory", None) or {}
+    if all(base.get(k) is not None and data.get(k) is not None for k in keys):
+        text += (f" (from the plans' run: peak {peak - base[keys[0]] / mb:+.2f} MB, kept for backward "
+                 f"{kept - base[keys[1]] / mb:+.2f} MB)")
+    return text
+
+
 class RecomputePanel(W.VBox):
     """Thin over ortlab.recompute: Find plans runs a short ORTModule burst that collects them; the sliders
     re-evaluate every plan's saving for other dimension values; Apply and run trains with the checked plans
@@ -88,7 +103,7 @@ class RecomputePanel(W.VBox):
     def find(self, wait: bool = False) -> None:
         def work():
             run = self.session.burst("ortmodule", self.steps.value, {"save_onnx": True},
-                                     collect={"plans": {}}, progress=False, name="plans")
+                                     collect={"plans": {}, "memory": {}}, progress=False, name="plans")
             self.load(run)
 
         self._launch("finding plans (an ORTModule burst; the first one exports the model)...", work, wait)
@@ -154,7 +169,7 @@ class RecomputePanel(W.VBox):
                 f"plans-{'-'.join(map(str, checked))}.json"
             options["memory_opt_config"] = str(write_config(entries, path))
         run = self.session.burst("ortmodule", self.steps.value, options, progress=False, name="plans-applied",
-                                 collect={"plans": {"steady_peak": True}})
+                                 collect={"plans": {"steady_peak": True}, "memory": {}})
         self.last_run = run
         graph = (plans(run).attrs.get("execution_graph") or {}) if run.status == "ok" else {}
         later = run.metrics.iloc[1:]
@@ -162,9 +177,10 @@ class RecomputePanel(W.VBox):
                  f"recompute nodes in the execution graph: {graph.get('recompute_nodes', 'unknown')}"]
         if entries and graph.get("recompute_nodes") == 0:
             parts.append("chosen but not applied")
+        parts.append(_accounted(run, self.plans_run))
         if len(later):
-            parts.append(f"median step {later['step_time_s'].median() * 1000:.1f} ms, peak memory after "
-                         f"step 0 {later['peak_mem_mb'].max():.0f} MB (coarse on the CPU)")
+            parts.append(f"median step {later['step_time_s'].median() * 1000:.1f} ms, process peak after "
+                         f"step 0 {later['peak_mem_mb'].max():.0f} MB (the resident set on the CPU: coarse)")
         reference = getattr(self.plans_run, "metrics", None)
         if reference is not None and len(reference) and len(run.metrics):
             n = min(len(reference), len(run.metrics))
@@ -183,8 +199,8 @@ class RecomputePanel(W.VBox):
 
             sweep = plan_sweep(self.session, steps=self.steps.value)
             self.last_sweep = sweep
-            cols = ["set", "status", "median_step_ms", "peak_mem_mb", "predicted_saving_mb",
-                    "measured_saving_mb", "recompute_nodes", "loss_equal"]
+            cols = ["set", "status", "median_step_ms", "accounted_peak_mb", "accounted_saving_mb",
+                    "predicted_saving_mb", "stash_saving_mb", "recompute_nodes", "loss_equal", "process_peak_mb"]
             notes = "".join(f"<li>{html.escape(n)}</li>" for n in sweep.notes)
             self.sweep_table.value = _table(sweep.table[cols]) + (f"<ul>{notes}</ul>" if notes else "")
             self.sweep_plots.children[0].value = figure_png(sweep.pareto())
