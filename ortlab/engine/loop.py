@@ -102,6 +102,7 @@ class Engine:
         self.model = self.workload.model
         self.initial = Snapshot.load(snapshot) if snapshot else Snapshot.take(self.model)
         self.wrapper = Wrapper(self.model)
+        self.feed = Feed(self.workload)  # the batches of the current burst (set for each burst: its sampler)
         self.pending_transition: Transition | None = None  # e.g. "new worker", set by the worker
 
     def check_import_options(self, options: Options) -> None:
@@ -152,7 +153,7 @@ class Engine:
         device = resolve_device(cfg.device)
         if cfg.precision == "fp16" and device.type != "cuda":
             raise BurstError("precision 'fp16' needs CUDA (torch.autocast float16 + GradScaler); use fp32 on the CPU")
-        feed = self._feed(cfg)
+        feed = self.feed = self._feed(cfg)
         self.model.to(device)
         self.initial.restore(self.model)
         optimizer = make_optimizer(cfg.optimizer, self.model.parameters(), cfg.lr, device)
