@@ -52,12 +52,13 @@ def imbalance_figure(table, summaries: Mapping[str, Mapping] | None = None):
         s = (summaries or {}).get(label) or {}
         values = [100 * (s[k] - 1) if s.get(k) is not None else float("nan") for k, _ in keys]
         share = s.get("wait_share")
-        name = f"{label} (waited {share:.0%} of the steps)" if share is not None else label
+        name = f"{label} (waited {share:.0%} of the step time)" if share is not None else label
         bars.bar([j + i * width for j in range(len(keys))], values, width, label=name)
     bars.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(keys))], [name for _, name in keys])
     bars.set_ylabel("busiest rank, % above the mean")
     if labels:
-        bars.legend(fontsize="small", loc="lower center", bbox_to_anchor=(0.5, 1.08))
+        bars.set_ylim(top=bars.get_ylim()[1] * 1.4)  # room for the legend above the bars
+        bars.legend(fontsize="small", loc="upper right")
     bars.set_title("per burst (mean over steps)", fontsize="medium")
     bars.grid(alpha=0.3, axis="y")
     return fig
