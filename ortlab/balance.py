@@ -41,6 +41,10 @@ def step_fields(rank: int, forward_s: Sequence[float], loads: Sequence[Sequence[
     return out
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
 def _timed(metrics):
     return metrics.iloc[1:] if len(metrics) > 1 else metrics
 
@@ -49,13 +53,16 @@ def summary(metrics, sampler: str | None = None) -> dict[str, Any]:
     """The burst's imbalance from one rank's metrics (the gathered figures are every rank's): the mean over
     steps of `load` and `tokens` imbalance (and the worst step's `load_max`), `padding_share`, and the waiting:
     `wait_s` (per rank, summed over steps) and `wait_share` (of the step time)."""
+    import pandas as pd
+
     if "mean_wait_s" not in metrics:
         return {}
     out: dict[str, Any] = {"sampler": sampler, "steps": len(metrics)}
     if "load_imbalance" in metrics and metrics["load_imbalance"].notna().any():
-        out.update(load=float(metrics["load_imbalance"].mean()), load_max=float(metrics["load_imbalance"].max()),
-                   tokens=float(metrics["tokens_imbalance"].mean()),
-                   padding_share=float(metrics["padding_share"].mean()))
+        load, tokens, padding = (pd.to_numeric(metrics[k], errors="coerce")  # None where a mean was 0
+                                 for k in ("load_imbalance", "tokens_imbalance", "padding_share"))
+        out.update(load=_number(load.mean()), load_max=_number(load.max()), tokens=_number(tokens.mean()),
+                   padding_share=_number(padding.mean()))
     timed = _timed(metrics)
     wait, total = float(timed["mean_wait_s"].sum()), float(timed["step_time_s"].sum())
     out.update(wait_s=wait, wait_share=wait / total if total > 0 else None)
