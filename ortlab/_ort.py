@@ -272,3 +272,24 @@ def onnx_save_settings(ort_module: Any) -> tuple[bool, str, str]:
     """(save_onnx, the folder ORT writes stage graphs into, their name prefix)."""
     save = Wrap(ort_module, True).manager._debug_options.save_onnx_models
     return bool(save.save), str(save.path), str(save.name_prefix)
+
+
+@functools.cache
+def load_balancing_samplers() -> tuple[type, type]:
+    """ORT's `LoadBalancingDistributedSampler` and `LoadBalancingDistributedBatchSampler`.
+
+    Importing `onnxruntime.training.utils.data` runs `onnxruntime.training`'s package init, which imports
+    ORTModule (seconds, and its import-time options) even in a PyTorch burst; the sampler module itself needs
+    only torch and numpy, so it is loaded from its file when that file is where 1.19 keeps it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnxruntime")
+    path = Path(spec.origin).parent / "training" / "utils" / "data" / "sampler.py" if spec and spec.origin else None
+    if path is None or not path.is_file():
+        module = importlib.import_module("onnxruntime.training.utils.data")
+    else:
+        file_spec = importlib.util.spec_from_file_location("ortlab._ort_sampler", path)
+        module = importlib.util.module_from_spec(file_spec)
+        file_spec.loader.exec_module(module)
+    return (_get(module, "LoadBalancingDistributedSampler", "the load-balancing sampler"),
+            _get(module, "LoadBalancingDistributedBatchSampler", "the load-balancing batch sampler"))

@@ -24,6 +24,46 @@ def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per st
     return fig
 
 
+def imbalance_figure(table, summaries: Mapping[str, Mapping] | None = None):
+    """Load imbalance per step (max over ranks / mean) for each label of `table` (ortlab.balance.
+    sampler_comparison: label, step, load_imbalance, ...), and beside it each label's mean load and tokens
+    imbalance as the busiest rank's excess over the mean, and the share of the step time ranks waited (from
+    `summaries`, ortlab.balance.summary)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3), dpi=100, layout="constrained")
+    steps, bars = fig.subplots(1, 2, width_ratios=[3, 2])
+    labels = list(dict.fromkeys(table["label"])) if len(table) else []
+    for i, label in enumerate(labels):
+        rows = table[table["label"] == label]
+        if "load_imbalance" in rows:
+            steps.plot(rows["step"], rows["load_imbalance"], ["-", "--", ":"][i % 3], marker=".", label=label)
+    steps.axhline(1.0, color="grey", linewidth=0.8)
+    steps.set_xlabel("step")
+    steps.xaxis.get_major_locator().set_params(integer=True)
+    steps.set_ylabel("max / mean load over ranks")
+    steps.set_title("load imbalance per step")
+    steps.grid(alpha=0.3)
+    if labels:
+        steps.legend()
+    keys = [("load", "load"), ("tokens", "padded tokens")]
+    width = 0.8 / max(len(labels), 1)
+    for i, label in enumerate(labels):
+        s = (summaries or {}).get(label) or {}
+        values = [100 * (s[k] - 1) if s.get(k) is not None else float("nan") for k, _ in keys]
+        share = s.get("wait_share")
+        name = f"{label} (waited {share:.0%} of the step time)" if share is not None else label
+        bars.bar([j + i * width for j in range(len(keys))], values, width, label=name)
+    bars.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(keys))], [name for _, name in keys])
+    bars.set_ylabel("busiest rank, % above the mean")
+    if labels:
+        bars.set_ylim(top=bars.get_ylim()[1] * 1.4)  # room for the legend above the bars
+        bars.legend(fontsize="small", loc="upper right")
+    bars.set_title("per burst (mean over steps)", fontsize="medium")
+    bars.grid(alpha=0.3, axis="y")
+    return fig
+
+
 def figure_png(fig) -> bytes:
     import io
 

@@ -16,7 +16,8 @@ from typing import Any
 from ortlab.errors import InputError
 
 STATUSES = ("running", "ok", "interrupted", "stopped", "failed", "crashed")
-DISTRIBUTED_KEYS = ("nproc", "nnodes", "ranks", "in_sync", "out_of_sync", "checkpoint", "failed_rank", "rank_graphs")
+DISTRIBUTED_KEYS = ("nproc", "nnodes", "ranks", "in_sync", "out_of_sync", "checkpoint", "failed_rank", "rank_graphs",
+                    "imbalance")
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -68,6 +68,11 @@ class Comparison:
                 v = d[backend].get(key)
                 vals.append("-" if v is None else f"{v * 1000:.1f}" if spec == "ms" else format(v, spec))
             rows.append((label, *vals))
+        if any(d[backend].get("imbalance") for backend in ("pytorch", "ortmodule")):  # ranks (ortlab.balance)
+            for label, key, spec in (("load imbalance (max/mean)", "load", ".3f"),
+                                     ("ranks waited (of step)", "wait_share", ".1%")):
+                rows.append((label, *(fmt((d[backend].get("imbalance") or {}).get(key), spec)
+                                      for backend in ("pytorch", "ortmodule"))))
         width = max(len(r[0]) for r in rows)
         lines = [f"{r[0]:<{width}}  {r[1]:>12}  {r[2]:>12}" for r in rows]
         lines.append(f"max |loss difference| {fmt(d['max_loss_diff'], '.3g')}")

@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,13 +29,47 @@ class Workload:
       tensor, a tuple of positional arguments, or a dict of keyword arguments. It must be deterministic in
       `step`, so that a PyTorch burst and an ORTModule burst see the same data.
     - `loss(outputs, target)`: a scalar tensor.
+
+    Or, instead of `batch` (pass `batch=None`), samples that ortlab batches itself, so that a burst of several
+    ranks can choose a sampler (`sampler="distributed"|"load_balancing"`) and report each rank's load:
+
+    - `dataset`: a sequence of samples (`len()` and `dataset[i]`, deterministic in `i`).
+    - `collate(samples)`: a list of samples -> `(inputs, target)` as `batch` returns (e.g. padded to the longest).
+    - `complexity(sample)`: a whole number, the work a sample costs (e.g. its sequence length); optional, needed
+      by the load-balancing sampler and for the load figures.
+    - `batch_size`: samples per step. Without a sampler, step k trains on samples k * batch_size onwards, in order
+      (wrapping around), so `batch(step)` still works everywhere.
     """
 
     model: torch.nn.Module
-    batch: Callable[[int], tuple[Any, Any]]
+    batch: Callable[[int], tuple[Any, Any]] | None
     loss: Callable[[Any, Any], torch.Tensor]
     name: str = ""
     batch_size: int | None = None  # samples per step, for samples/s
+    dataset: Sequence[Any] | None = None
+    collate: Callable[[list[Any]], tuple[Any, Any]] | None = None
+    complexity: Callable[[Any], int] | None = None
+
+    def __post_init__(self):
+        if self.dataset is None:
+            if self.batch is None:
+                raise WorkloadError("a Workload needs batch(step), or a dataset with collate and batch_size")
+            return
+        if self.collate is None or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise WorkloadError("a Workload with a dataset needs collate(samples) and batch_size (a whole number "
+                                ">= 1)")
+        if len(self.dataset) < 1:
+            raise WorkloadError("a Workload's dataset is empty")
+        if self.batch is None:
+            self.batch = self.dataset_batch
+
+    def step_indices(self, k: int) -> list[int]:
+        """The dataset indices of batch k in order: k * batch_size onwards, wrapping around."""
+        n = len(self.dataset)
+        return [(k * self.batch_size + j) % n for j in range(self.batch_size)]
+
+    def dataset_batch(self, k: int) -> tuple[Any, Any]:
+        return self.collate([self.dataset[i] for i in self.step_indices(k)])
 
     @classmethod
     def coerce(cls, made: Any, origin: str) -> Workload:
@@ -53,7 +87,8 @@ class Workload:
         params = sum(p.numel() for p in self.model.parameters())
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         return {"name": self.name or type(self.model).__name__, "class": type(self.model).__qualname__,
-                "parameters": params, "trainable_parameters": trainable, "batch_size": self.batch_size}
+                "parameters": params, "trainable_parameters": trainable, "batch_size": self.batch_size,
+                **({"dataset_size": len(self.dataset)} if self.dataset is not None else {})}
 
 
 @dataclass(frozen=True)

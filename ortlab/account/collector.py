@@ -130,7 +130,7 @@ def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
                               "or it reused the ORTModule of an earlier burst that did not save its graphs")
     try:
         with random_state_kept():
-            inputs, _ = engine.workload.batch(0)
+            inputs, _ = engine.feed.batch(0)  # this burst's first batch (its sampler's, its rank's)
         account = account_of(path, load_run(run_dir), input_shapes=engine.wrapper.input_shapes(inputs),
                              user_inputs=engine.wrapper.post_export().get("user_inputs"))
     except Exception as e:  # the account must not cost the burst

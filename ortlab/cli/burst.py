@@ -32,7 +32,8 @@ def cmd_burst(args) -> int:
     kwargs = dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=args.precision,
                   device=args.device, parity=args.parity, progress=not args.json and sys.stderr.isatty(),
                   collect=collect, nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
-                  rdzv_endpoint=args.rdzv_endpoint, save_checkpoint=args.save_checkpoint)
+                  rdzv_endpoint=args.rdzv_endpoint, save_checkpoint=args.save_checkpoint,
+                  sampler=args.sampler)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         if args.backend == "both":
             comparison = session.compare(args.steps, options, **kwargs)
@@ -82,7 +83,7 @@ def register(sub) -> None:
     import argparse
 
     from ortlab.engine.collectors import COLLECTORS
-    from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS
+    from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS, SAMPLERS
 
     b = sub.add_parser("burst", help="train N steps on PyTorch and/or ORTModule and print a summary")
     add_model_args(b)
@@ -121,6 +122,9 @@ def register(sub) -> None:
     d.add_argument("--save-checkpoint", action="store_true",
                    help="write the full fp32 weights at the end (checkpoint.pt; ZeRO-1 shards gathered); loads "
                    "as Session(snapshot=PATH)")
+    d.add_argument("--sampler", choices=SAMPLERS, help="how the ranks share a workload's dataset (e.g. --model-arg "
+                   "variable_length=true): torch's DistributedSampler or ORT's load-balancing sampler, which gives "
+                   "every rank samples of similar complexity each step (default: the dataset in order)")
     add_out_arg(b)
     add_in_process_arg(b)
     add_json_arg(b)

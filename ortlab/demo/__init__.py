@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Sequence
 from importlib import resources
 
 import torch
@@ -89,9 +91,55 @@ class TinyGPT(nn.Module):
         return self.head(self.ln_f(self.blocks(x)))
 
 
+class Passages(Sequence):
+    """Variable-length training samples: passage i is `seq_len // 8` to `seq_len` characters (plus the next one,
+    the last target) from a place in the text, both drawn from a generator seeded by i alone."""
+
+    def __init__(self, data: torch.Tensor, seq_len: int, size: int):
+        self.data, self.seq_len, self.size = data, seq_len, size
+        self.shortest = max(2, seq_len // 8)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        i = operator.index(i)
+        if not 0 <= i < self.size:
+            raise IndexError(i)
+        g = torch.Generator().manual_seed(2_000_003 * i + 29)
+        length = int(torch.randint(self.shortest, self.seq_len + 1, (1,), generator=g))
+        start = int(torch.randint(0, len(self.data) - length - 1, (1,), generator=g))
+        return self.data[start : start + length + 1]
+
+
+def passage_length(sample: torch.Tensor) -> int:
+    """A passage's complexity: the tokens the model reads."""
+    return len(sample) - 1
+
+
+def pad_passages(samples: list[torch.Tensor]):
+    """Inputs padded with 0 and targets with -100 (cross_entropy's ignore_index) to the longest passage: padding
+    comes after the tokens, so causal attention never reads it and the loss ignores it."""
+    longest = max(len(s) - 1 for s in samples)
+    x = torch.zeros(len(samples), longest, dtype=torch.long)
+    y = torch.full((len(samples), longest), -100, dtype=torch.long)
+    for row, s in enumerate(samples):
+        x[row, : len(s) - 1] = s[:-1]
+        y[row, : len(s) - 1] = s[1:]
+    return x, y
+
+
 def gpt(n_layer: int = 2, d_model: int = 64, n_head: int = 4, seq_len: int = 64, batch_size: int = 8,
-        dropout: float = 0.1, attention: str = "linear") -> Workload:
-    """The demo workload. `attention="mha"` uses nn.MultiheadAttention, which ORTModule fails to export."""
+        dropout: float = 0.1, attention: str = "linear", variable_length: bool = False,
+        dataset_size: int = 512) -> Workload:
+    """The demo workload. `attention="mha"` uses nn.MultiheadAttention, which ORTModule fails to export.
+
+    `variable_length=True` gives a dataset of `dataset_size` passages of different lengths (ortlab.demo.Passages),
+    batches padded to their longest passage and a complexity (the length), so that samplers can balance ranks."""
+    if not isinstance(variable_length, bool):
+        raise ValueError(f"variable_length={variable_length!r}: allowed are True and False")
+    if not isinstance(dataset_size, int) or isinstance(dataset_size, bool) or dataset_size < 1:
+        raise ValueError(f"dataset_size={dataset_size!r}: allowed is a whole number >= 1")
     if attention not in ("linear", "mha"):
         raise ValueError(f"attention={attention!r}: allowed are 'linear' and 'mha'")
     for label, value, low in (("n_layer", n_layer, 1), ("d_model", d_model, 1), ("n_head", n_head, 1),
@@ -119,4 +167,8 @@ def gpt(n_layer: int = 2, d_model: int = 64, n_head: int = 4, seq_len: int = 64,
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
     name = f"TinyGPT(n_layer={n_layer}, d_model={d_model}, seq_len={seq_len}, attention={attention})"
+    if variable_length:
+        return Workload(model, None, loss, name=f"{name[:-1]}, variable_length)", batch_size=batch_size,
+                        dataset=Passages(data, seq_len, dataset_size), collate=pad_passages,
+                        complexity=passage_length)
     return Workload(model, batch, loss, name=name, batch_size=batch_size)

@@ -14,6 +14,7 @@ BACKENDS = ("pytorch", "ortmodule")
 OPTIMIZERS = ("adamw", "sgd", "fused_adam", "fp16_optimizer", "zero1")
 PRECISIONS = ("fp32", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
+SAMPLERS = ("distributed", "load_balancing")  # ortlab.engine.sampling; None: a dataset in order
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
 
 
@@ -45,6 +46,7 @@ class BurstConfig:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     save_checkpoint: bool = False
+    sampler: str | None = None  # for a workload with a dataset (ortlab.engine.sampling)
 
     def __post_init__(self):
         from ortlab.engine.collectors import COLLECTORS
@@ -57,6 +59,9 @@ class BurstConfig:
         check("optimizer", self.optimizer, OPTIMIZERS)
         check("precision", self.precision, PRECISIONS)
         check("device", self.device, DEVICES)
+        if self.sampler is not None and self.sampler not in SAMPLERS:
+            raise BurstError(f"sampler {self.sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)} (or None: "
+                             "a dataset in order)")
         if not _whole(self.steps) or self.steps < 1:
             raise BurstError(f"steps {self.steps!r} is not allowed; allowed: a whole number >= 1")
         if not (isinstance(self.lr, int | float) and not isinstance(self.lr, bool) and math.isfinite(self.lr)

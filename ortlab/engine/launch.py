@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ortlab import balance
 from ortlab.engine.config import BurstConfig, BurstError, resolve_device
 from ortlab.options import Options, ReadAt
 from ortlab.run import Run, RunWriter, load_run, mark, new_run_dir, write_json
@@ -74,6 +75,9 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
         if source.is_file():
             shutil.copyfile(source, path / name)
     writer.finish(status, **extra)
+    bad_input = [run.meta["bad_input"] for run in _rank_runs(path).values() if run.meta.get("bad_input")]
+    if bad_input:  # e.g. a sampler for a workload without a dataset: the caller's error, as in one process
+        raise BurstError(bad_input[0])
     return path
 
 
@@ -212,6 +216,11 @@ def _outcome(path: Path, result: dict[str, Any], stopped: bool) -> tuple[str, di
         bad = [run.meta["out_of_sync"] for run in ranks.values() if run.meta.get("out_of_sync")]
         if bad:
             extra["out_of_sync"] = min(bad, key=lambda d: d["step"])
+    if ranks:
+        lowest = ranks[min(ranks)]
+        figures = balance.summary(lowest.metrics, lowest.meta.get("config", {}).get("sampler"))
+        if figures:
+            extra["imbalance"] = figures
     checkpoints = [run.meta["checkpoint"] for run in ranks.values() if run.meta.get("checkpoint")]
     if checkpoints:
         extra["checkpoint"] = checkpoints[0]
@@ -240,6 +249,7 @@ def _rank_runs(path: Path) -> dict[int, Run]:
 def _rank_row(rank: int, run: Run) -> dict[str, Any]:
     merged = {**run.summary(), **run.meta, "rank": rank, "status": run.status}
     row = {k: merged.get(k) for k in RANK_KEYS}
+    row.update(balance.rank_fields(run.metrics))
     if run.status != "ok" and run.error:
         row["error"] = run.error
     return row

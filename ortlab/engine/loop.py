@@ -25,6 +25,7 @@ from ortlab.engine.collectors import Collector, graph_key, make_collectors
 from ortlab.engine.config import BurstConfig, BurstError, make_optimizer, resolve_device
 from ortlab.engine.parity import parity
 from ortlab.engine.peak import PeakMemory
+from ortlab.engine.sampling import Feed
 from ortlab.engine.wrapper import Transition, Wrapper, failure_stage, root_message
 from ortlab.options import Options, ReadAt
 from ortlab.run import RunWriter, new_run_dir
@@ -69,11 +70,13 @@ class _Burst:
     optimizer: Any
     collectors: dict[str, Collector]
     memory: PeakMemory
+    feed: Feed
     scaler: Any = None
     runner: Any = None  # the module that trains: the model, or its ORTModule
     first_inputs: Any = None  # step 0's inputs: their shapes size the exported graph's symbolic dimensions
     stage: str = "setup"  # what the burst is doing now: named in a failure
     steps_done: int = 0
+    forward_s: float = 0.0  # the last step's forward and loss: this process's own work (ortlab.engine.ranks)
     status: str = "ok"
     extra: dict[str, Any] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
@@ -88,6 +91,8 @@ class Engine:
     """A workload, its initial snapshot and the current ORTModule wrap. It runs bursts in this process; the
     worker process holds one, and `in_process=True` uses one directly."""
 
+    time_forward = False  # wait for the device after the forward (a rank compares its forward time with the others')
+
     def __init__(self, ref: ModelRef, seed: int = 0, import_options: Options | None = None,
                  snapshot: str | Path | None = None):
         self.ref = ref
@@ -97,6 +102,7 @@ class Engine:
         self.model = self.workload.model
         self.initial = Snapshot.load(snapshot) if snapshot else Snapshot.take(self.model)
         self.wrapper = Wrapper(self.model)
+        self.feed = Feed(self.workload)  # the batches of the current burst (set for each burst: its sampler)
         self.pending_transition: Transition | None = None  # e.g. "new worker", set by the worker
 
     def check_import_options(self, options: Options) -> None:
@@ -147,6 +153,7 @@ class Engine:
         device = resolve_device(cfg.device)
         if cfg.precision == "fp16" and device.type != "cuda":
             raise BurstError("precision 'fp16' needs CUDA (torch.autocast float16 + GradScaler); use fp32 on the CPU")
+        feed = self.feed = self._feed(cfg)
         self.model.to(device)
         self.initial.restore(self.model)
         optimizer = make_optimizer(cfg.optimizer, self.model.parameters(), cfg.lr, device)
@@ -163,8 +170,12 @@ class Engine:
         })
         scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.model.train()
-        return _Burst(cfg, options, device, path, writer, optimizer, collectors, PeakMemory(device), scaler,
+        return _Burst(cfg, options, device, path, writer, optimizer, collectors, PeakMemory(device), feed, scaler,
                       runner=self.model)
+
+    def _feed(self, cfg: BurstConfig) -> Feed:
+        """The batches this process trains on (a rank of a distributed burst: its share)."""
+        return Feed(self.workload, cfg.sampler, seed=cfg.seed)
 
     def _run_dir(self, cfg: BurstConfig) -> Path:
         """A new folder for the burst's run (a rank of a distributed burst writes into its run's ranks/<r>)."""
@@ -192,7 +203,7 @@ class Engine:
 
     def _step(self, b: _Burst, step: int) -> dict[str, Any]:
         b.stage = "data"
-        inputs, target = to_device(self.workload.batch(step), b.device)
+        inputs, target = to_device(b.feed.batch(step), b.device)
         if step == 0 and b.ortmodule:
             b.stage = "wrap"
             b.first_inputs = inputs
@@ -205,6 +216,9 @@ class Engine:
             outputs = call_model(b.runner, inputs)
             b.stage = "loss"
             loss = self.workload.loss(outputs, target)
+        if self.time_forward and b.device.type == "cuda":
+            torch.cuda.synchronize()  # the forward's kernels are asynchronous
+        b.forward_s = time.perf_counter() - started
         b.stage = "backward"
         (b.scaler.scale(loss) if b.scaler else loss).backward()
         b.stage = "optimizer"
@@ -219,6 +233,7 @@ class Engine:
         row = {"step": step, "loss": loss_value, "step_time_s": elapsed,
                "samples_per_s": (self.workload.batch_size or 1) / elapsed if elapsed > 0 else None,
                "peak_mem_mb": b.memory.peak_mb()}
+        row.update(b.feed.load(step) or {})
         if b.ortmodule:
             self._note_export(b, step, row)
         for c in b.collectors.values():

@@ -6,10 +6,10 @@ rank's folder (`<run>/ranks/<r>`) is an ordinary run."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import faulthandler
 import json
+import math
 import os
 import pickle
 import sys
@@ -21,8 +21,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ortlab import balance
 from ortlab.engine.config import BurstConfig, resolve_device
 from ortlab.engine.loop import Engine, _Burst
+from ortlab.engine.sampling import Feed
+from ortlab.errors import InputError
 from ortlab.options import Options
 from ortlab.run import RunWriter, load_run
 from ortlab.snapshot import Snapshot
@@ -44,18 +47,22 @@ def optimizer_state_bytes(optimizer: Any) -> int:
 
 
 class RankEngine(Engine):
-    """The Engine of one rank: rank r trains on `workload.batch(step * world_size + r)`."""
+    """The Engine of one rank: rank r trains on `workload.batch(step * world_size + r)`, or on its share of the
+    workload's dataset (ortlab.engine.sampling)."""
+
+    time_forward = True
 
     def __init__(self, ref, seed: int, snapshot: str | None, run: Path, timeout_s: float):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         super().__init__(ref, seed=seed, import_options=Options.from_environ(), snapshot=snapshot)
-        inner, rank, world = self.workload.batch, self.rank, self.world
-        self.workload = dataclasses.replace(self.workload, batch=lambda step: inner(step * world + rank))
         self.run_folder = run
         self.stop_file = run / "stop"
         self.timeout_s = timeout_s
         self.stop_agreed = False  # some rank saw a Stop request: every rank ends after the same step
         self.names = [name for name, _ in self.model.named_parameters()]
+
+    def _feed(self, cfg: BurstConfig) -> Feed:
+        return Feed(self.workload, cfg.sampler, self.world, self.rank, cfg.seed)
 
     def _run_dir(self, cfg: BurstConfig) -> Path:
         path = self.run_folder / "ranks" / str(self.rank)
@@ -100,21 +107,25 @@ class RankEngine(Engine):
     def _step(self, b: _Burst, step: int) -> dict[str, Any]:
         row = super()._step(b, step)
         b.stage = "in-sync check"
-        row["in_sync"] = self._check_sync(b, step)
+        row["in_sync"] = self._check_sync(b, step, row)
         return row
 
-    def _check_sync(self, b: _Burst, step: int) -> bool:
-        """A float64 sum per parameter, all-gathered with this rank's Stop flag; checksums are compared bit for bit
-        (NaN equals NaN), the first step and parameter where they differ are kept."""
+    def _check_sync(self, b: _Burst, step: int, row: dict[str, Any]) -> bool:
+        """A float64 sum per parameter, all-gathered with this rank's Stop flag and its step's load and forward
+        time (ortlab.balance); checksums are compared bit for bit (NaN equals NaN), the first step and parameter
+        where they differ are kept."""
         with torch.no_grad():
             sums = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
-        flag = torch.tensor([1.0 if self.stop_file.exists() else 0.0], dtype=torch.float64, device=sums.device)
-        mine = torch.cat([sums, flag])
+        extra = [1.0 if self.stop_file.exists() else 0.0, b.forward_s,
+                 *(float(row.get(k, math.nan)) for k in balance.GATHERED)]
+        mine = torch.cat([sums, torch.tensor(extra, dtype=torch.float64, device=sums.device)])
         everyone = [torch.empty_like(mine) for _ in range(self.world)]
         dist.all_gather(everyone, mine)
         table = torch.stack(everyone).cpu()
-        self.stop_agreed = bool(table[:, -1].any())
-        bits = table[:, :-1].contiguous().view(torch.int64)
+        n = len(sums)
+        self.stop_agreed = bool(table[:, n].any())
+        row.update(balance.step_fields(self.rank, table[:, n + 1].tolist(), table[:, n + 2 :].tolist()))
+        bits = table[:, :n].contiguous().view(torch.int64)
         differs = (bits != bits[0]).any(dim=0)
         if not differs.any():
             return True
@@ -179,9 +190,10 @@ def _log_to(path: Path) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
-def _failed_early(folder: Path, cfg: BurstConfig, rank: int, error: str) -> None:
+def _failed_early(folder: Path, cfg: BurstConfig, rank: int, error: str, bad_input: str | None = None) -> None:
     writer = RunWriter(folder, {"backend": cfg.backend, "config": cfg.to_dict(), "rank": rank, "pid": os.getpid()})
-    writer.finish("failed", error=error, failed_at=time.time())
+    extra = {"bad_input": bad_input} if bad_input else {}
+    writer.finish("failed", error=error, failed_at=time.time(), **extra)
     print(f"[ortlab] {error}", flush=True)
 
 
@@ -212,7 +224,8 @@ def main(spec_path: str) -> int:
         engine = RankEngine(ref, spec["seed"], spec["snapshot"], run, timeout)
         path = engine.run(cfg, should_stop=lambda: engine.stop_agreed)
     except Exception as e:  # the workload or the arguments: before the burst started
-        _failed_early(folder, cfg, rank, f"rank {rank}: {type(e).__name__}: {e}")
+        _failed_early(folder, cfg, rank, f"rank {rank}: {type(e).__name__}: {e}",
+                      bad_input=str(e) if isinstance(e, InputError) else None)
         return 1
     status = load_run(path).status
     dist.destroy_process_group()

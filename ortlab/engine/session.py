@@ -90,18 +90,20 @@ class Session:
               device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
-              save_checkpoint: bool = False) -> Run:
+              save_checkpoint: bool = False, sampler: str | None = None) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
-        nproc per machine, nnodes machines meeting at rdzv_endpoint HOST:PORT, this one being node_rank."""
+        nproc per machine, nnodes machines meeting at rdzv_endpoint HOST:PORT, this one being node_rank.
+        `sampler` ("distributed" or "load_balancing", for a workload with a dataset) chooses how the dataset is
+        shared among the ranks (ortlab.engine.sampling); ortlab.balance reports how evenly they were loaded."""
         from ortlab.engine.config import BurstConfig
 
         cfg = BurstConfig(backend=backend, steps=steps, options=self.shell_options.overlaid(options),
                           optimizer=optimizer, lr=lr, seed=seed, precision=precision, device=device, parity=parity,
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                          save_checkpoint=save_checkpoint)
+                          save_checkpoint=save_checkpoint, sampler=sampler)
         bar = _Bar(cfg) if progress else None
         callback = _chain(on_step, bar.update if bar else None)
         try:

@@ -28,7 +28,7 @@ def _burst_dims(engine) -> dict[str, int]:
     from ortlab.workload import to_device
 
     info = engine.wrapper.internals().post_export()
-    inputs, _ = engine.workload.batch(0)
+    inputs, _ = engine.feed.batch(0)  # this burst's first batch (its sampler's, its rank's)
     device = next(engine.model.parameters()).device
     inputs = to_device(inputs, device)
     if isinstance(inputs, Mapping):
