@@ -68,6 +68,7 @@ def ddp_run(tmp_path_factory):
         return s.burst("pytorch", 3, nproc=2, progress=False, save_checkpoint=True)
 
 
+@pytest.mark.slow
 def test_two_rank_ddp_burst_keeps_every_rank_in_sync_and_saves_a_loadable_checkpoint(ddp_run, tmp_path):
     run = ddp_run
     assert run.status == "ok", run.error
@@ -92,6 +93,7 @@ def test_two_rank_ddp_burst_keeps_every_rank_in_sync_and_saves_a_loadable_checkp
     assert all(torch.equal(start[k], weights[k]) for k in weights)
 
 
+@pytest.mark.slow
 def test_zero1_ends_with_the_same_weights_as_ddp_adamw_and_holds_less_optimizer_state(ddp_run, tmp_path):
     with tiny_session(tmp_path) as s:
         zero = s.burst("pytorch", 3, nproc=2, optimizer="zero1", progress=False, save_checkpoint=True)
@@ -109,6 +111,7 @@ def test_zero1_ends_with_the_same_weights_as_ddp_adamw_and_holds_less_optimizer_
         ddp.meta["ranks"][0]["optimizer_state_bytes"], rel=0.05)
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_ends_the_burst_with_that_rank_named_and_its_log_kept(tmp_path):
     with tiny_session(tmp_path, f"{FACTORIES / 'ranks.py'}:killed", rank=1, step=1) as s:
         run = s.burst("pytorch", 3, nproc=2, progress=False)
@@ -120,6 +123,7 @@ def test_a_rank_that_dies_ends_the_burst_with_that_rank_named_and_its_log_kept(t
     assert (run.path / "ranks" / "1" / "log.txt").is_file()
 
 
+@pytest.mark.slow
 def test_a_rank_that_fails_names_its_error_and_the_others_are_stopped(tmp_path):
     with tiny_session(tmp_path, f"{FACTORIES / 'ranks.py'}:raises", rank=1, step=1) as s:
         run = s.burst("pytorch", 3, nproc=2, progress=False)
@@ -130,6 +134,7 @@ def test_a_rank_that_fails_names_its_error_and_the_others_are_stopped(tmp_path):
     assert "bad batch on purpose" in (run.path / "ranks" / "1" / "log.txt").read_text()
 
 
+@pytest.mark.slow
 def test_a_rank_that_hangs_is_named_after_the_collective_timeout(tmp_path, monkeypatch):
     from ortlab.engine import launch
 
@@ -142,6 +147,7 @@ def test_a_rank_that_hangs_is_named_after_the_collective_timeout(tmp_path, monke
     assert rows[0]["status"] == "stopped" and "timed out" in rows[0]["error"].lower()
 
 
+@pytest.mark.slow
 def test_stop_ends_every_rank_after_the_same_step(tmp_path):
     with tiny_session(tmp_path, f"{FACTORIES / 'slow_steps.py'}:slow", delay=0.5) as s:
         def stop_after_first(row):
@@ -155,6 +161,7 @@ def test_stop_ends_every_rank_after_the_same_step(tmp_path):
     assert ranks[0]["steps"] == ranks[1]["steps"] < 50
 
 
+@pytest.mark.slow
 def test_two_nodes_on_one_machine_form_one_job(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
     runs = {}
