@@ -68,6 +68,8 @@ class Comparison:
                 v = d[backend].get(key)
                 vals.append("-" if v is None else f"{v * 1000:.1f}" if spec == "ms" else format(v, spec))
             rows.append((label, *vals))
+        if any(d[backend].get("nproc") for backend in ("pytorch", "ortmodule")):  # a distributed burst
+            rows.append(("ranks", *(_ranks_cell(d[backend]) for backend in ("pytorch", "ortmodule"))))
         if any(d[backend].get("imbalance") for backend in ("pytorch", "ortmodule")):  # ranks (ortlab.balance)
             for label, key, spec in (("load imbalance (max/mean)", "load", ".3f"),
                                      ("ranks waited (of step)", "wait_share", ".1%")):
@@ -100,3 +102,12 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     lines += [f"no activation account for {b}: {d[b]['memory_missing']}" for b in ("pytorch", "ortmodule")
               if d[b].get("memory_missing")]
     return lines
+
+
+def _ranks_cell(summary: dict[str, Any]) -> str:
+    """"2, in sync" / "2, NOT in sync" / "-": how many ranks and whether their parameters stayed equal."""
+    ranks = summary.get("ranks")
+    if not ranks:
+        return "-"
+    sync = {True: "in sync", False: "NOT in sync"}.get(summary.get("in_sync"), "sync unknown")
+    return f"{len(ranks)}, {sync}"

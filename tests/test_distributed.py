@@ -2,6 +2,7 @@
 demo (1 layer, d_model 32), 2-3 steps: the machine has 2 cores."""
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -202,3 +203,7 @@ def test_cli_compare_two_ranks_reports_ranks_per_backend(tmp_path):
     ort = load_run(report["ortmodule"]["path"])
     assert ort.ranks[1].read_json("ort.json")["exported"] is True
     assert ort.transitions["action"].tolist() == ["wrap"]
+    from ortlab.summary import Comparison
+
+    table = str(Comparison(load_run(report["pytorch"]["path"]), ort))  # what `ortlab burst` prints without --json
+    assert re.search(r"^ranks\s+2, in sync\s+2, in sync$", table, re.M), table
