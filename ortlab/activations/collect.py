@@ -153,6 +153,8 @@ class StatsCollector(Collector):
         if pythonop.active() not in (None, self):
             raise StatsError("another stats collector is active in this process (a burst inside a burst?)")
         self._graph = cfg.backend == "ortmodule"
+        if self._graph:
+            pythonop.prepare_export()
         model = engine.model
         if self._graph and self.graph_key in _TRACED.get(model, {}):
             slots, aliases = _TRACED[model][self.graph_key]
@@ -254,7 +256,9 @@ class StatsCollector(Collector):
             self._seen[id(t)] = (slot, t)
             return out
         self._seen[id(t)] = (slot, t)
-        self.on_forward(slot, t)
+        if slot >= len(self._fw):  # recording a step (else the hook returned): summarize without more checks
+            self._grow(slot + 1)
+        self._summarize(t, self._fw, self._fws, slot)
         if self.grads and t.requires_grad:
             t.register_hook(functools.partial(self.on_backward, slot))
         return t

@@ -41,24 +41,18 @@ class Summarizer:
         return entry[1]
 
     def __call__(self, t: torch.Tensor, rows: np.ndarray, samples: np.ndarray, i: int) -> None:
-        """Summarize `t` into rows[i] (FIELDS) and samples[i]."""
-        t = t.detach()
-        if t.dtype is torch.float32 and t.device.type == "cpu" and self.kernel is not None:
-            t = t.contiguous()
+        """Summarize `t` into rows[i] (FIELDS) and samples[i]. Called for every observed tensor of every step: the
+        kernel's path checks only what it needs (no detach, no device object, one call into C)."""
+        if t.dtype is torch.float32 and t.is_cpu and self.kernel is not None:
+            if not t.is_contiguous():
+                t = t.detach().contiguous()
             n = t.numel()
-            idx, idx_ptr = self._positions(n) if n else (None, 0)
-            self.kernel(t.data_ptr(), n, idx_ptr, len(idx) if n else 0,
-                        self._address(rows) + i * rows.strides[0],
-                        self._address(samples) + i * samples.strides[0])
-            row = rows[i]
-            if row[6] or row[7]:
-                self._nonfinite(t.numpy().reshape(-1), row)
-            elif n and row[3] * row[3] / n > 0.5 * row[4]:  # |mean| dominates: one pass loses digits
-                a = t.numpy().reshape(-1)
-                d = a - np.float32(row[3] / n)
-                row[5] = float(np.dot(d, d))
+            idx, idx_ptr = self._positions(n)
+            if self.kernel(t.data_ptr(), n, idx_ptr, len(idx), self._address(rows) + i * rows.strides[0],
+                           self._address(samples) + i * samples.strides[0]):
+                self._nonfinite(t.detach().numpy().reshape(-1), rows[i])  # nan or inf: over the finite values
             return
-        self._generic(t, rows[i], samples[i])
+        self._generic(t.detach(), rows[i], samples[i])
 
     def _generic(self, t: torch.Tensor, row: np.ndarray, samples: np.ndarray) -> None:
         if t.is_complex() or t.is_sparse:
