@@ -347,3 +347,24 @@ def test_the_first_nan_or_inf_producer_is_named(tmp_path):
         nf = diff.nonfinite[label]
         assert (nf.step, nf.phase, nf.name, nf.previous) == (1, "forward", "blocks.0.mlp.0", "blocks.0.ln2")
     assert f"first nan/inf in {diff.a}: step 1, forward: blocks.0.mlp.0 has 0 nan and" in str(diff)
+
+
+@slow
+def test_taps_run_in_orts_unsafe_mode_and_still_report(tmp_path):
+    """Tap saves and changes nothing, so its PythonOps are exported with safe_run_mode=0 (no autograd bookkeeping
+    around each call); the statistics they report are the PyTorch burst's."""
+    import onnx
+
+    from ortlab.graphs.collection import run_stage_folders
+    from ortlab.graphs.files import find_stage_files
+
+    with Session(model_kwargs={"n_layer": 1}, out=tmp_path, in_process=True) as s:
+        ort = s.burst("ortmodule", 2, {"save_onnx": True}, parity=True, progress=False, collect=STATS)
+        pt = s.burst("pytorch", 2, parity=True, progress=False, collect=STATS)
+    files = [f for folder in run_stage_folders(ort) for f in find_stage_files(folder)
+             if f.stage == "torch_exported" and f.mode == "training"]
+    assert files, "save_onnx wrote no exported graph"
+    taps = [n for n in onnx.load(str(files[0].path)).graph.node if n.op_type == "PythonOp"
+            and onnx.helper.get_node_attr_value(n, "func_name").decode().endswith(".Tap")]
+    assert taps and all(onnx.helper.get_node_attr_value(n, "safe_run_mode") == 0 for n in taps)
+    assert compare(pt, ort).first is None

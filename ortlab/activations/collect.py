@@ -65,16 +65,10 @@ def ort_module_numbers(model: torch.nn.Module) -> dict[torch.nn.Module, int]:
     return numbers
 
 
-class _Hook:
-    """A forward hook that survives ORT's deepcopy of the model before export (it copies the hook, not us)."""
-
-    def __init__(self, collector: StatsCollector, fn: str, name: str = "", cls: str = "",
-                 ort_index: int = -1):
-        self.method = getattr(collector, fn)
-        self.name, self.cls, self.ort_index = name, cls, ort_index
-
-    def __call__(self, module, *args):
-        return self.method(self, *args)
+class _Hook(functools.partial):
+    """A forward hook that survives ORT's deepcopy of the model before export (it copies the hook, not us). A
+    partial, so that torch calls the collector's method from C, without a Python frame of the hook's own (it runs
+    for every module of every step)."""
 
     def __deepcopy__(self, memo):
         return self
@@ -160,6 +154,8 @@ class StatsCollector(Collector):
         if pythonop.active() not in (None, self):
             raise StatsError("another stats collector is active in this process (a burst inside a burst?)")
         self._graph = cfg.backend == "ortmodule"
+        if self._graph:
+            pythonop.prepare_export()
         model = engine.model
         if self._graph and self.graph_key in _TRACED.get(model, {}):
             slots, aliases = _TRACED[model][self.graph_key]
@@ -172,15 +168,15 @@ class StatsCollector(Collector):
             name = path or ROOT
             if self.modules is not None and not any(fnmatch.fnmatchcase(name, p) for p in self.modules):
                 continue
-            hook = _Hook(self, "_on_output", name, type(module).__name__, numbers.get(module, -1))
+            hook = _Hook(self._on_output, name, type(module).__name__, numbers.get(module, -1))
             self._handles.append(module.register_forward_hook(hook))
             selected += 1
         if self.modules is not None and not selected:
             names = [p or ROOT for p, _ in model.named_modules()][:8]
             raise StatsError(f"stats modules {self.modules} match no module of the model; modules are named "
                              f"like {', '.join(names)}")
-        self._handles.append(model.register_forward_pre_hook(_Hook(self, "_on_forward_start")))
-        self._handles.append(model.register_forward_hook(_Hook(self, "_on_forward_end")))
+        self._handles.append(model.register_forward_pre_hook(_Hook(self._on_forward_start)))
+        self._handles.append(model.register_forward_hook(_Hook(self._on_forward_end)))
         pythonop.activate(self)
 
     def step_begin(self, step: int) -> None:
@@ -227,10 +223,10 @@ class StatsCollector(Collector):
         self._seen: dict[int, tuple[int, torch.Tensor]] = {}  # id -> (slot, tensor): keeps ids unique
         self._calls: dict[str, int] = {}
 
-    def _on_forward_start(self, hook, args):
+    def _on_forward_start(self, module, args):
         self._reset_forward()
 
-    def _on_forward_end(self, hook, args, output):
+    def _on_forward_end(self, module, args, output):
         self._reset_forward()
 
     def _tracing(self) -> bool:
@@ -261,23 +257,24 @@ class StatsCollector(Collector):
             self._seen[id(t)] = (slot, t)
             return out
         self._seen[id(t)] = (slot, t)
-        self.on_forward(slot, t)
+        if slot >= len(self._fw):  # recording a step (else the hook returned): summarize without more checks
+            self._grow(slot + 1)
+        self._summarize(t, self._fw, self._fws, slot)
         if self.grads and t.requires_grad:
             t.register_hook(functools.partial(self.on_backward, slot))
         return t
 
-    def _on_output(self, hook: _Hook, args, output):
+    def _on_output(self, name: str, cls: str, ort_index: int, module, args, output):
         if self._step is None and not self._tracing():
             return None
         if type(output) is torch.Tensor:  # the common case, without walking
-            out = self._observe(hook.name, "module", hook.name, hook.cls, hook.ort_index, 0, output)
+            out = self._observe(name, "module", name, cls, ort_index, 0, output)
             return None if out is output else out
         found = leaves(output)
         single = len(found) == 1 and found[0][0] == ""
         replaced: dict[int, torch.Tensor] = {}
         for k, (path, t) in enumerate(found):
-            t2 = self._observe(hook.name if single else f"{hook.name}:{path}", "module", hook.name, hook.cls,
-                               hook.ort_index, k, t)
+            t2 = self._observe(name if single else f"{name}:{path}", "module", name, cls, ort_index, k, t)
             if t2 is not t:
                 replaced[id(t)] = t2
         return substitute(output, replaced) if replaced else None

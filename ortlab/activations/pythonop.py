@@ -6,6 +6,7 @@ user's choosing the same way."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,6 +36,14 @@ def deactivate(collector: StatsCollector) -> None:
 def active() -> StatsCollector | None:
     """The collector of the running burst, or None."""
     return _ACTIVE
+
+
+def prepare_export() -> None:
+    """Before an ORTModule export: have ORT run Tap's PythonOps in its unsafe mode (see _ort.export_unsafe).
+    Tap saves no tensor and changes nothing, and the safe mode's bookkeeping around each call was most of what
+    a tap cost. On an ORT without that hook the ops stay safe, only slower."""
+    with contextlib.suppress(_ort.OrtInternalsError):
+        _ort.export_unsafe(Tap)
 
 
 def exporting() -> bool:

@@ -11,6 +11,8 @@ import torch
 
 from ortlab.activations._kernel import kernel
 
+_F32 = torch.float32
+
 
 class Summarizer:
     """Statistics of one tensor: min, max, sum, sum of squares, centred sum of squares (std that is right for
@@ -21,44 +23,41 @@ class Summarizer:
     def __init__(self, k: int):
         self.k = k
         self.kernel = kernel()
-        self._index: dict[int, tuple[np.ndarray, int]] = {}
-        self._bases: dict[int, tuple[np.ndarray, int]] = {}  # id(buffer) -> (buffer, address)
+        self._index: dict[int, tuple[np.ndarray, int, int]] = {}  # n -> (positions, their address, count)
+        # id(rows) -> (rows, samples, address of rows, bytes per row, address of samples, bytes per sample row):
+        # the collector passes the same two buffers every call, so their addresses are looked up once
+        self._dest: dict[int, tuple[np.ndarray, np.ndarray, int, int, int, int]] = {}
 
     def positions(self, n: int) -> np.ndarray:
         return self._positions(n)[0]
 
-    def _positions(self, n: int) -> tuple[np.ndarray, int]:
+    def _positions(self, n: int) -> tuple[np.ndarray, int, int]:
         entry = self._index.get(n)
         if entry is None:
             idx = np.unique(np.linspace(0, n - 1, min(self.k, n)).round().astype(np.int64))
-            entry = self._index[n] = (idx, idx.ctypes.data)
+            entry = self._index[n] = (idx, idx.ctypes.data, len(idx))
         return entry
 
-    def _address(self, buffer: np.ndarray) -> int:
-        entry = self._bases.get(id(buffer))
-        if entry is None or entry[0] is not buffer:
-            entry = self._bases[id(buffer)] = (buffer, buffer.ctypes.data)
-        return entry[1]
+    def _bind(self, rows: np.ndarray, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int, int, int]:
+        dest = self._dest[id(rows)] = (rows, samples, rows.ctypes.data, rows.strides[0], samples.ctypes.data,
+                                       samples.strides[0])
+        return dest
 
     def __call__(self, t: torch.Tensor, rows: np.ndarray, samples: np.ndarray, i: int) -> None:
-        """Summarize `t` into rows[i] (FIELDS) and samples[i]."""
-        t = t.detach()
-        if t.dtype is torch.float32 and t.device.type == "cpu" and self.kernel is not None:
-            t = t.contiguous()
+        """Summarize `t` into rows[i] (FIELDS) and samples[i]. Called for every observed tensor of every step: the
+        kernel's path checks only what it needs (no detach, no device object, one call into C)."""
+        if t.dtype is _F32 and t.is_cpu and self.kernel is not None:
+            if not t.is_contiguous():
+                t = t.detach().contiguous()
             n = t.numel()
-            idx, idx_ptr = self._positions(n) if n else (None, 0)
-            self.kernel(t.data_ptr(), n, idx_ptr, len(idx) if n else 0,
-                        self._address(rows) + i * rows.strides[0],
-                        self._address(samples) + i * samples.strides[0])
-            row = rows[i]
-            if row[6] or row[7]:
-                self._nonfinite(t.numpy().reshape(-1), row)
-            elif n and row[3] * row[3] / n > 0.5 * row[4]:  # |mean| dominates: one pass loses digits
-                a = t.numpy().reshape(-1)
-                d = a - np.float32(row[3] / n)
-                row[5] = float(np.dot(d, d))
+            idx = self._index.get(n) or self._positions(n)
+            dest = self._dest.get(id(rows))
+            if dest is None or dest[0] is not rows or dest[1] is not samples:
+                dest = self._bind(rows, samples)
+            if self.kernel(t.data_ptr(), n, idx[1], idx[2], dest[2] + i * dest[3], dest[4] + i * dest[5]):
+                self._nonfinite(t.detach().numpy().reshape(-1), rows[i])  # nan or inf: over the finite values
             return
-        self._generic(t, rows[i], samples[i])
+        self._generic(t.detach(), rows[i], samples[i])
 
     def _generic(self, t: torch.Tensor, row: np.ndarray, samples: np.ndarray) -> None:
         if t.is_complex() or t.is_sparse:
