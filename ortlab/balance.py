@@ -1,7 +1,8 @@
 """How evenly the ranks of a distributed burst were loaded, and how long they waited for the slowest.
 
-Every step, each rank all-gathers (with its in-sync checksums, ortlab.engine.ranks) its batch's `load` and
-`tokens` (ortlab.engine.sampling) and its forward time, and writes into its metrics row:
+Every step, each rank all-gathers its forward time and its batch's `load` and `tokens` (ortlab.engine.sampling)
+as soon as its forward is done (the gather runs while the backward computes; ortlab.engine.ranks), and writes
+into its metrics row:
 
 - `load_imbalance`, `tokens_imbalance`: max over ranks / mean over ranks (1.0 = balanced);
 - `padding_share`: the share of all ranks' tokens that are padding;

@@ -113,6 +113,19 @@ def test_zero1_ends_with_the_same_weights_as_ddp_adamw_and_holds_less_optimizer_
 
 
 @pytest.mark.slow
+def test_a_rank_whose_weights_drift_is_out_of_sync_from_the_next_step_with_the_parameter_named(tmp_path):
+    with tiny_session(tmp_path, f"{FACTORIES / 'ranks.py'}:drifts", rank=1, step=1) as s:
+        run = s.burst("pytorch", 3, nproc=2, progress=False)
+    assert run.status == "ok", run.error
+    assert run.meta["in_sync"] is False
+    assert run.metrics["in_sync"].tolist() == [True, True, False]  # step 2 begins with rank 1's nudged weight
+    bad = run.meta["out_of_sync"]
+    assert bad["step"] == 2 and bad["parameter"] == "head.weight"
+    assert bad["checksums"]["0"] != bad["checksums"]["1"]
+    assert run.metrics["started_s"].is_monotonic_increasing and run.metrics["started_s"].iloc[0] == 0
+
+
+@pytest.mark.slow
 def test_a_rank_that_dies_ends_the_burst_with_that_rank_named_and_its_log_kept(tmp_path):
     with tiny_session(tmp_path, f"{FACTORIES / 'ranks.py'}:killed", rank=1, step=1) as s:
         run = s.burst("pytorch", 3, nproc=2, progress=False)

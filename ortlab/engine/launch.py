@@ -111,6 +111,11 @@ def _check_devices(cfg: BurstConfig) -> None:
 def _start_agent(spec_dir: Path, cfg: BurstConfig, log_path: Path) -> subprocess.Popen:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each take every core
+    # glibc's heap: a rank otherwise gives memory back to the system and takes it again every step (a dozen brk
+    # calls and ~1000 page faults per step on the demo, measured by benchmarks/distributed_overhead.py); fixed
+    # thresholds keep each step's buffers in the heap (up to 32 MB each, as glibc's own adaptive ceiling)
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
+    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(64 << 20))
     imports = Options(cfg.effective_options().with_read_at(ReadAt.IMPORT) if cfg.backend == "ortmodule" else {})
     with imports.applied(env):
         env["PYTHONUNBUFFERED"] = "1"

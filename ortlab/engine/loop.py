@@ -219,6 +219,7 @@ class Engine:
         if self.time_forward and b.device.type == "cuda":
             torch.cuda.synchronize()  # the forward's kernels are asynchronous
         b.forward_s = time.perf_counter() - started
+        self._forward_done(b, step)
         b.stage = "backward"
         (b.scaler.scale(loss) if b.scaler else loss).backward()
         b.stage = "optimizer"
@@ -239,6 +240,9 @@ class Engine:
         for c in b.collectors.values():
             c.step_end(step)
         return row
+
+    def _forward_done(self, b: _Burst, step: int) -> None:
+        """After the forward and loss of `step` (a rank of a distributed burst shares its forward time here)."""
 
     def _wrap(self, b: _Burst, inputs: Any) -> None:
         """The ORTModule for this burst's options (new, re-wrapped or reused) and the transition row saying why."""

@@ -1,8 +1,8 @@
 """One rank of a distributed burst (`python -m ortlab.engine.ranks SPEC`, started by torch's elastic agent in
 ortlab.engine.launch): the process group, the workload with this rank's share of the data, the model inside
-DistributedDataParallel (ORTModule inside DDP, as ORT's guidelines say), an in-sync check after every step that
-also carries the Stop request, and the checkpoint at the end. Everything else is the single-process Engine, so a
-rank's folder (`<run>/ranks/<r>`) is an ordinary run."""
+DistributedDataParallel (ORTModule inside DDP, as ORT's guidelines say), an in-sync check of every step's
+parameters that also carries the Stop request, and the checkpoint at the end. Everything else is the
+single-process Engine, so a rank's folder (`<run>/ranks/<r>`) is an ordinary run."""
 
 from __future__ import annotations
 
@@ -60,6 +60,8 @@ class RankEngine(Engine):
         self.timeout_s = timeout_s
         self.stop_agreed = False  # some rank saw a Stop request: every rank ends after the same step
         self.names = [name for name, _ in self.model.named_parameters()]
+        self.first_step_at = 0.0  # perf_counter as the burst's first step began: rows' started_s count from it
+        self._balance: tuple[Any, list[torch.Tensor]] | None = None  # the step's load gather (_forward_done)
 
     def _feed(self, cfg: BurstConfig) -> Feed:
         return Feed(self.workload, cfg.sampler, self.world, self.rank, cfg.seed)
@@ -94,7 +96,13 @@ class RankEngine(Engine):
         if not b.ortmodule:
             b.runner = self._ddp(self.model, b)
         try:
-            super()._train(b, on_step, should_stop)
+            try:
+                super()._train(b, on_step, should_stop)
+            except KeyboardInterrupt:
+                if self.stop_agreed:  # every rank ends here: the last update is checked all the same
+                    self._last_check(b)
+                raise
+            self._last_check(b)
         finally:
             b.extra["optimizer_state_bytes"] = optimizer_state_bytes(b.optimizer)
         if b.cfg.save_checkpoint:
@@ -105,27 +113,56 @@ class RankEngine(Engine):
             b.stage = "done"
 
     def _step(self, b: _Burst, step: int) -> dict[str, Any]:
-        row = super()._step(b, step)
+        started = time.perf_counter()
+        if step == 0:
+            self.first_step_at = started
         b.stage = "in-sync check"
-        row["in_sync"] = self._check_sync(b, step, row)
+        check = self._post_check(b)
+        self._balance = None
+        row = super()._step(b, step)
+        row["started_s"] = started - self.first_step_at  # consecutive starts: whole iterations, all included
+        b.stage = "in-sync check"
+        row["in_sync"] = self._settle(b, step, *check)
+        if self._balance is not None:
+            work, everyone = self._balance
+            work.wait()
+            table = torch.stack(everyone).cpu()
+            row.update(balance.step_fields(self.rank, table[:, 0].tolist(), table[:, 1:].tolist()))
         return row
 
-    def _check_sync(self, b: _Burst, step: int, row: dict[str, Any]) -> bool:
-        """A float64 sum per parameter, all-gathered with this rank's Stop flag and its step's load and forward
-        time (ortlab.balance); checksums are compared bit for bit (NaN equals NaN), the first step and parameter
-        where they differ are kept."""
+    def _forward_done(self, b: _Burst, step: int) -> None:
+        """Start all-gathering this rank's forward time and its batch's load and tokens (ortlab.balance): the
+        gather runs while the backward computes and is collected when the step ends."""
+        load = b.feed.load(step) or {}
+        mine = torch.tensor([b.forward_s, *(float(load.get(k, math.nan)) for k in balance.GATHERED)],
+                            dtype=torch.float64, device=b.device)
+        everyone = [torch.empty_like(mine) for _ in range(self.world)]
+        self._balance = (dist.all_gather(everyone, mine, async_op=True), everyone)
+
+    def _last_check(self, b: _Burst) -> None:
+        """The parameters after the last update (no step begins with them)."""
+        b.stage = "in-sync check"
+        self._settle(b, b.steps_done, *self._post_check(b))
+
+    def _post_check(self, b: _Burst) -> tuple[Any, list[torch.Tensor]]:
+        """Start all-gathering a float64 sum per parameter and this rank's Stop flag. Posted as a step begins, the
+        gather runs while the step computes (a collective of its own per step would make every rank wait for the
+        slowest once more per step); `_settle` waits for it when the step is done."""
         with torch.no_grad():
             sums = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
-        extra = [1.0 if self.stop_file.exists() else 0.0, b.forward_s,
-                 *(float(row.get(k, math.nan)) for k in balance.GATHERED)]
-        mine = torch.cat([sums, torch.tensor(extra, dtype=torch.float64, device=sums.device)])
+        flag = torch.tensor([1.0 if self.stop_file.exists() else 0.0], dtype=torch.float64, device=sums.device)
+        mine = torch.cat([sums, flag])
         everyone = [torch.empty_like(mine) for _ in range(self.world)]
-        dist.all_gather(everyone, mine)
+        return dist.all_gather(everyone, mine, async_op=True), everyone
+
+    def _settle(self, b: _Burst, step: int, work: Any, everyone: list[torch.Tensor]) -> bool:
+        """Whether every rank began `step` with the same parameters: the checksums are compared bit for bit (NaN
+        equals NaN), the first step and parameter where they differ are kept. A Stop flag seen by any rank is
+        seen by all: every rank ends after this step."""
+        work.wait()
         table = torch.stack(everyone).cpu()
-        n = len(sums)
-        self.stop_agreed = bool(table[:, n].any())
-        row.update(balance.step_fields(self.rank, table[:, n + 1].tolist(), table[:, n + 2 :].tolist()))
-        bits = table[:, :n].contiguous().view(torch.int64)
+        self.stop_agreed = bool(table[:, -1].any())
+        bits = table[:, :-1].contiguous().view(torch.int64)
         differs = (bits != bits[0]).any(dim=0)
         if not differs.any():
             return True

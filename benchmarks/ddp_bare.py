@@ -1,0 +1,67 @@
+"""A bare hand-written DDP training script: what ortlab's distributed burst is measured against.
+
+Plain torch (and ORTModule): the demo model and batches, rank r training on batch(step * world_size + r), AdamW,
+DistributedDataParallel over gloo (ORTModule inside DDP). Each rank writes one JSON line per step: the step's
+compute time (forward to the loss on the host, as ortlab's `step_time_s`) and its start (from the first step's,
+so that consecutive starts give whole iterations). Started by benchmarks/distributed_overhead.py as
+
+    torchrun --nproc-per-node 2 benchmarks/ddp_bare.py --backend pytorch --steps 60 --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ortlab.demo import gpt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", choices=("pytorch", "ortmodule"), default="pytorch")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    workload = gpt()
+    model = workload.model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if args.backend == "ortmodule":
+        import onnxruntime
+        from onnxruntime.training.ortmodule import ORTModule
+
+        onnxruntime.set_seed(0)
+        runner = DistributedDataParallel(ORTModule(model))
+    else:
+        runner = DistributedDataParallel(model)
+    rows, first = [], None
+    for step in range(args.steps):
+        started = time.perf_counter()
+        first = started if first is None else first
+        x, y = workload.batch(step * world + rank)
+        compute = time.perf_counter()
+        loss = workload.loss(runner(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        value = float(loss.detach())
+        rows.append({"step": step, "loss": value, "step_time_s": time.perf_counter() - compute,
+                     "started_s": started - first})
+    args.out.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps(row) + "\n" for row in rows)
+    (args.out / f"rank{rank}.jsonl").write_text(lines, encoding="utf-8")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
