@@ -34,6 +34,19 @@ SOURCE = r"""
    units (one accumulator waits on the latency of each add). The largest magnitude, compared as bits, says
    whether there is a nan or inf. */
 #define W 16
+/* One value into lane j's sums, extremes, zero count and largest magnitude (as bits). */
+#define ACCUMULATE(value, j) do {                \
+        float v = (value);                       \
+        int32_t b;                               \
+        memcpy(&b, &v, 4);                       \
+        int32_t m = b & 0x7fffffff;              \
+        s[j] += v;                               \
+        q[j] += v * v;                           \
+        l[j] = v < l[j] ? v : l[j];              \
+        h[j] = v > h[j] ? v : h[j];              \
+        z[j] += m == 0;                          \
+        t[j] = m > t[j] ? m : t[j];              \
+    } while (0)
 TARGETS
 int ortlab_stats_f32(const float *x, int64_t n, const int64_t *idx, int64_t k, double *row, float *samples) {
     double sum = 0.0, sumsq = 0.0;
@@ -47,29 +60,11 @@ int ortlab_stats_f32(const float *x, int64_t n, const int64_t *idx, int64_t k, d
         for (int j = 0; j < W; j++) { l[j] = INFINITY; h[j] = -INFINITY; }
         for (; i + W <= stop; i += W) {
             for (int j = 0; j < W; j++) {
-                float v = x[i + j];
-                int32_t b;
-                memcpy(&b, &v, 4);
-                int32_t m = b & 0x7fffffff;
-                s[j] += v;
-                q[j] += v * v;
-                l[j] = v < l[j] ? v : l[j];
-                h[j] = v > h[j] ? v : h[j];
-                z[j] += m == 0;
-                t[j] = m > t[j] ? m : t[j];
+                ACCUMULATE(x[i + j], j);
             }
         }
         for (int j = 0; i < stop; i++, j++) {
-            float v = x[i];
-            int32_t b;
-            memcpy(&b, &v, 4);
-            int32_t m = b & 0x7fffffff;
-            s[j] += v;
-            q[j] += v * v;
-            l[j] = v < l[j] ? v : l[j];
-            h[j] = v > h[j] ? v : h[j];
-            z[j] += m == 0;
-            t[j] = m > t[j] ? m : t[j];
+            ACCUMULATE(x[i], j);
         }
         double bs = 0.0, bq = 0.0;
         for (int j = 0; j < W; j++) {
