@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from ortlab import balance
 from ortlab.engine.config import BurstConfig, resolve_device
+from ortlab.engine.exchange import Checksums, Exchange, Table
 from ortlab.engine.loop import Engine, _Burst
 from ortlab.engine.sampling import Feed
 from ortlab.errors import InputError
@@ -61,7 +62,10 @@ class RankEngine(Engine):
         self.stop_agreed = False  # some rank saw a Stop request: every rank ends after the same step
         self.names = [name for name, _ in self.model.named_parameters()]
         self.first_step_at = 0.0  # perf_counter as the burst's first step began: rows' started_s count from it
-        self._balance: tuple[Any, list[torch.Tensor]] | None = None  # the step's load gather (_forward_done)
+        self.exchange = Exchange(self.rank, self.world, len(self.names), 1 + len(balance.GATHERED))
+        self.checksums: Checksums | None = None  # of the parameters where the burst trains them (_prepare)
+        self._sums: list[int] = []  # the step's checksums and Stop flag, taken as it began
+        self._stop = False
 
     def _feed(self, cfg: BurstConfig) -> Feed:
         return Feed(self.workload, cfg.sampler, self.world, self.rank, cfg.seed)
@@ -77,6 +81,7 @@ class RankEngine(Engine):
                              host=os.uname().nodename)
         b.writer.write("meta.json", b.writer.meta)
         b.extra["in_sync"] = True
+        self.checksums = Checksums(list(self.model.parameters()))  # after the model moved to the burst's device
         stats = b.collectors.get("stats")
         if stats is not None:  # the gradients every rank must agree on: after the all-reduce, before the update
             b.optimizer.register_step_pre_hook(lambda *_: stats.on_parameter_grads(self.model.named_parameters()))
@@ -86,7 +91,9 @@ class RankEngine(Engine):
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.cuda.current_device()] if b.device.type == "cuda" else None
-        return DistributedDataParallel(module, device_ids=ids)
+        ddp = DistributedDataParallel(module, device_ids=ids)
+        self.exchange.install(ddp)
+        return ddp
 
     def _wrap(self, b: _Burst, inputs: Any) -> None:
         super()._wrap(b, inputs)
@@ -117,60 +124,40 @@ class RankEngine(Engine):
         if step == 0:
             self.first_step_at = started
         b.stage = "in-sync check"
-        check = self._post_check(b)
-        self._balance = None
+        self._sums, self._stop = self.checksums(), self.stop_file.exists()
         row = super()._step(b, step)
         row["started_s"] = started - self.first_step_at  # consecutive starts: whole iterations, all included
         b.stage = "in-sync check"
-        row["in_sync"] = self._settle(b, step, *check)
-        if self._balance is not None:
-            work, everyone = self._balance
-            work.wait()
-            table = torch.stack(everyone).cpu()
-            row.update(balance.step_fields(self.rank, table[:, 0].tolist(), table[:, 1:].tolist()))
+        table = self.exchange.collect(b.device)
+        row["in_sync"] = self._settle(b, step, table)
+        row.update(balance.step_fields(self.rank, [f[0] for f in table.figures], [f[1:] for f in table.figures]))
         return row
 
     def _forward_done(self, b: _Burst, step: int) -> None:
-        """Start all-gathering this rank's forward time and its batch's load and tokens (ortlab.balance): the
-        gather runs while the backward computes and is collected when the step ends."""
+        """This rank's row of the step's exchange (ortlab.engine.exchange): the checksums taken as the step began,
+        the Stop flag, the forward time and the batch's load and tokens (ortlab.balance). It travels with the
+        backward's gradient all-reduce and is read when the step ends."""
         load = b.feed.load(step) or {}
-        mine = torch.tensor([b.forward_s, *(float(load.get(k, math.nan)) for k in balance.GATHERED)],
-                            dtype=torch.float64, device=b.device)
-        everyone = [torch.empty_like(mine) for _ in range(self.world)]
-        self._balance = (dist.all_gather(everyone, mine, async_op=True), everyone)
+        self.exchange.post(self._sums, self._stop,
+                           [b.forward_s, *(float(load.get(k, math.nan)) for k in balance.GATHERED)])
 
     def _last_check(self, b: _Burst) -> None:
-        """The parameters after the last update (no step begins with them)."""
+        """The parameters after the last update (no step begins with them): an all-gather of its own."""
         b.stage = "in-sync check"
-        self._settle(b, b.steps_done, *self._post_check(b))
+        self.exchange.post(self.checksums(), self.stop_file.exists())
+        self._settle(b, b.steps_done, self.exchange.collect(b.device))
 
-    def _post_check(self, b: _Burst) -> tuple[Any, list[torch.Tensor]]:
-        """Start all-gathering a float64 sum per parameter and this rank's Stop flag. Posted as a step begins, the
-        gather runs while the step computes (a collective of its own per step would make every rank wait for the
-        slowest once more per step); `_settle` waits for it when the step is done."""
-        with torch.no_grad():
-            sums = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
-        flag = torch.tensor([1.0 if self.stop_file.exists() else 0.0], dtype=torch.float64, device=sums.device)
-        mine = torch.cat([sums, flag])
-        everyone = [torch.empty_like(mine) for _ in range(self.world)]
-        return dist.all_gather(everyone, mine, async_op=True), everyone
-
-    def _settle(self, b: _Burst, step: int, work: Any, everyone: list[torch.Tensor]) -> bool:
-        """Whether every rank began `step` with the same parameters: the checksums are compared bit for bit (NaN
-        equals NaN), the first step and parameter where they differ are kept. A Stop flag seen by any rank is
-        seen by all: every rank ends after this step."""
-        work.wait()
-        table = torch.stack(everyone).cpu()
-        self.stop_agreed = bool(table[:, -1].any())
-        bits = table[:, :-1].contiguous().view(torch.int64)
-        differs = (bits != bits[0]).any(dim=0)
-        if not differs.any():
+    def _settle(self, b: _Burst, step: int, table: Table) -> bool:
+        """Whether every rank began `step` with the same parameters (the first step and parameter where they
+        differ are kept). A Stop flag seen by any rank is seen by all: every rank ends after this step."""
+        self.stop_agreed = any(table.stop)
+        i = table.first_difference()
+        if i is None:
             return True
         if b.extra.get("in_sync", True):
-            i = int(differs.nonzero()[0])
             b.extra["in_sync"] = False
             b.extra["out_of_sync"] = {"step": step, "parameter": self.names[i],
-                                      "checksums": {str(r): float(table[r, i]) for r in range(self.world)}}
+                                      "checksums": {str(r): sums[i] for r, sums in enumerate(table.checksums)}}
         return False
 
     def _save_checkpoint(self, b: _Burst) -> Path | None:
