@@ -4,11 +4,10 @@ Both train the demo model on the CPU over gloo, rank r on batch(step * world_siz
 DistributedDataParallel (ORTModule inside DDP on the ORTModule backend); the bare script is
 benchmarks/ddp_bare.py under `torchrun --nproc-per-node 2`. The figure is the median time of a whole training
 iteration on rank 0 (from one step's start to the next's: ortlab's in-sync check, metrics line and Stop check
-included), after the first steps (ORTModule exports in step 0). Rounds alternate between the two so that
-machine noise hits both alike, and are long (200 steps) because starting ranks costs seconds while the load of a
-shared machine changes by the second; the medians over rounds are compared. Target: ratio <= 1.05.
+included), after the first steps (ORTModule exports in step 0). Each round runs both, back to back; the
+figure is the median of the rounds' ratios (benchmarks/_paired.py). Target: ratio <= 1.05.
 
-    python benchmarks/distributed_overhead.py [--steps 200] [--rounds 4] [--backends pytorch ortmodule]
+    python benchmarks/distributed_overhead.py [--steps 100] [--rounds 7] [--backends pytorch ortmodule]
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _paired import paired, verdict
 
 from ortlab import Session
 
@@ -59,32 +60,27 @@ def ortlab(session: Session, backend: str, steps: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--backends", nargs="+", default=["pytorch", "ortmodule"], choices=("pytorch", "ortmodule"))
     args = parser.parse_args()
-    worst = 0.0
-    print(f"{'backend':<10} {'bare (ms)':>10} {'ortlab (ms)':>12} {'ratio':>7}   {'compute only: bare':>19} "
-          f"{'ortlab':>7}   (rank 0, median iteration, {args.steps} steps, median of {args.rounds} rounds)")
+    ratios = {}
+    print(f"{'backend':<10} {'bare (ms)':>10} {'ortlab (ms)':>12} {'ratio':>7} {'rounds':>13}   "
+          f"{'compute only: bare':>19} {'ortlab':>7}   (rank 0, median iteration, {args.steps} steps, median of "
+          f"{args.rounds} paired rounds)")
     with tempfile.TemporaryDirectory() as tmp, Session(out=Path(tmp) / "runs") as session:
         for backend in args.backends:
-            ours, theirs = [], []
-            for i in range(args.rounds):  # bare first, then ortlab first: a trend in the load hits both alike
-                if i % 2:
-                    ours.append(ortlab(session, backend, args.steps))
-                theirs.append(bare(backend, args.steps, Path(tmp) / f"bare-{backend}-{i}"))
-                if not i % 2:
-                    ours.append(ortlab(session, backend, args.steps))
-                print(f"  round {i + 1}: bare {theirs[-1][0] * 1e3:.1f} ms, ortlab {ours[-1][0] * 1e3:.1f} ms",
-                      flush=True)
-            b, o = (statistics.median(t[0] for t in theirs), statistics.median(t[0] for t in ours))
-            bc, oc = (statistics.median(t[1] for t in theirs), statistics.median(t[1] for t in ours))
-            ratio = o / b
-            worst = max(worst, ratio)
-            print(f"{backend:<10} {b * 1e3:>10.2f} {o * 1e3:>12.2f} {ratio:>7.3f}   {bc * 1e3:>19.2f} {oc * 1e3:>7.2f}")
-    verdict = "meets" if worst <= TARGET else "misses"
-    print(f"worst ratio {worst:.3f}: {verdict} the target <= {TARGET}")
-    return 0 if worst <= TARGET else 1
+            folders = (Path(tmp) / f"bare-{backend}-{i}" for i in itertools.count())
+            rounds = paired(args.rounds, lambda: bare(backend, args.steps, next(folders)),  # noqa: B023
+                            lambda: ortlab(session, backend, args.steps), figure=lambda t: t[0],  # noqa: B023
+                            on_round=lambda i, b, o: print(f"  round {i + 1}: bare {b[0] * 1e3:.1f} ms, ortlab "
+                                                           f"{o[0] * 1e3:.1f} ms ({o[0] / b[0]:.3f})", flush=True))
+            ratios[backend] = rounds.ratio
+            b, o = (statistics.median(t[0] for t in rounds.theirs), statistics.median(t[0] for t in rounds.ours))
+            bc, oc = (statistics.median(t[1] for t in rounds.theirs), statistics.median(t[1] for t in rounds.ours))
+            print(f"{backend:<10} {b * 1e3:>10.2f} {o * 1e3:>12.2f} {rounds.ratio:>7.3f} {rounds.spread:>13}   "
+                  f"{bc * 1e3:>19.2f} {oc * 1e3:>7.2f}", flush=True)
+    return verdict(ratios, dict.fromkeys(ratios, TARGET))
 
 
 if __name__ == "__main__":
