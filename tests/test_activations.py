@@ -268,6 +268,21 @@ def test_step_range_module_filter_and_cleanup(tmp_path):
     assert tap("outside", x) is x
 
 
+def test_a_pytorch_step_that_records_nothing_runs_without_hooks(tmp_path):
+    """A module with forward hooks takes torch's slower call path: steps outside `steps` must not pay for it."""
+    with Session(out=tmp_path, in_process=True) as s:
+        hooked = []
+
+        def on_step(row):
+            hooked.append(any(m._forward_hooks for m in s._engine.model.modules()))
+
+        run = s.burst("pytorch", 5, parity=True, progress=False, on_step=on_step,
+                      collect={"stats": {"steps": [1, 5, 2]}})
+    assert sorted(set(read_stats(run)["step"])) == [1, 3]
+    # after step k ended: the hooks stay only when step k + 1 records (step 1); step 3 registers them again
+    assert hooked == [True, False, False, False, False]
+
+
 def test_bad_collector_arguments_name_what_is_allowed(tmp_path):
     with pytest.raises(StatsError, match="stats steps 'all' is not allowed"):
         StatsCollector(steps="all")

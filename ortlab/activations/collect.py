@@ -131,7 +131,8 @@ class StatsCollector(Collector):
         self.slots: list[Slot] = []
         self._by_name: dict[str, int] = {}
         self._aliases: dict[int, int] = {}  # slot -> slot it is the same tensor as (graph: fixed at trace)
-        self._handles: list = []
+        self._hooks: list[tuple[torch.nn.Module, bool, _Hook]] = []  # (module, pre-hook?, hook), set in start
+        self._handles: list = []  # while the hooks are registered
         self._graph = False
         self._frames: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._fw, self._bw = np.empty((0, _NF)), np.empty((0, _NF))  # this step's rows, per slot
@@ -168,20 +169,33 @@ class StatsCollector(Collector):
             name = path or ROOT
             if self.modules is not None and not any(fnmatch.fnmatchcase(name, p) for p in self.modules):
                 continue
-            hook = _Hook(self._on_output, name, type(module).__name__, numbers.get(module, -1))
-            self._handles.append(module.register_forward_hook(hook))
+            self._hooks.append((module, False, _Hook(self._on_output, name, type(module).__name__,
+                                                     numbers.get(module, -1))))
             selected += 1
         if self.modules is not None and not selected:
             names = [p or ROOT for p, _ in model.named_modules()][:8]
             raise StatsError(f"stats modules {self.modules} match no module of the model; modules are named "
                              f"like {', '.join(names)}")
-        self._handles.append(model.register_forward_pre_hook(_Hook(self._on_forward_start)))
-        self._handles.append(model.register_forward_hook(_Hook(self._on_forward_end)))
+        self._hooks += [(model, True, _Hook(self._on_forward_start)), (model, False, _Hook(self._on_forward_end))]
+        self._attach()
         pythonop.activate(self)
+
+    def _attach(self) -> None:
+        """Register the forward hooks (a module with hooks takes torch's slower call path, so a PyTorch burst
+        that records only some steps has them only on those: see step_end)."""
+        if not self._handles:
+            self._handles = [module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook)
+                             for module, pre, hook in self._hooks]
+
+    def _detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
     def step_begin(self, step: int) -> None:
         self._step = step if self.steps is None or step in self.steps else None
         if self._step is not None:
+            self._attach()
             self._grow(len(self.slots))
             for buffer in (self._fw, self._bw, self._fws, self._bws):  # reused every step: stable addresses
                 buffer.fill(np.nan)
@@ -189,6 +203,8 @@ class StatsCollector(Collector):
                 self._aliases = {}
 
     def step_end(self, step: int) -> None:
+        if not self._graph and self.steps is not None and step + 1 not in self.steps:
+            self._detach()  # the next step records nothing (ORTModule: hooks run only in the export, keep them)
         if self._step is None:
             return
         n = len(self.slots)
@@ -201,9 +217,8 @@ class StatsCollector(Collector):
         self._step = None
 
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        self._detach()
+        self._hooks.clear()
         pythonop.deactivate(self)
         self._step = None
         self._reset_forward()
