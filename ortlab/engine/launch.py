@@ -35,6 +35,12 @@ KILL_GRACE_S = 5.0  # after SIGTERM to the agent, before SIGKILL
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("ORTLAB_COLLECTIVE_TIMEOUT_S", 300))  # no collective waits forever
 RENDEZVOUS_TIMEOUT_S = 600  # how long the launches of a job wait for each other
 MULTI_NODE_RUN_ID = "ortlab"  # one id for every launch of a job: they meet at the same endpoint
+# What every rank's environment has unless the user set it. One thread per rank, as torchrun does: N ranks must not
+# each take every core. glibc's heap: a rank otherwise gives memory back to the system and takes it again every
+# step (a dozen brk calls and ~1000 page faults per step on the demo, measured by
+# benchmarks/distributed_overhead.py); fixed thresholds keep each step's buffers in the heap (up to 32 MB each,
+# glibc's own adaptive ceiling).
+RANK_ENV = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 RANK_KEYS = ("rank", "status", "steps", "final_loss", "median_step_s", "peak_mem_mb", "optimizer_state_bytes")
 
 
@@ -109,13 +115,7 @@ def _check_devices(cfg: BurstConfig) -> None:
 
 
 def _start_agent(spec_dir: Path, cfg: BurstConfig, log_path: Path) -> subprocess.Popen:
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each take every core
-    # glibc's heap: a rank otherwise gives memory back to the system and takes it again every step (a dozen brk
-    # calls and ~1000 page faults per step on the demo, measured by benchmarks/distributed_overhead.py); fixed
-    # thresholds keep each step's buffers in the heap (up to 32 MB each, as glibc's own adaptive ceiling)
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
-    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(64 << 20))
+    env = {**RANK_ENV, **os.environ}  # the user's own values win
     imports = Options(cfg.effective_options().with_read_at(ReadAt.IMPORT) if cfg.backend == "ortmodule" else {})
     with imports.applied(env):
         env["PYTHONUNBUFFERED"] = "1"
