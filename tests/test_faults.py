@@ -78,6 +78,21 @@ def test_a_killed_cli_takes_its_worker_with_it_and_the_run_says_why(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_killed_cli_takes_the_agent_and_every_rank_of_a_distributed_burst_with_it(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:slow",
+                             "--backend", "pytorch", "--nproc", "2", "--steps", "200", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: metrics_lines(tmp_path, "pytorch") >= 2, "two steps")
+    run_dir = next(tmp_path.glob("*-pytorch"))
+    ranks = [json.loads((run_dir / "ranks" / str(r) / "meta.json").read_text())["pid"] for r in (0, 1)]
+    agent = int(Path(f"/proc/{ranks[0]}/stat").read_text().split()[3])  # a rank's parent: the elastic agent
+    assert agent != proc.pid and all(alive(pid) for pid in (agent, *ranks))
+    proc.kill()
+    proc.wait()
+    wait_for(lambda: not any(alive(pid) for pid in (agent, *ranks)), "the agent and the ranks to end", 60)
+
+
+@pytest.mark.slow
 def test_ctrl_c_during_both_ends_the_whole_command_with_130(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:slow",
                              "--backend", "both", "--steps", "200", "--out", str(tmp_path)],

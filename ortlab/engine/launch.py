@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from typing import Any
 
 from ortlab import balance
 from ortlab.engine.config import BurstConfig, BurstError, resolve_device
+from ortlab.engine.orphan import on_parent_death
 from ortlab.options import Options, ReadAt
 from ortlab.run import Run, RunWriter, load_run, mark, new_run_dir, write_json
 
@@ -298,18 +298,6 @@ def _signal_name(code: int) -> str:
 # -- the agent process: `python -m ortlab.engine.launch SPEC_DIR`
 
 
-def _end_with_parent() -> None:
-    """SIGTERM to this agent when the ortlab process that started it is gone: the agent then ends its ranks."""
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, daemon=True, name="ortlab-parent-watch").start()
-
-
 def main(spec_dir: str) -> int:
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -318,7 +306,8 @@ def main(spec_dir: str) -> int:
     folder = Path(spec_dir)
     spec = json.loads((folder / "spec.json").read_text(encoding="utf-8"))
     cfg = BurstConfig.from_dict(spec["config"])
-    _end_with_parent()
+    # the ortlab process that started this agent is gone: SIGTERM ends the agent, and the agent its ranks
+    on_parent_death(lambda: os.kill(os.getpid(), signal.SIGTERM), "ortlab-parent-watch")
     rdzv_configs: dict[str, Any] = {"timeout": RENDEZVOUS_TIMEOUT_S}
     if cfg.nnodes > 1:
         rdzv_configs["is_host"] = cfg.node_rank == 0  # the first machine holds the rendezvous store

@@ -13,7 +13,6 @@ import math
 import os
 import pickle
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from ortlab import balance
 from ortlab.engine.config import BurstConfig, resolve_device
 from ortlab.engine.exchange import Checksums, Exchange, Table
 from ortlab.engine.loop import Engine, _Burst
+from ortlab.engine.orphan import on_parent_death
 from ortlab.engine.sampling import Feed
 from ortlab.errors import InputError
 from ortlab.options import Options
@@ -191,18 +191,6 @@ class RankEngine(Engine):
         b.extra["error"] = error
 
 
-def _watch_parent() -> None:
-    """End this rank when its elastic agent is gone (no rank outlives its launch)."""
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="ortlab-agent-watch").start()
-
-
 def _log_to(path: Path) -> None:
     """File descriptors 1 and 2 into the rank's log, so that what happens before the burst (imports, the process
     group, a crash in C++) is kept too."""
@@ -230,7 +218,7 @@ def main(spec_path: str) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     _log_to(folder / "log.txt")
     faulthandler.enable()
-    _watch_parent()
+    on_parent_death(lambda: os._exit(3), "ortlab-agent-watch")  # no rank outlives its launch
     cfg = BurstConfig.from_dict(spec["config"])
     timeout = float(spec["timeout_s"])
     try:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ortlab.engine import messages as m
+from ortlab.engine.orphan import on_parent_death
 from ortlab.run import mark
 
 PARENT_DIED = "the ortlab process that started this burst died (its kernel or command ended); the worker stopped"
@@ -24,16 +24,8 @@ class _Orphan:
     """Watches the parent: when it is gone, marks the current run and ends this process."""
 
     def __init__(self):
-        self.parent = os.getppid()
         self.current: Path | None = None
-        threading.Thread(target=self._watch, daemon=True, name="ortlab-parent-watch").start()
-
-    def _watch(self) -> None:
-        import time
-
-        while os.getppid() == self.parent:
-            time.sleep(0.5)
-        self.die()
+        on_parent_death(self.die, "ortlab-parent-watch")
 
     def die(self) -> None:
         if self.current is not None:
