@@ -8,7 +8,8 @@ For each model (the demo, and a 4-layer d=128 GPT with batch 8, sequence 128) an
   hooks only for the steps it records), so it is a step without the collector; under ORTModule the PythonOps stay
   in the graph and return at once, which a step without statistics still pays (a little: the ratio is a floor).
 - "bursts": the same bursts with and without collect={"stats": {}} on two engines built from the same seed (so
-  neither re-exports), run back to back per round; each round's ratio of median step times (after step 0).
+  neither re-exports), run back to back per round in alternating order (benchmarks/_paired.py); each round's
+  ratio of median step times (after step 0).
 Each figure is the median over rounds, printed with the rounds' range. ORT's subscriber is measured in a plain
 training loop. Output size per step: ortlab's stats.npz, ORT's step_N folder.
 Targets: <= 1.15 on PyTorch, <= 1.3 on ORTModule.
@@ -27,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
-from _paired import verdict
+from _paired import paired, verdict
 
 from ortlab.capture import captured_output
 from ortlab.engine import BurstConfig, Engine
@@ -38,6 +40,16 @@ TARGETS = {"pytorch": 1.15, "ortmodule": 1.3}
 MODELS = {"demo": {}, "gpt4": {"n_layer": 4, "d_model": 128, "seq_len": 128, "batch_size": 8}}
 
 
+def checked_run(engine: Engine, cfg: BurstConfig):
+    """Run one burst and return its Run; a failed burst or collector ends the benchmark."""
+    from ortlab.run import load_run
+
+    run = load_run(engine.run(cfg))
+    if run.status != "ok" or run.meta.get("collector_errors"):
+        raise RuntimeError(f"{cfg.backend} burst failed: {run.error or run.meta.get('collector_errors')}")
+    return run
+
+
 def ortlab_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) -> tuple[list[float], float, int]:
     """(per round: median step time with stats / without, bytes of statistics per step, tensors per step)."""
     plain, stats = Engine(ModelRef.of(None, **kwargs)), Engine(ModelRef.of(None, **kwargs))
@@ -45,44 +57,35 @@ def ortlab_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) 
     with_stats = BurstConfig(backend=backend, steps=steps, parity=True, out=out, collect={"stats": {}})
     for engine, c in ((plain, cfg), (stats, with_stats)):
         engine.run(BurstConfig(**{**c.__dict__, "steps": 2}))  # warm up: export once
-    base, ours, size, tensors = [], [], 0, 0
-    for _ in range(rounds):
-        for engine, c, into in ((plain, cfg, base), (stats, with_stats, ours)):
-            path = engine.run(c)
-            from ortlab.run import load_run
+    found = {"size": 0.0, "tensors": 0}
 
-            run = load_run(path)
-            if run.status != "ok" or run.meta.get("collector_errors"):
-                raise RuntimeError(f"{backend} burst failed: {run.error or run.meta.get('collector_errors')}")
-            into.append(statistics.median(run.metrics["step_time_s"].iloc[1:]))
-            if c is with_stats:
-                size = (path / "stats.npz").stat().st_size / steps
-                import numpy as np
+    def median_step(engine: Engine, c: BurstConfig) -> float:
+        run = checked_run(engine, c)
+        if c is with_stats:
+            found["size"] = (run.path / "stats.npz").stat().st_size / steps
+            with np.load(run.path / "stats.npz") as z:
+                found["tensors"] = len(z["slot_name"])
+        median = statistics.median(run.metrics["step_time_s"].iloc[1:])
+        shutil.rmtree(run.path)
+        return median
 
-                with np.load(path / "stats.npz") as z:
-                    tensors = len(z["slot_name"])
-            shutil.rmtree(path)
-    return [o / b for o, b in zip(ours, base, strict=True)], size, tensors
+    rounds_ = paired(rounds, lambda: median_step(plain, cfg), lambda: median_step(stats, with_stats))
+    return rounds_.ratios, found["size"], found["tensors"]
 
 
 def interleaved_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) -> list[float]:
     """Per round: in one burst that records every other step, the median time of the steps with statistics over
     that of the steps without (a PyTorch step without statistics has no hooks at all: the collector registers
     them only for the steps it records; under ORTModule the PythonOps stay in the graph and return at once)."""
-    from ortlab.run import load_run
-
     engine = Engine(ModelRef.of(None, **kwargs))
     cfg = BurstConfig(backend=backend, steps=steps, parity=True, out=out, collect={"stats": {"steps": [0, steps, 2]}})
     engine.run(BurstConfig(**{**cfg.__dict__, "steps": 2}))  # warm up: export once
     ratios = []
     for _ in range(rounds):
-        path = engine.run(cfg)
-        run = load_run(path)
-        if run.status != "ok" or run.meta.get("collector_errors"):
-            raise RuntimeError(f"{backend} burst failed: {run.error or run.meta.get('collector_errors')}")
+        run = checked_run(engine, cfg)
         times = run.metrics.set_index("step")["step_time_s"].iloc[2:]
         ratios.append(times[times.index % 2 == 0].median() / times[times.index % 2 == 1].median())
-        shutil.rmtree(path)
+        shutil.rmtree(run.path)
     return ratios
 
 
