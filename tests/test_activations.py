@@ -283,6 +283,22 @@ def test_a_pytorch_step_that_records_nothing_runs_without_hooks(tmp_path):
     assert hooked == [True, False, False, False, False]
 
 
+def test_gradient_rows_live_with_the_models_own_tensor_hooks(tmp_path):
+    """The collector hooks gradients without torch's handles (see collect._grad_hook): the model's own hooks, added
+    after or before it on the same tensors, must still run, once, and in registration order."""
+    with Session(factory("own_grad_hooks"), out=tmp_path, in_process=True) as s:
+        run = s.burst("pytorch", 3, progress=False, collect=STATS)
+        model = s._engine.model
+    assert run.ok, run.error
+    assert model[0].calls == 2 * 3
+    t = read_stats(run).set_index(["step", "phase", "name"])
+    expected = 2 * 3 * float(model[1].weight.sum())
+    for step in range(3):
+        for name in ("0", "0.lin"):
+            row = t.loc[(step, "backward", name)]
+            assert row["mean"] * row["numel"] == pytest.approx(expected, rel=1e-5)
+
+
 def test_bad_collector_arguments_name_what_is_allowed(tmp_path):
     with pytest.raises(StatsError, match="stats steps 'all' is not allowed"):
         StatsCollector(steps="all")

@@ -48,6 +48,41 @@ def handmade_dropout(module: str = "blocks.0.attn", p: float = 0.1, **kwargs) ->
     return w
 
 
+class _Doubling(nn.Module):
+    """Doubles gradients with tensor hooks of its own, as user code does: one on a tensor the collector has hooked
+    already (its linear layer's output), one on a tensor before the collector sees it (its own output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        y = self.lin(x)
+        y.register_hook(self._double)
+        out = y * 1.0
+        out.register_hook(self._double)
+        return out
+
+    def _double(self, grad):
+        self.calls += 1
+        return grad * 2
+
+
+def own_grad_hooks(batch_size: int = 3) -> Workload:
+    """A model whose own tensor hooks double gradients; its head is frozen, so the gradient of `0` is the same
+    every step: 2 * batch_size * head.weight.sum() in total, and that of `0.lin` the same (the collector's hook
+    runs before the model's hook registered after it)."""
+    model = nn.Sequential(_Doubling(), nn.Linear(4, 1))
+    model[1].requires_grad_(False)
+
+    def batch(i: int):
+        return torch.randn(batch_size, 4, generator=torch.Generator().manual_seed(i)), None
+
+    return Workload(model, batch, lambda out, target: out.sum(), name="own gradient hooks",
+                    batch_size=batch_size)
+
+
 def own_rng(module: str = "blocks.0.mlp.1", **kwargs) -> Workload:
     """The demo GPT where `module` adds noise from its own generator, which no seed resets: not
     deterministic."""
