@@ -5,7 +5,9 @@ DistributedDataParallel over gloo (ORTModule inside DDP). Each rank writes one J
 compute time (forward to the loss on the host, as ortlab's `step_time_s`) and its start (from the first step's,
 so that consecutive starts give whole iterations). Started by benchmarks/distributed_overhead.py as
 
-    torchrun --nproc-per-node 2 benchmarks/ddp_bare.py --backend pytorch --steps 60 --out DIR
+    torchrun --nproc-per-node 2 benchmarks/ddp_bare.py --backend pytorch --steps 60 --out DIR [--turns FILE --block K]
+
+With --turns it takes turns with ortlab's ranks (job 0 of benchmarks/_turns.py), waiting where a step begins.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from _turns import Turns
 from torch.nn.parallel import DistributedDataParallel
 
 from ortlab.demo import gpt
@@ -28,6 +31,8 @@ def main() -> None:
     parser.add_argument("--backend", choices=("pytorch", "ortmodule"), default="pytorch")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--turns", type=Path, help="progress file of benchmarks/_turns.py")
+    parser.add_argument("--block", type=int, default=12, help="steps per turn")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -43,10 +48,13 @@ def main() -> None:
         runner = DistributedDataParallel(ORTModule(model))
     else:
         runner = DistributedDataParallel(model)
+    turns = Turns(args.turns, 0, rank, args.block, args.steps) if args.turns else None
     rows, first = [], None
     for step in range(args.steps):
         started = time.perf_counter()
         first = started if first is None else first
+        if turns:
+            turns.wait(step)
         x, y = workload.batch(step * world + rank)
         compute = time.perf_counter()
         loss = workload.loss(runner(x), y)
@@ -56,6 +64,8 @@ def main() -> None:
         value = float(loss.detach())
         rows.append({"step": step, "loss": value, "step_time_s": time.perf_counter() - compute,
                      "started_s": started - first})
+    if turns:
+        turns.done()
     args.out.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(row) + "\n" for row in rows)
     (args.out / f"rank{rank}.jsonl").write_text(lines, encoding="utf-8")

@@ -2,14 +2,17 @@
 
 Both train the demo model on the CPU over gloo, rank r on batch(step * world_size + r), AdamW, inside
 DistributedDataParallel (ORTModule inside DDP on the ORTModule backend); the bare script is
-benchmarks/ddp_bare.py under `torchrun --nproc-per-node 2`. The figure is the median time of a whole training
-iteration on rank 0 (from one step's start to the next's: ortlab's in-sync check, metrics line and Stop check
-included), after the first steps (ORTModule exports in step 0). Each round runs both, back to back; the
-figure is the median of the rounds' ratios (benchmarks/_paired.py). The bare script runs in the environment ortlab
-gives its ranks (one thread each, glibc's heap thresholds: ortlab.engine.launch.RANK_ENV), so that the ratio is
-what ortlab's own machinery costs. Target: ratio <= 1.05.
+benchmarks/ddp_bare.py under `torchrun --nproc-per-node 2`. The figure is the time of a whole training iteration
+on rank 0 (from one step's start to the next's: ortlab's in-sync check, metrics line and Stop check included).
 
-    python benchmarks/distributed_overhead.py [--steps 100] [--rounds 7] [--backends pytorch ortmodule]
+Side by side: both jobs run at once and take turns every `--block` steps (benchmarks/_turns.py), so that the drift
+of this shared machine's speed, 10-30% between bursts of ten seconds, hits both alike. For each turn after the
+first (ORTModule exports in step 0) the ratio of the two jobs' median iterations, leaving out each turn's first
+iterations (the wait for the turn, then cold caches); the figure is the median of those ratios over `--rounds`
+runs. The bare script runs in the environment ortlab gives its ranks (one thread each, glibc's heap thresholds:
+ortlab.engine.launch.RANK_ENV), so that the ratio is what ortlab's own machinery costs. Target: ratio <= 1.05.
+
+    python benchmarks/distributed_overhead.py [--steps 300] [--block 12] [--rounds 3] [--backends pytorch ortmodule]
 """
 
 from __future__ import annotations
@@ -24,65 +27,92 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _paired import paired, verdict
+import _turns
+from _paired import verdict
 
 from ortlab import Session
 from ortlab.engine.launch import RANK_ENV
 
 TARGET = 1.05
-WARMUP = 5  # steps left out: the export, the first allocations, the ranks' staggered start
 BARE = Path(__file__).with_name("ddp_bare.py")
 
 
-def medians(rows: list[dict]) -> tuple[float, float]:
-    """The median whole iteration and the median compute time (forward to the loss) of one rank's steps."""
-    starts = [r["started_s"] for r in rows[WARMUP:]]
-    iterations = [b - a for a, b in itertools.pairwise(starts)]
-    return statistics.median(iterations), statistics.median(r["step_time_s"] for r in rows[WARMUP:])
+def per_block(rows: list[dict], block: int, key: str) -> dict[int, float]:
+    """Turn -> the median of its measured iterations (key "iteration") or compute times ("step_time_s"), from
+    the second turn on."""
+    found: dict[int, list[float]] = {}
+    for row, following in itertools.pairwise(rows):
+        step = row["step"]
+        if step >= block and _turns.measured(step, block):
+            value = following["started_s"] - row["started_s"] if key == "iteration" else row[key]
+            found.setdefault(step // block, []).append(value)
+    return {turn: statistics.median(values) for turn, values in found.items()}
 
 
-def bare(backend: str, steps: int, out: Path) -> tuple[float, float]:
+def in_turns(session: Session, backend: str, steps: int, block: int, progress: Path, out: Path) -> tuple[list, list]:
+    """One run of both jobs taking turns: (the bare script's rank-0 rows, ortlab's rank-0 rows)."""
+    _turns.create(progress)
     env = {**RANK_ENV, **os.environ}  # what ortlab gives its ranks: the ratio is ortlab's machinery alone
     torchrun = Path(sys.executable).with_name("torchrun")
     command = [str(torchrun), "--nproc-per-node", "2", str(BARE), "--backend", backend, "--steps", str(steps),
-               "--out", str(out)]
+               "--out", str(out), "--turns", str(progress), "--block", str(block)]
     # a session of its own, as ortlab's launcher starts its agent: with the kernel's autogroup scheduling, processes
     # share the CPU by session, so both must be alike there
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   start_new_session=True)
+    bare = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        run = session.burst(backend, steps, nproc=2, progress=False)
+        if run.status != "ok":
+            raise SystemExit(f"the ortlab burst failed: {run.error}")
+        if bare.wait(timeout=600):
+            raise SystemExit(f"the bare script failed (exit {bare.returncode}): {' '.join(command)}")
+    finally:
+        if bare.poll() is None:
+            bare.kill()
     lines = (out / "rank0.jsonl").read_text(encoding="utf-8").splitlines()
-    return medians([json.loads(line) for line in lines])
-
-
-def ortlab(session: Session, backend: str, steps: int) -> tuple[float, float]:
-    run = session.burst(backend, steps, nproc=2, progress=False)
-    if run.status != "ok":
-        raise SystemExit(f"the ortlab burst failed: {run.error}")
-    return medians(run.ranks[0].metrics.to_dict("records"))
+    return [json.loads(line) for line in lines], run.ranks[0].metrics.to_dict("records")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--block", type=int, default=12, help="steps per turn")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per backend")
     parser.add_argument("--backends", nargs="+", default=["pytorch", "ortmodule"], choices=("pytorch", "ortmodule"))
     args = parser.parse_args()
+    if args.block <= _turns.FIRST_LEFT_OUT or args.steps < 3 * args.block:
+        parser.error(f"--block must be > {_turns.FIRST_LEFT_OUT} and --steps at least 3 blocks")
     ratios = {}
-    print(f"{'backend':<10} {'bare (ms)':>10} {'ortlab (ms)':>12} {'ratio':>7} {'rounds':>13}   "
-          f"{'compute only: bare':>19} {'ortlab':>7}   (rank 0, median iteration, {args.steps} steps, median of "
-          f"{args.rounds} paired rounds)")
-    with tempfile.TemporaryDirectory() as tmp, Session(out=Path(tmp) / "runs") as session:
-        for backend in args.backends:
-            folders = (Path(tmp) / f"bare-{backend}-{i}" for i in itertools.count())
-            rounds = paired(args.rounds, lambda: bare(backend, args.steps, next(folders)),  # noqa: B023
-                            lambda: ortlab(session, backend, args.steps), figure=lambda t: t[0],  # noqa: B023
-                            on_round=lambda i, b, o: print(f"  round {i + 1}: bare {b[0] * 1e3:.1f} ms, ortlab "
-                                                           f"{o[0] * 1e3:.1f} ms ({o[0] / b[0]:.3f})", flush=True))
-            ratios[backend] = rounds.ratio
-            b, o = (statistics.median(t[0] for t in rounds.theirs), statistics.median(t[0] for t in rounds.ours))
-            bc, oc = (statistics.median(t[1] for t in rounds.theirs), statistics.median(t[1] for t in rounds.ours))
-            print(f"{backend:<10} {b * 1e3:>10.2f} {o * 1e3:>12.2f} {rounds.ratio:>7.3f} {rounds.spread:>13}   "
-                  f"{bc * 1e3:>19.2f} {oc * 1e3:>7.2f}", flush=True)
+    print(f"{'backend':<10} {'bare (ms)':>10} {'ortlab (ms)':>12} {'ratio':>7} {'runs':>13} {'turns p10-p90':>14}   "
+          f"{'compute only: bare':>19} {'ortlab':>7}   (rank 0, median iteration; {args.steps} steps in turns of "
+          f"{args.block}, {args.rounds} runs)")
+    with tempfile.TemporaryDirectory() as tmp:
+        progress = Path(tmp) / "turns"
+        factory = f"{Path(__file__).with_name('_turns.py')}:demo"
+        kwargs = {"turns": str(progress), "block": args.block, "steps": args.steps}
+        with Session(factory, kwargs, out=Path(tmp) / "runs") as session:
+            for backend in args.backends:
+                turn_ratios, per_run, figures = [], [], {"bare": [], "ortlab": [], "bare_c": [], "ortlab_c": []}
+                for i in range(args.rounds):
+                    bare, ours = in_turns(session, backend, args.steps, args.block, progress,
+                                          Path(tmp) / f"bare-{backend}-{i}")
+                    b, o = per_block(bare, args.block, "iteration"), per_block(ours, args.block, "iteration")
+                    run_ratios = [o[t] / b[t] for t in sorted(b.keys() & o.keys())]
+                    turn_ratios += run_ratios
+                    per_run.append(statistics.median(run_ratios))
+                    figures["bare"] += b.values()
+                    figures["ortlab"] += o.values()
+                    figures["bare_c"] += per_block(bare, args.block, "step_time_s").values()
+                    figures["ortlab_c"] += per_block(ours, args.block, "step_time_s").values()
+                    print(f"  run {i + 1}: bare {statistics.median(b.values()) * 1e3:.1f} ms, ortlab "
+                          f"{statistics.median(o.values()) * 1e3:.1f} ms, median of {len(run_ratios)} turns' "
+                          f"ratios {per_run[-1]:.3f}", flush=True)
+                ratios[backend] = ratio = statistics.median(turn_ratios)
+                deciles = statistics.quantiles(turn_ratios, n=10)
+                med = {k: statistics.median(v) * 1e3 for k, v in figures.items()}
+                print(f"{backend:<10} {med['bare']:>10.2f} {med['ortlab']:>12.2f} {ratio:>7.3f} "
+                      f"{min(per_run):>6.3f}-{max(per_run):.3f} {deciles[0]:>7.3f}-{deciles[-1]:.3f}   "
+                      f"{med['bare_c']:>19.2f} {med['ortlab_c']:>7.2f}", flush=True)
     return verdict(ratios, dict.fromkeys(ratios, TARGET))
 
 

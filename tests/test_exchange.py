@@ -36,6 +36,17 @@ def test_checksums_change_with_any_bit_and_not_with_the_order_of_summation():
     assert all(0 <= s < 2**32 for s in checksums([w, -w, w.half()]))
 
 
+def test_the_c_loop_gives_torchs_checksums():
+    g = torch.Generator().manual_seed(0)
+    parameters = [torch.randn(4099, generator=g) * 1e30, torch.randn(7, 3, generator=g), torch.zeros(0),
+                  torch.full((1000,), -1.0)]
+    fast, by_torch = Checksums(parameters), Checksums(parameters)
+    by_torch._kernel = None
+    assert fast._kernel is not None  # a C compiler is part of this environment
+    assert fast() == by_torch()
+    assert Checksums([p.double() for p in parameters])._kernel is None  # 64-bit values: torch sums them
+
+
 def test_a_row_rides_on_the_gradient_all_reduce_and_leaves_the_gradients_as_ddp_computes_them(world_of_one):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))

@@ -1,5 +1,5 @@
 """Statistics of one tensor into a row of the stats table, the same code in both backends so that identical
-tensors give identical rows: a one-pass C kernel for float32 on the CPU (see _kernel), else numpy, or torch
+tensors give identical rows: a one-pass C kernel for float32 on the CPU (see ortlab.kernels), else numpy, or torch
 reductions on the tensor's device."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from ortlab.activations._kernel import kernel
+from ortlab.kernels import stats_kernel
 
 _F32 = torch.float32
 
@@ -18,11 +18,11 @@ class Summarizer:
     """Statistics of one tensor: min, max, sum, sum of squares, centred sum of squares (std that is right for
     any mean), counts of nan, inf and zeros, and `k` values at evenly spaced flat positions. Reductions are in
     fp32 or wider (fp16/bf16 are widened first); min/max/sums are over the finite values when there are nan or
-    inf. float32 on the CPU goes through a one-pass C kernel (see _kernel), the rest through numpy."""
+    inf. float32 on the CPU goes through a one-pass C kernel (see ortlab.kernels), the rest through numpy."""
 
     def __init__(self, k: int):
         self.k = k
-        self.kernel = kernel()
+        self.kernel = stats_kernel()
         self._index: dict[int, tuple[np.ndarray, int, int]] = {}  # n -> (positions, their address, count)
         # id(rows) -> (rows, samples, address of rows, bytes per row, address of samples, bytes per sample row):
         # the collector passes the same two buffers every call, so their addresses are looked up once

@@ -14,8 +14,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
+
+from ortlab.kernels import sums_kernel
 
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -24,13 +27,26 @@ class Checksums:
     """Per parameter the sum of its bits read as integers (int32, wrapping), as an unsigned 32-bit number: any
     change of any bit changes it (barring a collision), and unlike a float sum it does not depend on the order of
     summation (which differs between machines that vectorize differently). The integer views are made once:
-    optimizers update parameters in place, so a step costs one sum per parameter."""
+    optimizers update parameters in place, so a step costs one sum per parameter, or, when every parameter is a
+    contiguous 32-bit tensor on the CPU, one call of ortlab.kernels' C loop over all of them (a torch sum per
+    parameter costs ~10 us of dispatch: 0.3 ms a step on the demo's 29)."""
 
     def __init__(self, parameters: Sequence[torch.Tensor]):
         with torch.no_grad():
             self._views = [_bits(p.detach()) for p in parameters]
+        self._kernel = None
+        if self._views and all(v.dtype == torch.int32 and v.is_cpu and v.is_contiguous() for v in self._views):
+            self._kernel = sums_kernel()
+        if self._kernel is not None:  # the views keep the parameters' memory alive, so these addresses stay valid
+            self._addresses = np.array([v.data_ptr() for v in self._views], np.int64)
+            self._counts = np.array([v.numel() for v in self._views], np.int64)
+            self._sums = np.zeros(len(self._views), np.uint32)
 
     def __call__(self) -> list[int]:
+        if self._kernel is not None:
+            self._kernel(self._addresses.ctypes.data, self._counts.ctypes.data, len(self._views),
+                         self._sums.ctypes.data)
+            return self._sums.tolist()
         with torch.no_grad():
             sums = torch.stack([v.sum(dtype=torch.int32) for v in self._views])
         return [s & 0xFFFFFFFF for s in sums.tolist()]

@@ -1,13 +1,18 @@
-"""A one-pass statistics kernel for float32 tensors on the CPU: min, max, sum, sum of squares, zeros and whether
-there is any nan or inf, read once. numpy needs a pass per statistic (about 0.25 ns per element here against
-0.1), and on a small model those passes are most of what collecting costs. The C source is compiled on first
-use with the system's C compiler (ortlab already needs one for ORTModule's extensions) into ~/.cache/ortlab,
-with one variant per instruction set chosen at run time; without a compiler the summarizer falls back to
-numpy.
+"""ortlab's compiled C kernels, for work done on every step where Python's per-call cost or numpy's passes
+would show:
 
-It is built as a Python extension when Python's headers are there: a call through ctypes costs about 4 us
-(argument conversion, releasing and taking back the GIL), as much as summarizing 30,000 values, and a step
-of the demo makes 52 of them. Without the headers it is loaded through ctypes."""
+- `stats_kernel()`: statistics of a float32 tensor on the CPU in one pass: min, max, sum, sum of squares, zeros and
+  whether there is any nan or inf. numpy needs a pass per statistic (about 0.25 ns per element here against 0.1),
+  and on a small model those passes are most of what collecting activation statistics costs.
+- `sums_kernel()`: the in-sync checksums of a distributed burst's ranks, every parameter's bits summed as int32
+  (wrapping) in one call; a torch sum per parameter costs ~10 us of dispatch, 0.3 ms a step on the demo's 29.
+
+The C source is compiled on first use with the system's C compiler (ortlab already needs one for ORTModule's
+extensions) into ~/.cache/ortlab, with one variant per instruction set chosen at run time; without a compiler
+both return None and their callers use numpy or torch. It is built as a Python extension when Python's headers
+are there: a call through ctypes costs about 4 us (argument conversion, releasing and taking back the GIL), as
+much as summarizing 30,000 values, and a step of the demo makes 52 of them. Without the headers it is loaded
+through ctypes."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import types
 from pathlib import Path
 
 SOURCE = r"""
@@ -87,6 +93,17 @@ int ortlab_stats_f32(const float *x, int64_t n, const int64_t *idx, int64_t k, d
     return top >= 0x7f800000;
 }
 
+/* sums[j] = the n[j] 32-bit values at address x[j] summed as unsigned (wrapping: the same as int32). */
+TARGETS
+void ortlab_sums_i32(const int64_t *x, const int64_t *n, int64_t count, uint32_t *sums) {
+    for (int64_t j = 0; j < count; j++) {
+        const uint32_t *v = (const uint32_t *)(intptr_t)x[j];
+        uint32_t s = 0;
+        for (int64_t i = 0; i < n[j]; i++) s += v[i];
+        sums[j] = s;
+    }
+}
+
 #ifdef ORTLAB_EXTENSION
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -106,7 +123,23 @@ static PyObject *stats_f32(PyObject *self, PyObject *const *args, Py_ssize_t nar
                                (double *)(intptr_t)v[4], (float *)(intptr_t)v[5]);
     return PyBool_FromLong(bad);
 }
+/* sums_i32(x, n, count, sums): the addresses and the count as ints. */
+static PyObject *sums_i32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long v[4];
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "sums_i32 takes 4 ints: x, n, count, sums");
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    ortlab_sums_i32((const int64_t *)(intptr_t)v[0], (const int64_t *)(intptr_t)v[1], v[2],
+                    (uint32_t *)(intptr_t)v[3]);
+    Py_RETURN_NONE;
+}
 static PyMethodDef methods[] = {{"stats_f32", (PyCFunction)(void (*)(void))stats_f32, METH_FASTCALL, NULL},
+                                {"sums_i32", (PyCFunction)(void (*)(void))sums_i32, METH_FASTCALL, NULL},
                                 {NULL, NULL, 0, NULL}};
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "MODULE", NULL, -1, methods};
 PyMODINIT_FUNC PyInit_MODULE(void) { return PyModule_Create(&module); }
@@ -166,30 +199,46 @@ def _load_extension(path: Path, name: str):
     loader = importlib.machinery.ExtensionFileLoader(name, str(path))
     module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
     loader.exec_module(module)
-    return module.stats_f32
+    return module
 
 
 def _load_ctypes(path: Path, name: str):
-    fn = ctypes.CDLL(str(path)).ortlab_stats_f32
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                   ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
+    library = ctypes.CDLL(str(path))
+    stats, sums = library.ortlab_stats_f32, library.ortlab_sums_i32
+    stats.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                      ctypes.c_void_p]
+    stats.restype = ctypes.c_int
+    sums.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    sums.restype = None
+    return types.SimpleNamespace(stats_f32=stats, sums_i32=sums)
 
 
-def kernel():
+def stats_kernel():
     """The compiled `stats_f32(x, n, idx, k, row9, samples) -> nan or inf seen` (addresses as ints), or None
-    without a compiler."""
+    without a compiler (or with ORTLAB_STATS_KERNEL=numpy)."""
+    if os.environ.get("ORTLAB_STATS_KERNEL", "c") != "c":
+        return None
+    compiled = _compiled()
+    return compiled.stats_f32 if compiled else None
+
+
+def sums_kernel():
+    """The compiled `sums_i32(x, n, count, sums)` (addresses of int64 arrays of data addresses and value counts,
+    the count, the address of a uint32 array), or None without a compiler."""
+    compiled = _compiled()
+    return compiled.sums_i32 if compiled else None
+
+
+def _compiled():
     global _loaded
     if _loaded is None:
         _loaded = False
-        if os.environ.get("ORTLAB_STATS_KERNEL", "c") == "c":
-            for source, flags, name, load in _variants():
-                path = _cache_dir() / f"{name}.so"
-                if path.exists() or _build(source, path, flags):
-                    try:
-                        _loaded = load(path, name)
-                    except (OSError, ImportError):
-                        continue
-                    break
+        for source, flags, name, load in _variants():
+            path = _cache_dir() / f"{name}.so"
+            if path.exists() or _build(source, path, flags):
+                try:
+                    _loaded = load(path, name)
+                except (OSError, ImportError):
+                    continue
+                break
     return _loaded or None
