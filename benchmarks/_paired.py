@@ -1,4 +1,5 @@
-"""Paired rounds, the figure every benchmark here reports: on a shared machine (these are 2-vCPU virtual machines)
+"""Paired rounds, the figure most benchmarks here report (benchmarks/_turns.py interleaves finer, for two jobs that
+can run at once): on a shared machine (these are 2-vCPU virtual machines)
 the speed changes by 10-20% between minutes, more than the effects measured. So each round runs the two things
 compared back to back (in alternating order, so that a trend in the load hits both alike) and gives their ratio;
 the figure is the median of the rounds' ratios, printed with their range."""
