@@ -107,33 +107,32 @@ void ortlab_sums_i32(const int64_t *x, const int64_t *n, int64_t count, uint32_t
 #ifdef ORTLAB_EXTENSION
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-/* stats_f32(x, n, idx, k, row, samples): the addresses and sizes as ints. The GIL stays held: a call takes
-   microseconds, and handing the GIL to another thread could make it wait for that thread's switch interval. */
+/* args[0..count) into v as C integers (addresses and sizes arrive as Python ints); 0 with a TypeError naming
+   `usage` when there are not `count` of them or one is not an int. */
+static int ints(PyObject *const *args, Py_ssize_t nargs, int count, long long *v, const char *usage) {
+    if (nargs != count) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return 0;
+    }
+    for (int i = 0; i < count; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return 0;
+    }
+    return 1;
+}
+/* stats_f32(x, n, idx, k, row, samples). The GIL stays held: a call takes microseconds, and handing the GIL to
+   another thread could make it wait for that thread's switch interval. */
 static PyObject *stats_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     long long v[6];
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "stats_f32 takes 6 ints: x, n, idx, k, row, samples");
-        return NULL;
-    }
-    for (int i = 0; i < 6; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (!ints(args, nargs, 6, v, "stats_f32 takes 6 ints: x, n, idx, k, row, samples")) return NULL;
     int bad = ortlab_stats_f32((const float *)(intptr_t)v[0], v[1], (const int64_t *)(intptr_t)v[2], v[3],
                                (double *)(intptr_t)v[4], (float *)(intptr_t)v[5]);
     return PyBool_FromLong(bad);
 }
-/* sums_i32(x, n, count, sums): the addresses and the count as ints. */
+/* sums_i32(x, n, count, sums). */
 static PyObject *sums_i32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     long long v[4];
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "sums_i32 takes 4 ints: x, n, count, sums");
-        return NULL;
-    }
-    for (int i = 0; i < 4; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (!ints(args, nargs, 4, v, "sums_i32 takes 4 ints: x, n, count, sums")) return NULL;
     ortlab_sums_i32((const int64_t *)(intptr_t)v[0], (const int64_t *)(intptr_t)v[1], v[2],
                     (uint32_t *)(intptr_t)v[3]);
     Py_RETURN_NONE;
