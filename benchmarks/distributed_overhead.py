@@ -21,6 +21,7 @@ import argparse
 import itertools
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -67,8 +68,8 @@ def in_turns(session: Session, backend: str, steps: int, block: int, progress: P
         if bare.wait(timeout=600):
             raise SystemExit(f"the bare script failed (exit {bare.returncode}): {' '.join(command)}")
     finally:
-        if bare.poll() is None:
-            bare.kill()
+        if bare.poll() is None:  # torchrun and its ranks: the session it leads (start_new_session)
+            os.killpg(bare.pid, signal.SIGKILL)
     lines = (out / "rank0.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines], run.ranks[0].metrics.to_dict("records")
 
