@@ -6,7 +6,8 @@ A progress file holds one number per rank of each job: the steps that rank has d
 where its step begins (inside `batch`), which posts its progress and sleeps until its job's turn: job 0 runs steps
 [iK, (i+1)K) once job 1 has done iK steps, job 1 runs them once job 0 has done (i+1)K (or all of its steps). So
 while one job trains, the other's ranks sleep in `wait`: the iterations that begin a block contain that wait and
-are left out of the figures (`measured`).
+are left out of the figures (`measured`). A job that has done all its steps waits (`done`) until the other has
+begun its last: the last turn, measured like the others, is not shared with the end of the other job's processes.
 
 Job 0 is the bare script (benchmarks/ddp_bare.py), job 1 ortlab's ranks, which train the `demo` workload below
 (a factory: `benchmarks/_turns.py:demo`)."""
@@ -50,15 +51,20 @@ class Turns:
         if step % self.block:
             return  # inside our block: the other job is waiting
         first = step // self.block * self.block
-        need = first if self.job == 0 else min(first + self.block, self.steps)
+        self._until(first if self.job == 0 else min(first + self.block, self.steps))
+
+    def done(self) -> None:
+        """After the last step: stay until the other job has begun its last step, so that this job's ending
+        (writing its rows, the process group's teardown, the exit) does not fall in the other job's last turn."""
+        self._post(self.steps)
+        self._until(self.steps - 1)
+
+    def _until(self, need: int) -> None:
         deadline = time.monotonic() + GIVE_UP_S
         while self._other() < need:
             if time.monotonic() > deadline:
                 raise SystemExit(f"turns: the other job did not reach step {need} in {GIVE_UP_S:.0f} s")
             time.sleep(POLL_S)
-
-    def done(self) -> None:
-        self._post(self.steps)
 
 
 def measured(step: int, block: int) -> bool:
