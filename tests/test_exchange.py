@@ -54,20 +54,40 @@ def test_a_row_rides_on_the_gradient_all_reduce_and_leaves_the_gradients_as_ddp_
     plain.load_state_dict(model.state_dict())
     params = list(model.parameters())
     exchange = Exchange(rank=0, world=1, n_parameters=len(params), n_figures=2)
-    ddp = DistributedDataParallel(model)
-    exchange.install(ddp)
+    ddp = DistributedDataParallel(exchange.carrier(model, torch.device("cpu")))
     x = torch.randn(4, 8)
     sums = checksums(params)
     exchange.post(sums, stop=True, figures=[0.25, 7.0])
-    ddp(x).sum().backward()
+    loss = exchange.ride(ddp(x).sum())
+    loss.backward()
     table = exchange.collect(torch.device("cpu"))
     assert table.checksums == [sums] and table.stop == [True] and table.figures == [[0.25, 7.0]]
     assert table.first_difference() is None
-    plain(x).sum().backward()
+    plain_loss = plain(x).sum()
+    assert loss.item() == plain_loss.item()
+    plain_loss.backward()
     for a, b in zip(model.parameters(), plain.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
-    # nothing posted: the next backward is DDP's plain all-reduce; a row posted without a backward is gathered
-    ddp(x).sum().backward()
+    # nothing posted: the rider still gets its (zero) gradient, as DDP expects of every parameter in every backward
+    exchange.ride(ddp(x).sum()).backward()
+    # a row posted without a backward (the check after the last update) is gathered
     exchange.post(checksums(params), stop=False)
     table = exchange.collect(torch.device("cpu"))
     assert table.stop == [False] and all(math.isnan(f) for f in table.figures[0])
+    assert table.checksums == [checksums(params)]
+
+
+def test_rows_survive_ddps_averaging_over_three_ranks():
+    """DDP multiplies each gradient by 1/world_size; the rows are sent times world_size and read back exact."""
+    world = 3
+    exchange = Exchange(rank=1, world=world, n_parameters=2, n_figures=1)
+    exchange.carrier(torch.nn.Linear(1, 1), torch.device("cpu"))
+    sums = [2**32 - 1, 123456789]
+    exchange.post(sums, stop=True, figures=[0.125])
+    loss = exchange.ride(torch.ones((), requires_grad=True))
+    loss.backward()
+    averaged = exchange.rider.grad * torch.tensor(1.0 / world, dtype=torch.float32)  # what DDP's bucket holds
+    exchange.rider.grad = averaged
+    table = exchange.collect(torch.device("cpu"))
+    assert table.checksums[1] == sums and table.checksums[0] == [0, 0] and table.stop == [False, True, False]
+    assert table.figures[1] == pytest.approx([0.125])

@@ -1,11 +1,14 @@
 """What the ranks of a distributed burst tell each other every step (a checksum per parameter, the Stop flag, the
 forward time and the batch's load), carried by DistributedDataParallel's own gradient all-reduce.
 
-A DDP communication hook appends a block of world_size rows to the first gradient bucket, this rank's row in its
-own slot and zeros in the others', so that the all-reduce's sum is the gather. No collective of ortlab's own runs
-per step: on 2 CPU ranks one more all-gather per step cost 2-3% of the demo's step (a gloo round trip, and every
-rank waiting once more for the slowest). Values travel as float32, the bucket's dtype; the checksums are exact
-integers (a parameter's bits summed as int32, wrapping), sent as two 16-bit halves that float32 holds exactly.
+The rows ride as the gradient of a parameter of ortlab's own (the rider, world_size rows wide), which DDP buckets
+and all-reduces with the model's gradients: each rank's backward gives the rider a block with this rank's row in
+its own slot and zeros in the others', so that the all-reduce's sum is the gather. No collective of ortlab's own
+and no Python communication hook run per step: on 2 CPU ranks one more all-gather per step cost 2-3% of the demo's
+step, and a Python hook in place of DDP's built-in all-reduce (with its own division and copy of the bucket) 1-3%.
+Values travel as float32, the gradients' dtype; the checksums are exact integers (a parameter's bits summed as
+int32, wrapping), sent as two 16-bit halves that float32 holds exactly (DDP's averaging, undone here, moves them by
+far less than the rounding to integers that follows).
 """
 
 from __future__ import annotations
@@ -75,56 +78,79 @@ class Table:
 
 
 class Exchange:
-    """One rank's side. `post` the step's row before the backward; the comm hook (`install`) carries it in the
-    first bucket's all-reduce; `collect` after the optimizer step returns the Table. When no bucket carried it
-    (no float32 gradients, or the check after the last update) `collect` all-gathers it by itself."""
+    """One rank's side. The model trains inside `carrier(module)` (DDP wraps the carrier, so that the rider is one of
+    its parameters); `post` the step's row before the backward and backward through `ride(loss)`; `collect` after
+    the backward returns the Table. A row posted without a backward (the check after the last update) is
+    all-gathered by `collect` itself."""
 
     def __init__(self, rank: int, world: int, n_parameters: int, n_figures: int):
         self.rank, self.world = rank, world
         self.n, self.k = n_parameters, n_figures
         self.width = 2 * n_parameters + 1 + n_figures
+        self.rider: torch.nn.Parameter | None = None
         self._row: torch.Tensor | None = None  # posted, not yet sent
-        self._block: torch.Tensor | None = None  # world x width, once an all-reduce carried the rows
+        self._carried = False  # the posted row rides in this step's backward
 
-    def install(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
-        ddp.register_comm_hook(None, self._hook)
+    def carrier(self, module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """`module` with the rider beside it, to be wrapped by DistributedDataParallel."""
+        self.rider = torch.nn.Parameter(torch.zeros(self.world * self.width, device=device))
+        return _Carrier(module, self.rider)
 
     def post(self, sums: list[int], stop: bool, figures: Sequence[float] = ()) -> None:
         """This rank's row for the step (figures left out are NaN)."""
         halves = [h for s in sums for h in (s >> 16, s & 0xFFFF)]
         figures = [*figures, *[math.nan] * (self.k - len(figures))]
         self._row = torch.tensor([*halves, float(stop), *figures], dtype=torch.float32)
-        self._block = None
+        self._carried = False
+
+    def ride(self, loss: torch.Tensor) -> torch.Tensor:
+        """`loss`, unchanged, with the rider's gradient attached: the posted row (zeros when nothing was posted; DDP
+        expects a gradient for every parameter in every backward)."""
+        block = torch.zeros(self.world, self.width, dtype=torch.float32, device=self.rider.device)
+        if self._row is not None:
+            block[self.rank] = self._row.to(self.rider.device) * self.world  # DDP averages: the sum is what is sent
+            self._carried = True
+        return _Ride.apply(loss, self.rider, block.view(-1))
 
     def collect(self, device: torch.device) -> Table:
-        if self._block is None:
-            self._block = self._gather(device)
-        block, self._block = self._block.cpu().tolist(), None
-        return Table(checksums=[[(int(r[2 * i]) << 16) | int(r[2 * i + 1]) for i in range(self.n)] for r in block],
-                     stop=[r[2 * self.n] != 0 for r in block], figures=[r[2 * self.n + 1:] for r in block])
+        if self._carried and self.rider is not None and self.rider.grad is not None:
+            block = self.rider.grad.view(self.world, self.width)
+            self.rider.grad = None
+        else:
+            block = self._gather(device)
+        self._row, self._carried = None, False
+        rows = block.cpu().tolist()
+        return Table(checksums=[[(round(r[2 * i]) << 16) | round(r[2 * i + 1]) for i in range(self.n)] for r in rows],
+                     stop=[round(r[2 * self.n]) != 0 for r in rows], figures=[r[2 * self.n + 1:] for r in rows])
 
     def _gather(self, device: torch.device) -> torch.Tensor:
-        row, self._row = self._row.to(device), None
+        row = self._row.to(device)
         everyone = torch.empty(self.world * self.width, dtype=torch.float32, device=device)
         dist.all_gather_into_tensor(everyone, row)
         return everyone.view(self.world, self.width)
 
-    def _hook(self, group, bucket):  # unannotated: DDP checks a hook's annotations against its own classes
-        """DDP's default averaging all-reduce (`allreduce_hook`), the posted row riding along on the first bucket
-        (DDP starts buckets in the same order on every rank, so every rank's first call is the same bucket)."""
-        grads = bucket.buffer()
-        grads.div_(self.world)
-        row, n = self._row, grads.numel()
-        if row is None or grads.dtype != torch.float32:
-            return dist.all_reduce(grads, async_op=True).get_future().then(lambda fut: fut.value()[0])
-        self._row = None
-        block = torch.zeros(self.world, self.width, dtype=torch.float32, device=grads.device)
-        block[self.rank] = row.to(grads.device)
-        joined = torch.cat([grads, block.view(-1)])
 
-        def split(fut: torch.futures.Future) -> torch.Tensor:
-            out = fut.value()[0]
-            self._block = out[n:].view(self.world, self.width)
-            return out[:n]
+class _Carrier(torch.nn.Module):
+    """The trained module and the rider: DDP's parameters are the module's and the rider."""
 
-        return dist.all_reduce(joined, async_op=True).get_future().then(split)
+    def __init__(self, module: torch.nn.Module, rider: torch.nn.Parameter):
+        super().__init__()
+        self.module = module
+        self.rider = rider
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+class _Ride(torch.autograd.Function):
+    """The identity on the loss whose backward gives the rider its block."""
+
+    @staticmethod
+    def forward(ctx, loss, rider, block):
+        ctx.save_for_backward(block)
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (block,) = ctx.saved_tensors
+        return grad, block, None

@@ -91,9 +91,7 @@ class RankEngine(Engine):
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.cuda.current_device()] if b.device.type == "cuda" else None
-        ddp = DistributedDataParallel(module, device_ids=ids)
-        self.exchange.install(ddp)
-        return ddp
+        return DistributedDataParallel(self.exchange.carrier(module, b.device), device_ids=ids)
 
     def _wrap(self, b: _Burst, inputs: Any) -> None:
         super()._wrap(b, inputs)
@@ -133,13 +131,14 @@ class RankEngine(Engine):
         row.update(balance.step_fields(self.rank, [f[0] for f in table.figures], [f[1:] for f in table.figures]))
         return row
 
-    def _forward_done(self, b: _Burst, step: int) -> None:
+    def _before_backward(self, b: _Burst, step: int, loss: torch.Tensor) -> torch.Tensor:
         """This rank's row of the step's exchange (ortlab.engine.exchange): the checksums taken as the step began,
         the Stop flag, the forward time and the batch's load and tokens (ortlab.balance). It travels with the
         backward's gradient all-reduce and is read when the step ends."""
         load = b.feed.load(step) or {}
         self.exchange.post(self._sums, self._stop,
                            [b.forward_s, *(float(load.get(k, math.nan)) for k in balance.GATHERED)])
+        return self.exchange.ride(loss)
 
     def _last_check(self, b: _Burst) -> None:
         """The parameters after the last update (no step begins with them): an all-gather of its own."""
