@@ -113,7 +113,7 @@ class Exchange:
         return _Ride.apply(loss, self.rider, block.view(-1))
 
     def collect(self, device: torch.device) -> Table:
-        if self._carried and self.rider is not None and self.rider.grad is not None:
+        if self._carried and self.rider.grad is not None:  # _carried: ride() ran, so the rider exists
             block = self.rider.grad.view(self.world, self.width)
             self.rider.grad = None
         else:
