@@ -10,14 +10,16 @@ from collections.abc import Iterator
 
 import torch
 
-# Functional dropouts a model may call directly (T5's attention calls nn.functional.dropout with a rate from its
-# config, which no nn.Dropout module holds): module attribute -> keyword of the rate.
+# Functional dropouts a model may call directly with a rate from its config, which no nn.Dropout module holds (T5's
+# eager attention calls nn.functional.dropout; Hugging Face's sdpa attention passes dropout_p to
+# scaled_dot_product_attention): (module, attribute) whose rate parity mode sets to 0.
 _FUNCTIONAL = (
     (torch.nn.functional, "dropout"), (torch.nn.functional, "dropout1d"), (torch.nn.functional, "dropout2d"),
     (torch.nn.functional, "dropout3d"), (torch.nn.functional, "alpha_dropout"),
     (torch.nn.functional, "feature_alpha_dropout"), (torch, "dropout"), (torch, "alpha_dropout"),
     (torch, "feature_dropout"), (torch, "feature_alpha_dropout"),
 )
+_ATTENTION = ((torch.nn.functional, "scaled_dot_product_attention"),)
 
 
 def seed_everything(seed: int) -> None:
@@ -39,17 +41,29 @@ def _rate_zero(fn):
     return no_dropout
 
 
+def _attention_dropout_zero(fn):
+    @functools.wraps(fn)
+    def no_dropout(query, key, value, attn_mask=None, dropout_p=0.0, *args, **kwargs):
+        kwargs.pop("dropout_p", None)
+        return fn(query, key, value, attn_mask, 0.0, *args, **kwargs)
+
+    no_dropout._ortlab_original = fn
+    return no_dropout
+
+
 @contextlib.contextmanager
 def functional_dropout_off() -> Iterator[None]:
-    """Every functional dropout runs with rate 0 inside the block (this process only: bursts run in ortlab's own
-    worker, or in-process by the user's choice)."""
+    """Every functional dropout, and the attention dropout of scaled_dot_product_attention, runs with rate 0
+    inside the block (this process only: bursts run in ortlab's own worker, or in-process by the user's
+    choice)."""
     saved = []
-    for owner, name in _FUNCTIONAL:
-        fn = getattr(owner, name, None)
-        if fn is None or hasattr(fn, "_ortlab_original"):
-            continue
-        saved.append((owner, name, fn))
-        setattr(owner, name, _rate_zero(fn))
+    for patches, wrap in ((_FUNCTIONAL, _rate_zero), (_ATTENTION, _attention_dropout_zero)):
+        for owner, name in patches:
+            fn = getattr(owner, name, None)
+            if fn is None or hasattr(fn, "_ortlab_original"):
+                continue
+            saved.append((owner, name, fn))
+            setattr(owner, name, wrap(fn))
     try:
         yield
     finally:
