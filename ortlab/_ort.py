@@ -332,3 +332,45 @@ class _UnsafeOps:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._g, name)
+
+
+# --- compatibility checks (ortlab.compat): ORTModule's export set-up and its gradient builder, one graph at a time
+
+
+def register_export_symbolics(opset: int) -> None:
+    """Register the exporter symbolics ORTModule registers when it wraps a model (its contrib ops, its own
+    ATen mappings, their gradients), so that an export of ortlab's own sees the operators ORTModule's does."""
+    import onnxruntime.training.ortmodule  # noqa: F401  (enables custom autograd.Function export: PythonOp)
+    from onnxruntime.tools import pytorch_export_contrib_ops
+
+    pytorch_export_contrib_ops.register()
+    _private("onnxruntime.training.ortmodule._custom_op_symbolic_registry", "CustomOpSymbolicRegistry").register_all(
+        opset)
+    _private("onnxruntime.training.ortmodule._custom_gradient_registry", "CustomGradientRegistry").register_all()
+
+
+class GradientBuildError(RuntimeError):
+    """ORT's graph builder loaded the model but could not build its gradient graph (ORT's message)."""
+
+
+def gradient_graph(model_bytes: bytes, trained: list[str]) -> bytes:
+    """ORT's gradient graph of an ONNX model whose inputs `trained` require gradients, built by ORTModule's own
+    graph builder (as ORTModule does after export). ORT's error when it cannot load the model; a
+    GradientBuildError when it loads but has no gradient for it."""
+    from onnxruntime.capi import _pybind_state as C
+
+    config = _get(C, "OrtModuleGraphBuilderConfiguration", "ORTModule's graph builder configuration")()
+    config.initializer_names = list(trained)
+    config.initializer_names_to_train = list(trained)
+    config.input_names_require_grad = []
+    config.build_gradient_graph = True
+    config.enable_caching = False
+    config.use_memory_efficient_gradient = False
+    config.loglevel = C.Severity.FATAL
+    builder = _get(C, "OrtModuleGraphBuilder", "ORTModule's graph builder")()
+    builder.initialize(model_bytes, config)
+    try:
+        builder.build(C.TrainingGraphTransformerConfiguration())
+    except Exception as e:
+        raise GradientBuildError(str(e)) from None
+    return builder.get_gradient_model()

@@ -81,9 +81,9 @@ class Recorder:
         import torch
 
         from ortlab.engine.collectors import make_collectors
-        from ortlab.engine.loop import versions
         from ortlab.engine.peak import PeakMemory
         from ortlab.run import RunWriter, new_run_dir
+        from ortlab.versions import versions
 
         device = next((p.device for p in self.inner.parameters()), torch.device("cpu"))
         self.collectors = make_collectors(self.cfg.collect)

@@ -95,8 +95,8 @@ def _autograd(engine, cfg) -> dict[str, Any]:
     import torch
 
     from ortlab.account.torch_account import torch_memory
+    from ortlab.compat.errors import root_message
     from ortlab.engine.config import resolve_device
-    from ortlab.engine.wrapper import root_message
 
     device = resolve_device(cfg.device)
     try:
@@ -110,7 +110,7 @@ def _autograd(engine, cfg) -> dict[str, Any]:
 
 def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
     from ortlab.account.build import account_of
-    from ortlab.engine.wrapper import root_message
+    from ortlab.compat.errors import root_message
     from ortlab.run import load_run
 
     if not cfg.effective_options()["save_onnx"]:
@@ -118,6 +118,8 @@ def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
     ort_module = engine.wrapper.ort_module
     if ort_module is None:
         return missing(GRAPH, f"the burst ended ({status}) before ORTModule wrapped the model: no execution graph")
+    if status == "fallback":
+        return missing(GRAPH, "ORTModule fell back to PyTorch: no ORT execution graph ran in this burst")
     path = engine.wrapper.internals().stage_path("execution_model")
     note = None
     if path is not None:
