@@ -15,6 +15,9 @@ _EXPORTS = {
     "Session": "ortlab.engine.session",
     "burst": "ortlab.engine.session",
     "session": "ortlab.engine.session",
+    "check": "ortlab.engine.session",
+    "CheckReport": "ortlab.compat.check",
+    "FIXES": "ortlab.compat.registry",
     "WorkerError": "ortlab.engine.session",
     "BurstError": "ortlab.engine.config",
     "InputError": "ortlab.errors",
@@ -48,7 +51,7 @@ _EXPORTS = {
 
 # Subpackages reachable as attributes (`ortlab.graphs.load(run)`); no public name above equals a submodule's name
 # (importing the submodule would rebind the attribute), which tests/test_api.py checks.
-_PACKAGES = ("account", "activations", "graphs", "recompute")
+_PACKAGES = ("account", "activations", "compat", "graphs", "recompute")
 
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 

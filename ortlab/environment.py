@@ -145,7 +145,11 @@ class Report:
 
     def __str__(self) -> str:
         lines = [f"Python       {self.python} ({self.platform})"]
-        lines += [f"{name:<12} {ver or 'not installed'}" for name, ver in self.versions.items()]
+        from ortlab.versions import TESTED_TRANSFORMERS
+
+        tested = {"transformers": f" (model families tested with {', '.join(TESTED_TRANSFORMERS)}: "
+                                  "docs/compatibility.md)"}
+        lines += [f"{name:<12} {ver or 'not installed'}{tested.get(name, '')}" for name, ver in self.versions.items()]
         cuda = f"available: {self.gpu_name}" if self.cuda_available else "not available (CPU only)"
         lines.append(f"CUDA         {cuda}")
         lines.append(f"ORT CUDA EP  {self.ort_cuda_provider}")
@@ -190,6 +194,7 @@ def doctor() -> Report:
             ("onnxruntime", "onnxruntime-training"),
             ("onnx", "onnx"),
             ("netron", "netron"),
+            ("transformers", "transformers"),
             ("ortlab", "ortlab"),
         ]
     }
@@ -218,6 +223,12 @@ def doctor() -> Report:
     if versions["netron"] is None:
         problems.append(Problem("netron is not installed", "pip install netron (graphs fall back to ortlab's own view)",
                                 fatal=False))
+    from ortlab.versions import TESTED_TRANSFORMERS, transformers_note
+
+    note = transformers_note(versions["transformers"])
+    if note:
+        problems.append(Problem(note, f"pip install transformers=={TESTED_TRANSFORMERS[-1]} (or "
+                                f"{TESTED_TRANSFORMERS[0]}); docs/compatibility.md", fatal=False))
     extensions = built_extensions()
     missing = [n for n in CPU_EXTENSIONS if not extensions[n]]
     if versions["onnxruntime"] and missing:

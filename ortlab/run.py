@@ -15,7 +15,8 @@ from typing import Any
 
 from ortlab.errors import InputError
 
-STATUSES = ("running", "ok", "interrupted", "stopped", "failed", "crashed")
+# "fallback": the burst finished, but ORTModule fell back to PyTorch (its steps are PyTorch's, not ORT's)
+STATUSES = ("running", "ok", "fallback", "interrupted", "stopped", "failed", "crashed")
 DISTRIBUTED_KEYS = ("nproc", "nnodes", "ranks", "in_sync", "out_of_sync", "checkpoint", "failed_rank", "rank_graphs",
                     "imbalance")
 
@@ -239,6 +240,11 @@ class Run:
         from ortlab.account.record import summary_fields
 
         out.update(summary_fields(self.memory))
+        if self.meta.get("fallback"):  # ORTModule fell back to PyTorch (status "fallback")
+            out["fallback"] = self.meta["fallback"]
+        applied = (self.meta.get("fixes") or {}).get("applied")
+        if applied:
+            out["fixes"] = applied
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:
                 out[key] = self.meta[key]

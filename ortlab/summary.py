@@ -30,10 +30,20 @@ class Comparison:
         df["abs_diff"] = (df["pytorch"] - df["ortmodule"]).abs()
         return df
 
+    @property
+    def not_compared(self) -> str | None:
+        """Why the two runs are not compared (loss difference, step time and memory ratios): the ORTModule run fell
+        back to PyTorch, so its numbers are PyTorch's."""
+        if self.ortmodule is not None and self.ortmodule.status == "fallback":
+            return f"the ortmodule run is a PyTorch run ({self.ortmodule.error})"
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         pt = self.pytorch.summary()
         ort = self.ortmodule.summary() if self.ortmodule is not None else {"backend": "ortmodule", "status": "not run"}
         losses = self.losses().dropna()
+        if self.not_compared:
+            losses, ort = losses.iloc[:0], {k: v for k, v in ort.items() if k not in _COMPARED}
         out = {
             "pytorch": {**pt, "path": str(self.pytorch.path)},
             "ortmodule": {**ort, "path": str(self.ortmodule.path) if self.ortmodule is not None else None},
@@ -45,6 +55,8 @@ class Comparison:
             "saved_for_backward_ratio": (ort["saved_for_backward_mb"] / pt["saved_for_backward_mb"])
             if pt.get("saved_for_backward_mb") and ort.get("saved_for_backward_mb") is not None else None,
         }
+        if self.not_compared:
+            out["not_compared"] = self.not_compared
         for run in self.runs:
             if run.error or run.meta.get("warning"):
                 out.setdefault("problems", []).append(f"{run.backend}: {run.error or run.meta['warning']}")
@@ -68,6 +80,9 @@ class Comparison:
                 v = d[backend].get(key)
                 vals.append("-" if v is None else f"{v * 1000:.1f}" if spec == "ms" else format(v, spec))
             rows.append((label, *vals))
+        if any(d[backend].get("fixes") for backend in ("pytorch", "ortmodule")):  # ortlab.compat fixes applied
+            rows.insert(2, ("fixes", *(", ".join(d[backend].get("fixes") or []) or "-"
+                                      for backend in ("pytorch", "ortmodule"))))
         if any(d[backend].get("nproc") for backend in ("pytorch", "ortmodule")):  # a distributed burst
             rows.append(("ranks", *(_ranks_cell(d[backend]) for backend in ("pytorch", "ortmodule"))))
         if any(d[backend].get("imbalance") for backend in ("pytorch", "ortmodule")):  # ranks (ortlab.balance)
@@ -77,9 +92,13 @@ class Comparison:
                                       for backend in ("pytorch", "ortmodule"))))
         width = max(len(r[0]) for r in rows)
         lines = [f"{r[0]:<{width}}  {r[1]:>12}  {r[2]:>12}" for r in rows]
-        lines.append(f"max |loss difference| {fmt(d['max_loss_diff'], '.3g')}")
-        lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) {fmt(d['step_time_ratio'], '.2f')}")
-        lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
+        if d.get("not_compared"):
+            lines.append("loss difference, step time ratio, memory: not compared: " + d["not_compared"])
+        else:
+            lines.append(f"max |loss difference| {fmt(d['max_loss_diff'], '.3g')}")
+            lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) "
+                         f"{fmt(d['step_time_ratio'], '.2f')}")
+            lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
         lines += _memory_lines(d)
         if not d["parity"]:
             lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ "
@@ -88,6 +107,10 @@ class Comparison:
             lines.append(f"problem: {problem}")
         lines.append("runs: " + "\n      ".join(str(r.path) for r in self.runs))
         return "\n".join(lines)
+
+
+# What a run that fell back to PyTorch cannot show of ORTModule (its figures would be PyTorch's under its name).
+_COMPARED = ("median_step_s", "ort_init_s", "saved_for_backward_mb", "activation_peak_mb")
 
 
 def _memory_lines(d: dict[str, Any]) -> list[str]:

@@ -34,7 +34,24 @@ def load(source: Any, model: Any = None):
     if path.is_dir() and not (path / STATS_FILE).exists() and not (path / "meta.json").exists():
         raise StatsFileError(f"{path} is neither an ortlab run with statistics ({STATS_FILE}) nor an ORT "
                              "StatisticsSubscriber folder (step_N/order.txt)")
+    _not_a_fallback(path)
     return read_stats(path)
+
+
+def _not_a_fallback(path: Path) -> None:
+    """A run whose ORTModule fell back to PyTorch recorded PyTorch's statistics under ORTModule's name: comparing
+    them with PyTorch's would show agreement that ORT never earned."""
+    import json
+
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    except (OSError, ValueError):
+        return  # read_stats names a damaged run
+    if isinstance(meta, dict) and meta.get("status") == "fallback":
+        why = meta.get("error") or "it fell back to PyTorch"
+        raise ActivationsError(f"{path.name} did not run on ORTModule: {why}; its statistics are PyTorch's, so "
+                               "there is nothing of ORT's to compare")
 
 
 def _label(source: Any, table) -> str:

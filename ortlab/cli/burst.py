@@ -33,7 +33,7 @@ def cmd_burst(args) -> int:
                   device=args.device, parity=args.parity, progress=not args.json and sys.stderr.isatty(),
                   collect=collect, nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
                   rdzv_endpoint=args.rdzv_endpoint, save_checkpoint=args.save_checkpoint,
-                  sampler=args.sampler)
+                  sampler=args.sampler, fixes=args.fix)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         if args.backend == "both":
             comparison = session.compare(args.steps, options, **kwargs)
@@ -52,7 +52,8 @@ def cmd_burst(args) -> int:
                 print(f"ortlab burst: {run.backend}: {run.meta[key]}", file=sys.stderr)
     if any(r.status in INTERRUPTED for r in runs):
         return 130
-    return 0 if all(r.status == "ok" for r in runs) else 1
+    accepted = ("ok", "fallback") if args.allow_fallback else ("ok",)
+    return 0 if all(r.status in accepted for r in runs) else 1
 
 
 def collect_settings(args) -> dict[str, dict]:
@@ -82,6 +83,7 @@ def _single(run) -> str:
 def register(sub) -> None:
     import argparse
 
+    from ortlab.compat.registry import FIXES
     from ortlab.engine.collectors import COLLECTORS
     from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS, SAMPLERS
 
@@ -92,6 +94,12 @@ def register(sub) -> None:
     b.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="ORTModule option, e.g. memory_opt_level=1 or ORTMODULE_LOG_LEVEL=INFO (repeatable)")
     b.add_argument("--parity", action="store_true", help="same seeds, dropout 0, compute optimizer off, deterministic")
+    b.add_argument("--fix", default="none", metavar="auto|none|NAME[,NAME]",
+                   help="ortlab's compatibility fixes for the ORTModule burst: auto = the ones `ortlab check` "
+                   f"recommends for this model, or names ({', '.join(FIXES)}); the PyTorch burst runs the model "
+                   "as written")
+    b.add_argument("--allow-fallback", action="store_true",
+                   help="exit 0 even when ORTModule fell back to PyTorch (the run's status stays 'fallback')")
     b.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
     b.add_argument("--lr", type=positive_float, default=1e-3)
     b.add_argument("--seed", type=seed, default=0)

@@ -17,7 +17,7 @@ def cmd_runs(args) -> int:
     if args.json:
         print_json(df.to_dict(orient="records"))
     elif len(df):
-        print(df.drop(columns=["path"]).to_string(index=False))
+        print(_text_table(df).to_string(index=False))
     else:
         print(f"no runs in {folder}")
     return 0
@@ -28,3 +28,11 @@ def register(sub) -> None:
     r.add_argument("folder", nargs="?", default="runs")
     add_json_arg(r)
     r.set_defaults(func=cmd_runs)
+
+
+def _text_table(df):
+    """The runs as text: lists joined with commas, nested records (a fallback's details) left to --json."""
+    shown = df.drop(columns=["path", "fallback"], errors="ignore")
+    if "fixes" in shown:
+        shown["fixes"] = shown["fixes"].map(lambda v: ", ".join(v) if isinstance(v, list) else v)
+    return shown

@@ -47,6 +47,9 @@ class BurstConfig:
     rdzv_endpoint: str | None = None
     save_checkpoint: bool = False
     sampler: str | None = None  # for a workload with a dataset (ortlab.engine.sampling)
+    # compatibility fixes for ORTModule bursts (ortlab.compat.registry): "auto" (what `ortlab check` recommends
+    # for this model), fix names, or () for none; a PyTorch burst runs the model as written
+    fixes: str | tuple[str, ...] = ()
 
     def __post_init__(self):
         from ortlab.engine.collectors import COLLECTORS
@@ -73,6 +76,9 @@ class BurstConfig:
             object.__setattr__(self, "options", Options(self.options))
         if not isinstance(self.collect, dict):
             raise BurstError(f"collect {self.collect!r} is not allowed; allowed: a dict of collector name -> settings")
+        from ortlab.compat.registry import parse
+
+        object.__setattr__(self, "fixes", parse(self.fixes))
         unknown = sorted(set(self.collect) - set(COLLECTORS))
         if unknown:
             raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")

@@ -242,6 +242,11 @@ def _outcome(path: Path, result: dict[str, Any], stopped: bool) -> tuple[str, di
         return ("interrupted" if clean else "stopped"), extra
     if result.get("ok") and rows and all(row["status"] == "ok" for row in rows):
         return "ok", extra
+    fell_back = [run for run in ranks.values() if run.status == "fallback"]
+    if result.get("ok") and rows and fell_back and all(row["status"] in ("ok", "fallback") for row in rows):
+        first = fell_back[0]
+        extra.update(error=f"rank {first.meta.get('rank')}: {first.error}", fallback=first.meta.get("fallback"))
+        return "fallback", extra
     detail = result.get("error") or "; ".join(f"rank {row['rank']}: {row['error']}" for row in rows if "error" in row)
     extra["error"] = f"the launch failed: {detail or 'no rank reported'}; see {path / 'log.txt'}"
     return "failed", extra

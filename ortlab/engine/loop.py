@@ -8,9 +8,7 @@ finalisation (collectors, ORT's own data, the run's final status, always written
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import platform
 import time
 import traceback
 from collections.abc import Callable
@@ -21,41 +19,25 @@ from typing import Any
 import torch
 
 from ortlab.capture import captured_output, parse_feature_table
+from ortlab.compat.errors import failure_stage, root_message
 from ortlab.engine.collectors import Collector, graph_key, make_collectors
 from ortlab.engine.config import BurstConfig, BurstError, make_optimizer, resolve_device
 from ortlab.engine.parity import parity
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
-from ortlab.engine.wrapper import Transition, Wrapper, failure_stage, root_message
+from ortlab.engine.wrapper import Transition, Wrapper, input_schema
 from ortlab.options import Options, ReadAt
 from ortlab.run import RunWriter, new_run_dir
 from ortlab.snapshot import Snapshot
+from ortlab.versions import versions
 from ortlab.workload import ModelRef, call_model, to_device
 
 StepCallback = Callable[[dict[str, Any]], None]
 
-SDPA_HINT = ("ORT 1.19.2's gradient builder fails on scaled_dot_product_attention (this model uses sdpa attention): "
-             'load it with attn_implementation="eager" (Hugging Face), or write attention with matmul/softmax')
 MHA_HINT = ("torch.nn.MultiheadAttention is a known cause: ORT 1.19.2's symbolic shape inference fails on its "
             "export; write attention with Linear/view/matmul (as ortlab.demo does)")
-
-
-def _uses_sdpa(model: torch.nn.Module) -> bool:
-    """A Hugging Face model with sdpa attention (its config says so, or its attention modules are Sdpa ones)."""
-    if getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
-        return True
-    return any("Sdpa" in type(m).__name__ for m in model.modules())
-
-
-@functools.cache
-def versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist in ("onnxruntime-training", "onnx", "ortlab"):
-        with contextlib.suppress(md.PackageNotFoundError):
-            out[dist] = md.version(dist)
-    return out
+# Where a failure inside ORTModule is met (ortlab.compat.errors.failure_stage names them; "ORTModule <stage>" else)
+ORT_STAGES = ("wrap", "forward", "backward")
 
 
 @dataclass
@@ -78,6 +60,9 @@ class _Burst:
     steps_done: int = 0
     forward_s: float = 0.0  # the last step's forward and loss: this process's own work (ortlab.engine.ranks)
     status: str = "ok"
+    fixes: contextlib.ExitStack | None = None  # the compatibility fixes applied for this burst, undone as it ends
+    fallback_step: int | None = None  # ORTModule had fallen back to PyTorch by the end of this step
+    failed_in_ort: bool = False  # the failure came from inside ORTModule (its export, graph building or session)
     extra: dict[str, Any] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
     ort_info: dict[str, Any] = field(default_factory=dict)
@@ -104,6 +89,18 @@ class Engine:
         self.wrapper = Wrapper(self.model)
         self.feed = Feed(self.workload)  # the batches of the current burst (set for each burst: its sampler)
         self.pending_transition: Transition | None = None  # e.g. "new worker", set by the worker
+        self._auto_fixes: dict[tuple, tuple[tuple[str, ...], list[dict]]] = {}  # fixes="auto", worked out once
+
+    def check(self, fixes: Any = "auto", options: Options | None = None, out: str | Path | None = None):
+        """Check the model for ORTModule from the initial snapshot (ortlab.compat.check): every blocker, the fixes
+        that remove them, one training step to confirm. Written to a folder `<stamp>-check` under `out`."""
+        from ortlab.compat.check import check
+
+        options = options or Options()
+        folder = new_run_dir(out, "check") if out is not None else None
+        self.initial.restore(self.model)
+        with options.applied():
+            return check(self.workload, fixes, options["onnx_opset_version"], folder)
 
     def check_import_options(self, options: Options) -> None:
         mine = self.import_options.with_read_at(ReadAt.IMPORT)
@@ -124,7 +121,8 @@ class Engine:
         try:
             if on_start:
                 on_start(b.path)
-            with captured_output(b.path / "log.txt"), b.options.applied(), parity(self.model, cfg.parity, cfg.seed):
+            with captured_output(b.path / "log.txt"), b.options.applied(), parity(self.model, cfg.parity, cfg.seed), \
+                    contextlib.ExitStack() as b.fixes:
                 try:
                     self._train(b, on_step, should_stop)
                 except KeyboardInterrupt:
@@ -133,6 +131,8 @@ class Engine:
                 except Exception as e:
                     self._failed(b, e)
                 finally:
+                    if b.ortmodule:
+                        self._note_fallback(b)
                     self._finish_collectors(b)
                     if b.ortmodule and self.wrapper.ort_module is not None:
                         b.ort_info = self._ort_info(
@@ -240,6 +240,8 @@ class Engine:
         row.update(b.feed.load(step) or {})
         if b.ortmodule:
             self._note_export(b, step, row)
+            if step == 0 and self.wrapper.fallback_error() is not None:
+                b.fallback_step = 0
         for c in b.collectors.values():
             c.step_end(step)
         return row
@@ -250,14 +252,80 @@ class Engine:
         return loss
 
     def _wrap(self, b: _Burst, inputs: Any) -> None:
-        """The ORTModule for this burst's options (new, re-wrapped or reused) and the transition row saying why."""
+        """The ORTModule for this burst's options and fixes (new, re-wrapped or reused) and the transition row
+        saying why."""
+        fixes = self._apply_fixes(b, inputs)
         b.runner, row = self.wrapper.prepare(b.options, b.cfg.parity, inputs, b.path.name, b.path / "onnx",
-                                             extra_key=graph_key(b.collectors))
+                                             extra_key=graph_key(b.collectors), fixes=fixes)
         if self.pending_transition is not None:
             pending, self.pending_transition = self.pending_transition, None
             row = Transition(b.path.name, 0, pending.action, f"{pending.reason}; then {row.action}: {row.reason}",
                              {**pending.changes, **row.changes})
         b.transitions.append(row)
+
+    def _apply_fixes(self, b: _Burst, inputs: Any) -> tuple[str, ...]:
+        """The compatibility fixes this ORTModule burst trains with (ortlab.compat.registry), applied until the
+        burst ends. "auto": the ones `ortlab check`'s per-operator pass recommends for the model on the first
+        batch (worked out once per option set, parity mode, instrumentation and input schema)."""
+        from ortlab.compat import registry
+
+        asked = b.cfg.fixes
+        record: dict[str, Any] = {"asked": asked if asked == registry.AUTO else list(asked)}
+        if asked == registry.AUTO:
+            from ortlab.compat.check import find, recommend
+
+            key = (b.options.to_dict().items().__repr__(), b.cfg.parity, graph_key(b.collectors),
+                   repr(input_schema(inputs)))
+            if key not in self._auto_fixes:
+                found = find(self.model, inputs, b.options["onnx_opset_version"])
+                self._auto_fixes[key] = (tuple(recommend(found.blockers, self.model)),
+                                         [x.to_dict() for x in found.blockers])
+            names, record["found"] = self._auto_fixes[key]
+        else:
+            names = asked
+        b.fixes.enter_context(registry.applied(self.model, names))
+        record["applied"] = list(names)
+        b.extra["fixes"] = record
+        return tuple(names)
+
+    def _note_fallback(self, b: _Burst) -> None:
+        """A burst whose ORTModule fell back to PyTorch is not "ok": its steps are PyTorch's. The fallback (its
+        stage, reason, operator and node) and, for a fallback or a failure inside ORTModule, the blockers
+        `ortlab check` finds and the fixes that remove them are recorded with the run."""
+        from ortlab.compat.errors import fallback_record
+
+        error = self.wrapper.fallback_error() if self.wrapper.ort_module is not None else None
+        if error is not None:
+            when = "at step 0 (every step ran on PyTorch)" if b.fallback_step == 0 else "during the burst"
+            b.extra["fallback"] = fallback_record(error, b.fallback_step)
+            if b.status == "ok":
+                b.status = "fallback"
+                b.extra["error"] = f"ORTModule fell back to PyTorch {when}: {b.extra['fallback']['reason']}"
+        if (error is not None or (b.status == "failed" and b.failed_in_ort)) and b.first_inputs is not None:
+            self._locate_blockers(b)
+
+    def _locate_blockers(self, b: _Burst) -> None:
+        """What `ortlab check` finds on the first batch, with the fixes this burst applied still on."""
+        from ortlab.compat.check import find, recommend
+
+        try:
+            found = find(self.model, b.first_inputs, b.options["onnx_opset_version"])
+        except Exception as e:  # locating is a courtesy: it must not lose the run
+            b.extra["blockers_error"] = root_message(e)
+            return
+        fixes = recommend(found.blockers, self.model)
+        b.extra["blockers"] = [x.to_dict() for x in found.blockers]
+        if "fallback" in b.extra and found.blockers:
+            first = found.blockers[0]
+            b.extra["fallback"].update(op=b.extra["fallback"].get("op") or first.op, module=first.module,
+                                       source=first.source)
+        applied = set(b.extra.get("fixes", {}).get("applied", []))
+        new = [f for f in fixes if f not in applied]
+        if new:
+            b.extra["hint"] = (f"fixes {', '.join(new)} remove what ORTModule met here: burst with fixes=\"auto\" "
+                               "(--fix auto); `ortlab check` lists every blocker")
+        elif found.blockers:
+            b.extra["hint"] = found.blockers[0].line()
 
     def _note_export(self, b: _Burst, step: int, row: dict[str, Any]) -> None:
         """Whether ORT exported in this step, from ORT's own record (the transition row is ortlab's guess)."""
@@ -275,14 +343,13 @@ class Engine:
         """A failed burst: the stage named (inside ORTModule: from ORT's traceback), a hint when one is known."""
         b.status = "failed"
         where = b.stage
-        if b.ortmodule and b.stage in ("wrap", "forward", "backward"):
+        if b.ortmodule and b.stage in ORT_STAGES:
             where = failure_stage(e) or f"ORTModule {b.stage}"
+            b.failed_in_ort = True
         b.extra["error"] = f"{b.cfg.backend} burst failed in {where} at step {b.steps_done}: {root_message(e)}"
         b.extra["failed_stage"] = where
         if "shape inference" in where and any(isinstance(m, torch.nn.MultiheadAttention) for m in self.model.modules()):
             b.extra["hint"] = MHA_HINT
-        elif "gradient" in where and _uses_sdpa(self.model):
-            b.extra["hint"] = SDPA_HINT
         print(f"[ortlab] {b.extra['error']}\n{traceback.format_exc()}", flush=True)
 
     def _finish_collectors(self, b: _Burst) -> None:
@@ -297,8 +364,6 @@ class Engine:
         if not b.ortmodule:
             return
         b.ort_info["features"] = parse_feature_table((b.path / "log.txt").read_text(encoding="utf-8", errors="replace"))
-        if b.ort_info.get("fallback") and b.status == "ok":
-            b.extra["warning"] = f"ORTModule fell back to PyTorch: {b.ort_info['fallback']}"
         b.writer.write("ort.json", b.ort_info)
         b.writer.write("transitions.json", [t.to_dict() for t in b.transitions])
 

@@ -33,6 +33,15 @@ class RunBurst:
 
 
 @dataclass(frozen=True)
+class RunCheck:
+    """Check the model for ORTModule (ortlab.compat.check); the worker answers Checked or Failed."""
+
+    fixes: Any
+    options: dict[str, Any]
+    out: str | None
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -58,6 +67,11 @@ class Step:
 @dataclass(frozen=True)
 class Done:
     path: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    report: dict[str, Any]  # CheckReport.to_dict()
 
 
 @dataclass(frozen=True)

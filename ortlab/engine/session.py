@@ -90,20 +90,23 @@ class Session:
               device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
-              save_checkpoint: bool = False, sampler: str | None = None) -> Run:
+              save_checkpoint: bool = False, sampler: str | None = None, fixes: Any = ()) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
         nproc per machine, nnodes machines meeting at rdzv_endpoint HOST:PORT, this one being node_rank.
         `sampler` ("distributed" or "load_balancing", for a workload with a dataset) chooses how the dataset is
-        shared among the ranks (ortlab.engine.sampling); ortlab.balance reports how evenly they were loaded."""
+        shared among the ranks (ortlab.engine.sampling); ortlab.balance reports how evenly they were loaded.
+        `fixes` ("auto", fix names, or none) are ortlab's compatibility fixes for an ORTModule burst
+        (ortlab.compat.registry; `Session.check` says which the model needs); the run records which it applied.
+        A burst whose ORTModule fell back to PyTorch ends with status "fallback", never "ok"."""
         from ortlab.engine.config import BurstConfig
 
         cfg = BurstConfig(backend=backend, steps=steps, options=self.shell_options.overlaid(options),
                           optimizer=optimizer, lr=lr, seed=seed, precision=precision, device=device, parity=parity,
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                          save_checkpoint=save_checkpoint, sampler=sampler)
+                          save_checkpoint=save_checkpoint, sampler=sampler, fixes=fixes)
         bar = _Bar(cfg) if progress else None
         callback = _chain(on_step, bar.update if bar else None)
         try:
@@ -133,6 +136,44 @@ class Session:
             return Comparison(pt, None)
         ort = self.burst("ortmodule", steps, options, **kwargs)
         return Comparison(pt, ort)
+
+    def check(self, fixes: Any = "auto", options: Options | dict | None = None):
+        """Will the model train on ORTModule? Every blocker at once, with its module and source line, the fixes
+        that remove them (verified by exporting again) and one ORTModule training step: a CheckReport, also
+        written to `<out>/<stamp>-check/check.json`. `fixes`: "auto", "none" or fix names (ortlab.compat)."""
+        from ortlab.compat.check import CheckReport
+        from ortlab.compat.registry import parse
+
+        fixes = parse(fixes)  # bad names fail here, before a worker starts
+        options = self.shell_options.overlaid(options)
+        out = str(Path(self.out).expanduser().resolve())
+        with self._lock:
+            if self.in_process:
+                if self._engine is None:
+                    from ortlab.engine.loop import Engine
+
+                    self._engine = Engine(self.ref, seed=self.seed, import_options=Options.from_environ(),
+                                          snapshot=self.snapshot)
+                return self._engine.check(fixes, options, out)
+            w = self._worker_for_options(options)
+            w.conn.send(m.RunCheck(fixes, options.to_dict(), out))
+            while True:
+                try:
+                    msg = self._receive_step(w)
+                except KeyboardInterrupt:
+                    self.stop()
+                    continue
+                if msg is None:
+                    code = w.proc.wait()
+                    self._worker = None
+                    raise WorkerError(f"the worker died (exit code {code}) while checking the model; its log: "
+                                      f"{w.log_path}\n{_tail(w.log_path)}")
+                if isinstance(msg, m.Checked):
+                    return CheckReport.from_dict(msg.report)
+                if isinstance(msg, m.Failed):
+                    from ortlab.engine.config import BurstError
+
+                    raise BurstError(msg.message) if msg.bad_input else WorkerError(msg.message)
 
     def stop(self) -> None:
         """Stop the running burst: SIGINT (the burst ends cleanly, keeping its steps), then terminate and kill
@@ -201,7 +242,11 @@ class Session:
     # -- worker
 
     def _worker_for(self, cfg) -> _Worker:
-        wanted = cfg.effective_options().with_read_at(ReadAt.IMPORT) if cfg.backend == "ortmodule" else None
+        return self._worker_for_options(cfg.effective_options() if cfg.backend == "ortmodule" else None)
+
+    def _worker_for_options(self, options: Options | None) -> _Worker:
+        """A worker whose import-time options are those of `options` (None: any worker serves, e.g. PyTorch)."""
+        wanted = options.with_read_at(ReadAt.IMPORT) if options is not None else None
         w = self._worker
         reason, changes = None, {}
         if w is not None and w.proc.poll() is not None:
@@ -393,3 +438,15 @@ def burst(model: Any = None, backend: str = "ortmodule", steps: int = 20, option
             return s.burst(backend, steps, options, **kwargs)
     return session(model, out, **model_kwargs).burst(backend, steps, options, **kwargs)
 
+
+
+def check(model: Any = None, fixes: Any = "auto", options: Options | dict | None = None, *, out: str | Path = "runs",
+          in_process: bool = False, model_kwargs: dict | None = None):
+    """Will `model` (a factory, as for `burst`; default: the demo) train on ORTModule? A CheckReport: every
+    blocker with its module and source line, the fixes that remove them, and one ORTModule training step with
+    them. See Session.check."""
+    model_kwargs = model_kwargs or {}
+    if in_process:
+        with Session(model, model_kwargs, out=out, in_process=True) as s:
+            return s.check(fixes, options)
+    return session(model, out, **model_kwargs).check(fixes, options)

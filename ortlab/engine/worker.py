@@ -74,6 +74,9 @@ def _serve(conn: Connection) -> None:
                                   on_start=started)
                 orphan.current = None
                 send(m.Done(str(path)))
+            elif isinstance(msg, m.RunCheck):
+                report = engine.check(msg.fixes, Options(msg.options), msg.out)
+                send(m.Checked(report.to_dict()))
             elif isinstance(msg, m.Shutdown):
                 return
         except KeyboardInterrupt:

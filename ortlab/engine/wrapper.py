@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ortlab import _ort
+from ortlab.compat.errors import root_message
 from ortlab.options import SPECS, Options, ReadAt
 
 # Every ORTModule wrap builds DebugOptions from these; the rest reach ORT through the environment.
@@ -78,9 +79,10 @@ class Wrapper:
         self._export_info: Any = None
 
     def prepare(self, options: Options, parity: bool, inputs: Any, run: str, onnx_dir: Path,
-                extra_key: tuple = ()) -> tuple[Any, Transition]:
-        """The ORTModule to train with for these options, and the transition row that says why."""
-        key = wrap_key(options, parity, extra_key)
+                extra_key: tuple = (), fixes: tuple[str, ...] = ()) -> tuple[Any, Transition]:
+        """The ORTModule to train with for these options, and the transition row that says why. `fixes` (ortlab's
+        compatibility fixes, applied by the caller) change the exported graph: another set means another wrap."""
+        key = (*wrap_key(options, parity, extra_key), tuple(fixes))
         schema = input_schema(inputs)
         grad_set = requires_grad_set(self.module, inputs)
         if self.ort_module is None or key != self._key:
@@ -93,6 +95,8 @@ class Wrapper:
                     changes["parity"] = {"old": self._key[1], "new": parity}
                 if key[2] != self._key[2]:
                     changes["instrumentation"] = {"old": list(self._key[2]), "new": list(key[2])}
+                if key[3] != self._key[3]:
+                    changes["fixes"] = {"old": list(self._key[3]), "new": list(key[3])}
             self.ort_module = self._wrap(options, onnx_dir)
             self._key, self._options, self._export_info = key, options, None
             reason = "first export" if first else "options changed: " + ", ".join(
@@ -148,8 +152,12 @@ class Wrapper:
 
     def fallback(self) -> str | None:
         """Why ORTModule fell back to PyTorch, if it did."""
-        exc = self.internals().fallback()
+        exc = self.fallback_error()
         return f"{type(exc).__name__}: {root_message(exc)}" if exc is not None else None
+
+    def fallback_error(self) -> BaseException | None:
+        """The exception that made ORTModule fall back to PyTorch (None: it did not, or nothing is wrapped)."""
+        return None if self.ort_module is None else self.internals().fallback()
 
     def overhead(self) -> dict[str, float]:
         """ORT's first-time initialization breakdown in seconds (export, graph building, session creation ...)."""
@@ -193,38 +201,3 @@ def _note_skipped_check(row: Transition, options: Options) -> None:
         row.reason += (": but ORT's skip-check policy (SKIP_CHECK_BUILD_GRADIENT, on by default) skips its re-export "
                        "check after the first step, so the graph built for the old inputs is reused; set "
                        "skipcheck_policy=SKIP_CHECK_DISABLED to make ORT re-export")
-
-
-def failure_stage(exc: BaseException) -> str | None:
-    """Where inside ORTModule an exception came from, named from the deepest ORT frames of its traceback."""
-    import traceback
-
-    frames = []
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        frames += traceback.extract_tb(exc.__traceback__)
-        exc = exc.__cause__ or exc.__context__
-    names = [(f.filename, f.name) for f in frames if "onnxruntime" in f.filename]
-    for needle, stage in _ort.FAILURE_STAGES:
-        hits = [(file, name) for file, name in names if needle in file or name == needle]
-        if hits:
-            infer = [name for _, name in names if name.startswith("_infer_") and name != "_infer_impl"]
-            return stage + (f" (inferring a {infer[-1].removeprefix('_infer_')} node)" if infer else "")
-    return None
-
-
-def root_message(exc: BaseException | None) -> str:
-    """The innermost cause's first line: ORT wraps the real reason in several layers of exceptions (an
-    exception raised `from None` is its own root)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        nxt = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-        if nxt is None:
-            break
-        exc = nxt
-    if exc is None:
-        return ""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")

@@ -90,7 +90,17 @@ class BurstPanel(W.VBox):
         self.account_memory = W.Checkbox(value=True, description="account activation memory",
                                          tooltip="what autograd saves for backward (PyTorch) and ORT's execution "
                                          "graph step by step (ORTModule; saves its graphs): the Memory tab")
+        from ortlab.compat.registry import FIXES
+
+        choices = [("none", "none"), ("auto: what Check finds", "auto"), *((n, n) for n in FIXES)]
+        self.fixes = W.Dropdown(options=choices, value="none", description="fixes",
+                                tooltip="ortlab's compatibility fixes for the ORTModule burst (the PyTorch burst "
+                                "runs the model as written)")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.check_button = W.Button(description="Check", icon="stethoscope",
+                                     tooltip="will the model train on ORTModule: every blocker with its source line "
+                                     "and the fixes that remove it, then one ORTModule training step")
+        self.check_result = W.HTML()
         self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
         self.progress = W.IntProgress(value=0, min=0, max=1, description="", layout=W.Layout(width="400px"))
         self.status = W.HTML()
@@ -98,15 +108,17 @@ class BurstPanel(W.VBox):
         self.results = W.HTML()
         self.transitions = W.HTML()
         self.run_button.on_click(lambda _: self.run())
+        self.check_button.on_click(lambda _: self.check())
         self.stop_button.on_click(lambda _: self.stop())
         self._thread: threading.Thread | None = None
         self._curves: dict[str, list[float]] = {}
         self.last_runs: list = []
+        self.last_check = None  # the CheckReport of the last Check
         super().__init__([
             self.backend, W.HBox([self.steps, self.seed, self.parity]),
             W.HBox([self.optimizer, self.precision, self.nproc]),
-            W.HBox([self.record_stats, self.save_graphs, self.account_memory]),
-            W.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.plot,
+            W.HBox([self.record_stats, self.save_graphs, self.account_memory]), W.HBox([self.fixes, self.check_button]),
+            self.check_result, W.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.plot,
             W.HTML("<b>Results</b>"), self.results, W.HTML("<b>Why ORTModule exported (transitions)</b>"),
             self.transitions])
 
@@ -122,12 +134,40 @@ class BurstPanel(W.VBox):
         self._rank_runs: dict[str, Path | None] = {}
         self._drawn = 0.0
         self.progress.max, self.progress.value = self.steps.value * len(backends), 0
-        self.run_button.disabled, self.stop_button.disabled = True, False
+        self.run_button.disabled, self.check_button.disabled, self.stop_button.disabled = True, True, False
         self.status.value = "starting (the first burst starts a worker process and exports the model)..."
         self._thread = threading.Thread(target=self._work, args=(backends,), daemon=True)
         self._thread.start()
         if wait:
             self.wait()
+
+    def check(self, wait: bool = False) -> None:
+        """Session.check on a background thread: the blockers as a table, the verdict in words."""
+        if self.running:
+            return
+        self.run_button.disabled = self.check_button.disabled = True
+        self.check_result.value = "<i>checking (export, every operator on ORT, one ORTModule step)...</i>"
+        self._thread = threading.Thread(target=self._check_work, daemon=True)
+        self._thread.start()
+        if wait:
+            self.wait()
+
+    def _check_work(self) -> None:
+        try:
+            report = self.session.check("auto", self.get_options())
+            self.last_check = report
+            color = {"ok": "#080", "fixed": "#d35400"}.get(report.status, "#c00")
+            table = report.table()
+            shown = table.drop(columns=["types"]) if len(table) else table
+            self.check_result.value = (f"<b style='color:{color}'>{html.escape(report.verdict)}</b>"
+                                       + (_table(shown) if len(shown) else ""))
+            if report.status == "fixed" and self.fixes.value == "none":
+                self.fixes.value = "auto"
+        except Exception as e:  # shown in the panel, never printed over the notebook
+            first_line = f"{type(e).__name__}: {e}".splitlines()[0]
+            self.check_result.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
+        finally:
+            self.run_button.disabled = self.check_button.disabled = False
 
     def wait(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -150,11 +190,12 @@ class BurstPanel(W.VBox):
                 run = self.session.burst(
                     backend, self.steps.value, options, seed=self.seed.value, parity=self.parity.value,
                     optimizer=self.optimizer.value, precision=self.precision.value, progress=False, collect=collect,
-                    nproc=self.nproc.value, on_step=lambda row, b=backend: self._step(b, row))
+                    nproc=self.nproc.value, fixes=self.fixes.value,
+                    on_step=lambda row, b=backend: self._step(b, row))
                 runs.append(run)
                 if run.ranks:  # the final curves: every rank's whole run
                     self._set_rank_curves(backend, {int(r.path.name): r.losses for r in run.ranks})
-                if run.status != "ok":
+                if run.status not in ("ok", "fallback"):
                     break
             self.status.value = self._summary(runs)
         except Exception as e:  # shown in the panel, never printed over the notebook
@@ -168,7 +209,7 @@ class BurstPanel(W.VBox):
                 self.plot.layout.display = None
             self.last_runs = runs
             self._show_results(runs)
-            self.run_button.disabled, self.stop_button.disabled = False, True
+            self.run_button.disabled, self.check_button.disabled, self.stop_button.disabled = False, False, True
             if self.on_done:
                 self.on_done(runs)
 
@@ -208,7 +249,7 @@ class BurstPanel(W.VBox):
             text = f"{run.backend}: {run.status}"
             if run.error:
                 text += f" ({run.error}; full log in the Log tab)"
-            color = "#080" if run.status == "ok" else "#c00"
+            color = {"ok": "#080", "fallback": "#d35400"}.get(run.status, "#c00")
             parts.append(f"<span style='color:{color}'>{html.escape(text)}</span>")
         return "<br>".join(parts)
 
@@ -218,13 +259,15 @@ class BurstPanel(W.VBox):
         rows = []
         for run in runs:
             s = run.summary()
-            rows.append({"backend": run.backend, "status": run.status, "steps": s.get("steps"),
-                         "final loss": s.get("final_loss"), "median step (ms)": (s.get("median_step_s") or 0) * 1000,
+            rows.append({"backend": run.backend, "status": run.status, "fixes": ", ".join(s.get("fixes") or []) or "-",
+                         "steps": s.get("steps"),
+                         "final loss": s.get("final_loss"),
+                         "median step (ms)": None if run.status == "fallback" else (s.get("median_step_s") or 0) * 1000,
                          _process_label(run): s.get("peak_mem_mb"),
                          "kept for backward (MB)": s.get("saved_for_backward_mb"),
                          "activation peak (MB)": s.get("activation_peak_mb"),
-                         "ORT init (s)": s.get("ort_init_s") if run.backend == "pytorch" or run.ort.get("exported")
-                         else "reused (no export)",
+                         "ORT init (s)": "fell back to PyTorch" if run.status == "fallback" else s.get("ort_init_s")
+                         if run.backend == "pytorch" or run.ort.get("exported") else "reused (no export)",
                          **({"ranks": len(s["ranks"]), "in sync": s.get("in_sync"),
                              "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical", "-")}
                             if s.get("ranks") else {})})
