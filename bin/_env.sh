@@ -53,8 +53,10 @@ _ortlab_ensure_env() {
     "$ORTLAB_VENV/bin/ortlab" setup
     touch "$ORTLAB_VENV/.complete"
   fi
+  # the newest transformers in a side folder, for the model-family tests (requirements-side.lock)
+  ORTLAB_SIDE_PACKAGES=$("$ORTLAB_VENV/bin/python" "$ORTLAB_ROOT/scripts/side_packages.py")
   flock -u 9
-  export PATH="$ORTLAB_VENV/bin:$PATH" VIRTUAL_ENV="$ORTLAB_VENV"
+  export PATH="$ORTLAB_VENV/bin:$PATH" VIRTUAL_ENV="$ORTLAB_VENV" ORTLAB_SIDE_PACKAGES
 }
 
 _ortlab_ensure_env
