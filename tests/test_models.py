@@ -59,10 +59,16 @@ def test_t5_default_dropout_is_off_in_parity_mode(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_bert_with_sdpa_fails_with_a_hint_to_use_eager_attention(tmp_path):
+def test_bert_with_sdpa_fails_with_the_fix_named_and_trains_with_it(tmp_path):
+    """sdpa's attention dropout exports as a Dropout without its mask, whose gradient ORT 1.19.2 cannot build: the
+    failed run names the blocker and the eager-attention fix; with fixes="auto" the same burst trains."""
     from ortlab import Session
 
     with Session(f"{HF}:bert_mlm", {"attention": "sdpa"}, out=tmp_path, in_process=True) as s:
         run = s.burst("ortmodule", 2, {"fallback_policy": "FALLBACK_DISABLE"}, progress=False)
+        fixed = s.burst("ortmodule", 2, {"fallback_policy": "FALLBACK_DISABLE"}, progress=False, fixes="auto")
     assert run.status == "failed" and "gradient graph" in run.error
-    assert 'attn_implementation="eager"' in run.meta["hint"]
+    assert [(b["kind"], b["op"]) for b in run.meta["blockers"]] == [("no gradient", "Dropout")]
+    assert "eager-attention" in run.meta["hint"] and "--fix auto" in run.meta["hint"]
+    assert fixed.ok, fixed.error
+    assert fixed.meta["fixes"]["applied"] == ["eager-attention"]

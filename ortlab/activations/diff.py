@@ -91,6 +91,9 @@ def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None 
     pair = (rank_of(a), rank_of(b))
     pair = pair if None not in pair and pair[0] != pair[1] else None
     _same_model(a, b)
+    for source in (a, b):  # before either is read: a missing stats file is not the reason to give
+        if isinstance(source, str | Path) or hasattr(source, "path"):
+            _not_a_fallback(Path(getattr(source, "path", source)))
     ta, tb = load(a, model), load(b, model)
     la, lb = _label(a, ta), _label(b, tb)
     if la == lb:

@@ -198,7 +198,8 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
     found = find(model, inputs, opset, log)
     blockers = found.blockers
     seconds["find"] = time.perf_counter() - started
-    chosen = recommend(blockers, model) if asked == registry.AUTO else list(asked)
+    recommended = recommend(blockers, model)  # named on each blocker whether or not they are applied here
+    chosen = recommended if asked == registry.AUTO else list(asked)
     if chosen:
         started = time.perf_counter()
         with registry.applied(model, chosen):
@@ -230,34 +231,15 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
 
 
 def train_once(workload: Any, inputs: Any, target: Any, exported: Any, log: Path | None) -> Blocker | None:
-    """One forward and backward through a fresh ORTModule (no optimizer step; parameters, buffers and gradients
-    restored after). A Blocker when it fails or when ORTModule falls back to PyTorch."""
-    from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
+    """One forward and backward through a fresh ORTModule (no optimizer step; the model as before after). A
+    Blocker when it fails or when ORTModule falls back to PyTorch."""
+    from ortlab.verdict.gradients import step
 
-    from ortlab import _ort
-    from ortlab.capture import captured_output
-    from ortlab.snapshot import Snapshot
-    from ortlab.workload import call_model
-
-    model = workload.model
-    snapshot = Snapshot.take(model)
-    grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
-    error: BaseException | None = None
     try:
-        with captured_output(log or Path("/dev/null")):
-            _ort.patch_label_hook_bug()
-            wrapped = ORTModule(model, DebugOptions(log_level=LogLevel.WARNING))
-            try:
-                workload.loss(call_model(wrapped, inputs), target).backward()
-            except Exception as e:
-                error = e
-            if error is None:
-                error = _ort.Wrap(wrapped, True).fallback()
-    finally:
-        snapshot.restore(model)
-        for name, p in model.named_parameters():
-            p.grad = grads[name]
-    return None if error is None else _step_failure(error, exported)
+        step(workload, inputs, target, ortmodule=True, log=log)
+    except Exception as e:
+        return _step_failure(e, exported)
+    return None
 
 
 def _step_failure(e: BaseException, exported: Any) -> Blocker:
