@@ -142,6 +142,14 @@ class Recorder:
         self._log.close()
         if self.ortmodule:
             self._write_ort_files()
+            error = _ort.Wrap(self.model, True).fallback()
+            if error is not None:  # the user's ORTModule ran their loop on PyTorch: never "ok"
+                from ortlab.compat.errors import fallback_record
+
+                extra["fallback"] = fallback_record(error, None)
+                if status == "ok":
+                    status = "fallback"
+                    extra["error"] = f"ORTModule fell back to PyTorch: {extra['fallback']['reason']}"
         self.memory.close()
         self.writer.finish(status, **extra)
 
@@ -189,8 +197,10 @@ class Recorder:
 
 
 def _fallback(wrap: _ort.Wrap) -> str | None:
+    from ortlab.compat.errors import root_message
+
     exc = wrap.fallback()
-    return None if exc is None else f"{type(exc).__name__}: {exc}"
+    return None if exc is None else f"{type(exc).__name__}: {root_message(exc)}"
 
 
 def _number(value: Any) -> float | None:

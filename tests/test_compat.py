@@ -264,3 +264,26 @@ def test_an_ort_graph_error_reads_from_its_reason(tmp_path):
     assert "Type Error: Type 'tensor(bool)'" in reason and "onnxruntime::" not in reason
     assert reason.index("CumSum") < reason.index("ORT INVALID_GRAPH")
     assert [b["op"] for b in run.meta["blockers"]] == ["CumSum"] and "cumsum-int64" in run.meta["hint"]
+
+
+@slow
+def test_a_recorded_ortmodule_that_fell_back_is_not_ok(tmp_path):
+    import ortlab
+    from onnxruntime.training.ortmodule import ORTModule
+
+    from tests.factories.compat import fixable
+
+    workload = fixable()
+    model = ORTModule(workload.model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with ortlab.record(model, out=tmp_path) as rec:
+        for step in range(2):
+            inputs, target = workload.batch(step)
+            loss = workload.loss(model(*inputs), target)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            rec.step(loss=loss)
+    run = ortlab.load_run(rec.path)
+    assert run.status == "fallback" and run.meta["fallback"]["op"] == "aten::diff"
+    assert "UnsupportedOperatorError" in run.ort["fallback"]

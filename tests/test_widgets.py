@@ -160,3 +160,24 @@ def test_figure_areas_show_nothing_until_they_hold_a_figure(lab):
     assert area.layout.display is None
     area.value = b""
     assert area.layout.display == "none"
+
+
+@pytest.mark.slow
+def test_the_check_button_and_a_fallback_that_is_not_green(tmp_path):
+    """Check lists the blockers and chooses the fixes; a burst that fell back is shown as such, not in green."""
+    from pathlib import Path
+
+    model = str(Path(__file__).parent / "factories" / "compat.py") + ":fixable"
+    lab = Lab(model, out=tmp_path, in_process=True, cuda_available=False)
+    panel = lab.burst_panel
+    panel.backend.value, panel.steps.value = "ortmodule", 2
+    panel.run(wait=True)
+    assert panel.last_runs[0].status == "fallback"
+    assert "#d35400" in panel.status.value and "#080" not in panel.status.value
+    assert "fallback" in panel.results.value
+    panel.check(wait=True)
+    assert panel.last_check.status == "fixed" and "diff" in panel.check_result.value
+    assert panel.fixes.value == "auto"  # Check chose the fixes for the next Run
+    panel.run(wait=True)
+    assert panel.last_runs[0].ok and "diff, cumsum-int64" in panel.results.value
+    lab.close()
