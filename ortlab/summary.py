@@ -105,12 +105,24 @@ class Comparison:
                          "(use --parity)")
         for problem in d.get("problems", []):
             lines.append(f"problem: {problem}")
-        lines.append("runs: " + "\n      ".join(str(r.path) for r in self.runs))
+        lines.append("runs: " + "\n      ".join(_shown(r.path) for r in self.runs))
         return "\n".join(lines)
 
 
 # What a run that fell back to PyTorch cannot show of ORTModule (its figures would be PyTorch's under its name).
 _COMPARED = ("median_step_s", "ort_init_s", "saved_for_backward_mb", "activation_peak_mb")
+
+
+def _shown(path) -> str:
+    """A run folder as a person reads it: relative to the working folder when inside it (no machine paths in a
+    notebook's saved output), else absolute."""
+    import os
+    from pathlib import Path
+
+    try:
+        return os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd().resolve()) else str(path)
+    except ValueError:
+        return str(path)
 
 
 def _memory_lines(d: dict[str, Any]) -> list[str]:

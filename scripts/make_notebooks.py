@@ -1,4 +1,4 @@
-"""Write the tutorial notebooks 01 and 02 from their cell sources (then execute them in place with nbconvert)."""
+"""Write the tutorial notebooks 01, 02 and 08 from their cell sources (then execute them in place with nbconvert)."""
 
 from pathlib import Path
 
@@ -165,7 +165,95 @@ else:
 """),
 ]
 
-for name, cells in (("01_quickstart.ipynb", quickstart), ("02_options_and_bursts.ipynb", options)):
+will_it_run = [
+    md("""
+# Will my model run on ORTModule?
+
+ORTModule (onnxruntime-training 1.19.2) is frozen while the model libraries move on: code written for today's
+transformers can stop it at the export, in ORT's graph, or in its gradient builder. When that happens ORTModule
+may quietly fall back to PyTorch. This notebook takes a model written the way transformers 5 writes its
+attention-mask code (`mask_model.py` beside this notebook) from "does not run" to "trains, and agrees with
+PyTorch":
+
+1. `ortlab.check` lists **every** blocker at once, with the module and the Python line it comes from and the
+   fix that removes it, verifies the fixes by exporting again and runs one ORTModule training step;
+2. a burst without the fixes ends with status `fallback`, never `ok`, and nothing is compared against it;
+3. the same burst with `fixes="auto"` trains on ORTModule and agrees with PyTorch.
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+import ortlab
+
+report = ortlab.check("mask_model.py:make", out="runs")
+print(report)
+"""),
+    md("""
+Two blockers, found in one pass: the exporter of torch 2.6 has no ONNX form of `torch.diff`, and ORT rejects a
+cumulative sum over a bool tensor. Both come with their line in `mask_model.py` and with the ortlab fix that
+removes them. The same as a table (the full record is `report.to_dict()`, also saved as `check.json` in the
+check's folder):
+"""),
+    code("""
+report.table()[["kind", "op", "source", "fix", "left after fixes"]]
+"""),
+    md("""
+What a burst without the fixes does: ORTModule's export fails and, under its default fallback policy, ORTModule
+trains the model with PyTorch instead. ortlab says so: the run's status is `fallback`, its loss difference and
+step-time ratio are not computed (they would compare PyTorch with PyTorch), and `ortlab burst` exits 1 (or 0 with
+`--allow-fallback`).
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+session = ortlab.Session("mask_model.py:make", out="runs")
+plain = session.compare(steps=10, parity=True, progress=False)
+print("ortmodule status:", plain.ortmodule.status)
+print("fell back on:", plain.ortmodule.meta["fallback"]["op"], "at", plain.ortmodule.meta["fallback"]["source"])
+print("loss difference:", plain.to_dict()["max_loss_diff"])
+"""),
+    md("""
+With the fixes `check` recommends (`fixes="auto"`, or `--fix auto` on the command line). The fixes apply to the
+ORTModule burst only: the PyTorch baseline runs the model as you wrote it, so agreement in parity mode shows that
+the fixes keep the math.
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+fixed = session.compare(steps=10, parity=True, progress=False, fixes="auto")
+print("ortmodule status:", fixed.ortmodule.status, "with fixes", fixed.ortmodule.meta["fixes"]["applied"])
+print("losses agree within 1e-5:", fixed.to_dict()["max_loss_diff"] <= 1e-5)
+"""),
+    code("""
+print(fixed)
+"""),
+    md("""
+Every fix ortlab has, each a small documented transformation with its own parity test (the parameters and
+`state_dict` keys of your model never change):
+"""),
+    code("""
+ortlab.compat.registry.catalogue()
+"""),
+    md("""
+Hugging Face models bring their own blockers. `ortlab.demo.families` has tiny random configs of common families;
+with this environment's transformers, BERT's default sdpa attention writes its attention dropout in a form whose
+gradient ORT cannot build, and the `eager-attention` fix computes the same attention the eager way.
+`docs/compatibility.md` has the table for every family and both tested transformers releases.
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+bert = ortlab.check("ortlab.demo.families:bert", out="runs")
+print(bert.verdict)
+print([(b.kind, b.op, b.fixes) for b in bert.blockers])
+"""),
+    md("""
+When a blocker has no fix, `check` says what can be done instead (its `remedy`), and the verdict stays
+`blocked`: the first question, "does my model run on ORTModule, and if not, why", always has an answer.
+"""),
+    code("""
+session.close()
+"""),
+]
+
+for name, cells in (("01_quickstart.ipynb", quickstart), ("02_options_and_bursts.ipynb", options),
+                    ("08_will_my_model_run.ipynb", will_it_run)):
     nb = nbf.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbf.write(nb, HERE / name)
