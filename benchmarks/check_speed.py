@@ -1,0 +1,60 @@
+"""How long `ortlab check` takes: GPT-2 small's shape (124M parameters, random weights, batch 2, sequence 128;
+target under 30 s on a 2-core CPU, every blocker listed) and each tiny family of ortlab.demo.families (target
+under 10 s each). Absolute times, measured in this process after imports (the worker's start is not the check's).
+
+    python benchmarks/check_speed.py                 # the transformers of this environment
+    PYTHONPATH=$(python scripts/side_packages.py) python benchmarks/check_speed.py   # the newest one
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+import transformers
+
+from ortlab import Workload
+from ortlab.compat.check import check
+from ortlab.demo import families
+
+TARGET_GPT2_S, TARGET_FAMILY_S = 30.0, 10.0
+
+
+def gpt2_small() -> Workload:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(use_cache=False))
+
+    def batch(step):
+        ids = torch.randint(0, 50257, (2, 128), generator=torch.Generator().manual_seed(step))
+        return {"input_ids": ids, "labels": ids}, None
+
+    return Workload(model, batch, lambda out, _: out.loss, name="GPT-2 small shape")
+
+
+def timed(workload: Workload) -> tuple[float, object]:
+    started = time.perf_counter()
+    report = check(workload)
+    return time.perf_counter() - started, report
+
+
+def main() -> int:
+    transformers.logging.set_verbosity_error()
+    timed(families.vit())  # warm-up: ORT's import and first session
+    rows = [("GPT-2 small shape", *timed(gpt2_small()), TARGET_GPT2_S)]
+    rows += [(name, *timed(getattr(families, name)()), TARGET_FAMILY_S) for name in families.FAMILIES]
+    print(f"ortlab check, transformers {transformers.__version__}, torch {torch.__version__}")
+    print(f"{'model':<20} {'seconds':>8} {'target':>7}  blockers  verdict")
+    missed = 0
+    for name, seconds, report, target in rows:
+        missed += seconds > target
+        print(f"{name:<20} {seconds:8.1f} {target:7.0f}  {len(report.blockers):8d}  {report.verdict}"
+              + ("  (SLOWER THAN THE TARGET)" if seconds > target else ""))
+    print("all within their targets" if not missed else f"{missed} over their target")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
