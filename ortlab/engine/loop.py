@@ -325,7 +325,7 @@ class Engine:
             b.extra["hint"] = (f"fixes {', '.join(new)} remove what ORTModule met here: burst with fixes=\"auto\" "
                                "(--fix auto); `ortlab check` lists every blocker")
         elif found.blockers:
-            b.extra["hint"] = found.blockers[0].line()
+            b.extra.setdefault("hint", found.blockers[0].line())
 
     def _note_export(self, b: _Burst, step: int, row: dict[str, Any]) -> None:
         """Whether ORT exported in this step, from ORT's own record (the transition row is ortlab's guess)."""
