@@ -126,6 +126,15 @@ class Wrap:
         """ORT's record of the last export (a new object after every export; None before the first)."""
         return getattr(self._gtm, "_exported_model_info", None)
 
+    def graph_inputs_read(self) -> set[str] | None:
+        """The inputs of the exported graph that some node reads (a user input the trace consumed in Python is
+        pruned or left unread: its value was baked in); None before the first export."""
+        model = getattr(self.exported_model(), "exported_model", None)
+        if model is None:
+            return None
+        read = {name for node in model.graph.node for name in node.input}
+        return {i.name for i in model.graph.input if i.name in read}
+
     def post_export(self) -> PostExportInfo | None:
         info = getattr(self._gtm, "_post_export_processed_model_info", None)
         if info is None:

@@ -31,6 +31,15 @@ class Comparison:
         return df
 
     @property
+    def verdict(self):
+        """The Verdict on the two runs (agree or diverged, the evidence and the causes), as Session.judge wrote it
+        into the ORTModule run's folder; None when none was made."""
+        from ortlab.verdict.judge import FILE, Verdict
+
+        data = self.ortmodule.read_json(FILE) if self.ortmodule is not None else None
+        return Verdict.from_dict(data) if data else None
+
+    @property
     def not_compared(self) -> str | None:
         """Why the two runs are not compared (loss difference, step time and memory ratios): the ORTModule run fell
         back to PyTorch, so its numbers are PyTorch's."""
@@ -57,6 +66,8 @@ class Comparison:
         }
         if self.not_compared:
             out["not_compared"] = self.not_compared
+        verdict = self.verdict
+        out["verdict"] = verdict.to_dict() if verdict is not None else None
         for run in self.runs:
             if run.error or run.meta.get("warning"):
                 out.setdefault("problems", []).append(f"{run.backend}: {run.error or run.meta['warning']}")
@@ -92,6 +103,11 @@ class Comparison:
                                       for backend in ("pytorch", "ortmodule"))))
         width = max(len(r[0]) for r in rows)
         lines = [f"{r[0]:<{width}}  {r[1]:>12}  {r[2]:>12}" for r in rows]
+        if d.get("verdict"):
+            from ortlab.verdict.judge import Verdict
+
+            lines += ["verdict: " + line if i == 0 else line
+                      for i, line in enumerate(Verdict.from_dict(d["verdict"]).lines())]
         if d.get("not_compared"):
             lines.append("loss difference, step time ratio, memory: not compared: " + d["not_compared"])
         else:

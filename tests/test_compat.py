@@ -268,9 +268,9 @@ def test_an_ort_graph_error_reads_from_its_reason(tmp_path):
 
 @slow
 def test_a_recorded_ortmodule_that_fell_back_is_not_ok(tmp_path):
-    import ortlab
     from onnxruntime.training.ortmodule import ORTModule
 
+    import ortlab
     from tests.factories.compat import fixable
 
     workload = fixable()

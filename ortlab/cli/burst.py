@@ -34,6 +34,7 @@ def cmd_burst(args) -> int:
                   collect=collect, nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
                   rdzv_endpoint=args.rdzv_endpoint, save_checkpoint=args.save_checkpoint,
                   sampler=args.sampler, fixes=args.fix)
+    comparison = None
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         if args.backend == "both":
             comparison = session.compare(args.steps, options, **kwargs)
@@ -53,6 +54,9 @@ def cmd_burst(args) -> int:
     if any(r.status in INTERRUPTED for r in runs):
         return 130
     accepted = ("ok", "fallback") if args.allow_fallback else ("ok",)
+    if comparison is not None and comparison.verdict is not None and comparison.verdict.diverged:
+        print(f"ortlab burst: {comparison.verdict.headline}", file=sys.stderr)
+        return 1
     return 0 if all(r.status in accepted for r in runs) else 1
 
 

@@ -17,7 +17,13 @@ NO_KERNEL = "no kernel"  # ORT has no kernel for the operator and types on this 
 NO_GRADIENT = "no gradient"  # ORT's gradient builder has no gradient for the operator
 NO_GRADIENT_KERNEL = "no gradient kernel"  # the gradient operator exists but has no kernel on this device
 ORT_FAILED = "ORT failed"  # the whole model, in ORTModule: a failure the per-operator checks did not foresee
-KINDS = (UNSUPPORTED_OP, EXPORT_FAILED, INVALID_TYPE, NO_KERNEL, NO_GRADIENT, NO_GRADIENT_KERNEL, ORT_FAILED)
+# ORTModule trains, but another model than the user's (ortlab.verdict):
+WRONG_GRADIENT = "wrong gradient"  # the first step's gradients differ from PyTorch's (dropout off)
+BAKED_INPUT = "baked input"  # an argument the graph bakes in takes other values in later batches
+BUFFER_UPDATE = "buffer update"  # forward mutates buffers; ORT's graph does not carry the updates
+FROZEN_FLOW = "frozen control flow"  # later batches take Python paths the export did not (ORT's outputs differ)
+KINDS = (UNSUPPORTED_OP, EXPORT_FAILED, INVALID_TYPE, NO_KERNEL, NO_GRADIENT, NO_GRADIENT_KERNEL, ORT_FAILED,
+         WRONG_GRADIENT, BAKED_INPUT, FROZEN_FLOW, BUFFER_UPDATE)
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 _LIBRARY = ("/torch/", "/onnxruntime/", "/ortlab/compat/", "/ortlab/engine/")

@@ -17,13 +17,17 @@ from typing import Any
 
 from ortlab.compat import registry
 from ortlab.compat.blockers import (
+    BAKED_INPUT,
+    BUFFER_UPDATE,
     EXPORT_FAILED,
+    FROZEN_FLOW,
     INVALID_TYPE,
     NO_GRADIENT,
     NO_GRADIENT_KERNEL,
     NO_KERNEL,
     ORT_FAILED,
     UNSUPPORTED_OP,
+    WRONG_GRADIENT,
     Blocker,
     frames,
     merge,
@@ -32,6 +36,8 @@ from ortlab.compat.blockers import (
 )
 from ortlab.compat.errors import failure_stage, read_error, root_message
 
+# ORTModule trains, but not the model PyTorch trains
+DIVERGING = (WRONG_GRADIENT, BAKED_INPUT, FROZEN_FLOW, BUFFER_UPDATE)
 REMEDIES = {
     UNSUPPORTED_OP: "no ortlab fix: write this line with operators the exporter converts, or register an exporter "
                     "symbolic for it (torch.onnx.register_custom_op_symbolic)",
@@ -44,6 +50,12 @@ REMEDIES = {
     NO_GRADIENT_KERNEL: "no ortlab fix: ORT 1.19.2 has no CPU kernel for its gradient; write it with other "
                         "operators",
     ORT_FAILED: "no ortlab fix known for this failure",
+    WRONG_GRADIENT: "no ortlab fix known for this pattern: `ortlab burst --backend both --collect stats` and "
+                    "`ortlab diff` find the first operator whose gradient differs",
+    BAKED_INPUT: "keep the argument the same in every step, or pass it as a tensor the model computes with",
+    FROZEN_FLOW: "no ortlab fix: write the branch with tensors (torch.where), keep values as tensors instead of "
+                 ".item()/int(), or move the decision out of the model's forward",
+    BUFFER_UPDATE: "update the buffers outside the model's forward",
 }
 
 
@@ -60,15 +72,18 @@ class CheckReport:
     trains: bool | None
     seconds: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
-    warnings: list[dict[str, Any]] = field(default_factory=list)  # what the exporter warned about, with its line
+    hazards: list[dict[str, Any]] = field(default_factory=list)  # what the exporter warned about (ortlab.verdict)
     unchecked: list[str] = field(default_factory=list)  # operators ORT could not try alone (the step judges them)
     path: str | None = None  # the check's folder (check.json, log.txt)
 
     @property
     def status(self) -> str:
-        """"ok" (trains as it is), "fixed" (trains with `fixes`), or "blocked"."""
+        """"ok" (trains as it is), "fixed" (trains with `fixes`), "diverges" (ORTModule trains, but another model
+        than PyTorch: wrong gradients, baked arguments, buffers), or "blocked"."""
         if self.trains and not self.remaining:
             return "fixed" if self.fixes else "ok"
+        if self.trains and all(b.kind in DIVERGING for b in self.remaining):
+            return "diverges"
         return "blocked"
 
     @property
@@ -78,7 +93,9 @@ class CheckReport:
         if self.status == "fixed":
             return f"trains on ORTModule with fixes {', '.join(self.fixes)} (burst with --fix auto)"
         reasons = "; ".join(f"{b.kind} {b.op}" for b in self.remaining) or "ORTModule's training step failed"
-        tried = f" after fixes {', '.join(self.fixes)}" if self.fixes else ""
+        tried = f" with fixes {', '.join(self.fixes)}" if self.fixes else ""
+        if self.status == "diverges":
+            return f"ORTModule trains{tried}, but another model than PyTorch: {reasons}"
         return f"blocked{tried}: {reasons}"
 
     def table(self):
@@ -99,14 +116,14 @@ class CheckReport:
         return {"model": self.model, "status": self.status, "verdict": self.verdict,
                 "blockers": [b.to_dict() for b in self.blockers], "fixes": self.fixes,
                 "remaining": [b.to_dict() for b in self.remaining], "trains": self.trains, "seconds": self.seconds,
-                "versions": self.versions, "warnings": self.warnings, "unchecked": self.unchecked,
+                "versions": self.versions, "hazards": self.hazards, "unchecked": self.unchecked,
                 "path": self.path}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CheckReport:
         return cls(d["model"], [Blocker.from_dict(b) for b in d["blockers"]], list(d["fixes"]),
                    [Blocker.from_dict(b) for b in d["remaining"]], d["trains"], d.get("seconds", {}),
-                   d.get("versions", {}), d.get("warnings", []), d.get("unchecked", []), d.get("path"))
+                   d.get("versions", {}), d.get("hazards", []), d.get("unchecked", []), d.get("path"))
 
     def __str__(self) -> str:
         lines = [f"model {self.model}"]
@@ -126,6 +143,10 @@ class CheckReport:
         lines.append(step)
         if self.unchecked and not self.trains:
             lines.append(f"not judged alone (ORT needs the whole graph for them): {', '.join(self.unchecked)}")
+        if self.hazards:
+            lines.append(f"export hazards ({len(self.hazards)}): Python decisions the graph froze")
+            lines += [f"  {h['file']}:{h['line']}" + (f" (module {h['module']})" if h.get("module") else "")
+                      + f": {h['kind']}; {h['advice']}" for h in self.hazards]
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
 
@@ -143,9 +164,11 @@ class Found:
 def find(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) -> Found:
     """The export's and ORT's per-operator blockers of `model` on `inputs`."""
     from ortlab.compat import opcheck, probe
+    from ortlab.verdict.gradients import kept
 
     try:
-        exported = probe.export(model, inputs, opset, log)
+        with kept(model):  # the trace runs forward: buffers it mutates are put back
+            exported = probe.export(model, inputs, opset, log)
     except Exception as e:
         return Found([_export_failure(e)], None, [])
     found = []
@@ -207,21 +230,25 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
         recommend(found.blockers, model)
         seconds["verify fixes"] = time.perf_counter() - started
     remaining, exported = found.blockers, found.exported
-    trains = None
+    trains, hazards = None, []
     if train_step and not remaining:
         started = time.perf_counter()
-        with registry.applied(model, chosen):
-            failure = train_once(workload, inputs, target, exported, log)
-        trains = failure is None
-        if failure is not None:
-            recommend([failure], model)
-            remaining = [failure]
+        for _ in range(2):  # once more when the step finds what a fix removes (fixes="auto")
+            with registry.applied(model, chosen):
+                trains, remaining, hazards = step_check(workload, inputs, target, chosen, exported, log)
+            blockers += [b for b in remaining if b.key not in {x.key for x in blockers}]
+            new = [f for f in recommend(remaining, model) if f not in chosen]
+            if asked != registry.AUTO or not new:
+                break
+            chosen = [f for f in registry.FIXES if f in chosen or f in new]
         seconds["training step"] = time.perf_counter() - started
-    notes = [{"category": w.category.__name__, "message": str(w.message).splitlines()[0],
-              "file": w.filename, "line": w.lineno} for w in (exported.warnings if exported else [])
-             if w.category.__name__ == "TracerWarning"]
+    if not hazards and exported is not None:
+        from ortlab.verdict.hazards import record, unique
+
+        hazards = unique([record(str(w.message), w.filename, w.lineno, None, None) for w in exported.warnings
+                          if w.category.__name__ == "TracerWarning"])
     report = CheckReport(getattr(workload, "name", "") or type(model).__name__, blockers, chosen, remaining, trains,
-                         {k: round(v, 2) for k, v in seconds.items()}, versions(), notes, found.unchecked,
+                         {k: round(v, 2) for k, v in seconds.items()}, versions(), hazards, found.unchecked,
                          str(out) if out else None)
     if out:
         from ortlab.run import write_json
@@ -230,16 +257,153 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
     return report
 
 
-def train_once(workload: Any, inputs: Any, target: Any, exported: Any, log: Path | None) -> Blocker | None:
-    """One forward and backward through a fresh ORTModule (no optimizer step; the model as before after). A
-    Blocker when it fails or when ORTModule falls back to PyTorch."""
-    from ortlab.verdict.gradients import step
+SAMPLED_BATCHES = 8  # batches whose inputs are compared with the first's for arguments the graph bakes in
 
+
+def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], exported: Any,
+               log: Path | None) -> tuple[bool, list[Blocker], list[dict[str, Any]]]:
+    """One ORTModule training step on a fresh ORTModule beside PyTorch's (dropout off, no optimizer step, the
+    model as before after): (it trained, what it found, the export's hazards). It finds a failure or a fallback;
+    and where ORTModule trains another model than PyTorch: first-step gradients that differ, arguments the
+    graph bakes in that later batches change, buffers forward mutates (ORT's graph does not carry them)."""
+    from ortlab import _ort
+    from ortlab.verdict import hazards as hz
+    from ortlab.verdict.gradients import first_step, fresh_ortmodule
+    from ortlab.verdict.inputs import InputWatch
+
+    model = workload.model
+    found_hazards: list[dict[str, Any]] = []
     try:
-        step(workload, inputs, target, ortmodule=True, log=log)
+        wrapped = fresh_ortmodule(model)
+        with hz.captured(model, 0, found_hazards):
+            gradients = first_step(workload, fixes, log=log, ortmodule=wrapped, batch=(inputs, target))
     except Exception as e:
-        return _step_failure(e, exported)
-    return None
+        return False, [_step_failure(e, exported)], hz.unique(found_hazards)
+    found_hazards = hz.unique(found_hazards)
+    out = []
+    if not gradients.agree:
+        out.append(_wrong_gradient(gradients, exported))
+    watch = InputWatch.exported(model, inputs, _ort.Wrap(wrapped, True).graph_inputs_read() or set(),
+                                found_hazards)
+    per_value = "graph-per-value" in fixes
+    baked = [] if per_value else _baked_inputs(workload, watch)
+    out += baked
+    if not baked:
+        from ortlab.capture import captured_output
+
+        graphs = {watch.key(inputs): wrapped} if per_value else None
+        with captured_output(log or Path("/dev/null")):
+            out += _frozen_flow(workload, wrapped, fixes, found_hazards, watch, graphs)
+    if "pytorch-buffers" not in fixes:
+        out += _mutated_buffers(workload, inputs)
+    return True, out, found_hazards
+
+
+def _wrong_gradient(gradients: Any, exported: Any) -> Blocker:
+    """The worst parameter's gradient as a blocker; the operator named when the graph holds a pattern whose
+    ORT gradient is known to be wrong (a global average pool feeding a broadcast: squeeze-and-excitation)."""
+    from ortlab.compat.fixes.pooling import OP
+
+    worst = gradients.worst
+    op = OP if exported is not None and _has_global_pool(exported) else "gradient"
+    message = (f"ORT's gradient of {worst['parameter']} is {worst['relative']:.3g}x off PyTorch's (first step, "
+               "dropout off)" + ("; the forward agrees" if gradients.forward_agrees else ""))
+    return Blocker(WRONG_GRADIENT, op, message, "training step", module=worst["module"] or None)
+
+
+def _has_global_pool(exported: Any) -> bool:
+    """The exported graph holds ORT's ATen adaptive average pool (the fix global-avg-pool rewrites output size 1)."""
+    from ortlab.compat.opcheck import op_name
+
+    return any(op_name(node) == "aten::_adaptive_avg_pool2d" for node in exported.model.graph.node)
+
+
+def _baked_inputs(workload: Any, watch: Any) -> list[Blocker]:
+    """Arguments the graph bakes in (or shapes it traced Python on) that the next batches change."""
+    from ortlab.workload import to_device
+
+    seen: dict[str, list[str]] = {}
+    device = next((p.device for p in workload.model.parameters()), None)
+    for step in range(1, SAMPLED_BATCHES):
+        inputs, _ = workload.batch(step)
+        if device is not None:
+            inputs = to_device(inputs, device)
+        for change in watch.changes(inputs):
+            values = seen.setdefault(change["input"], [change["old"]])
+            if change["new"] not in values:
+                values.append(change["new"])
+    return [Blocker(BAKED_INPUT, name, f"{name} is {', '.join(values)} in the first {SAMPLED_BATCHES} batches, "
+                    f"but the exported graph holds {values[0]} (baked in at export): later steps would train the "
+                    "first batch's graph", "export")
+            for name, values in seen.items()]
+
+
+def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: list[dict], watch: Any,
+                 graphs: dict | None) -> list[Blocker]:
+    """The next batches' outputs of ORTModule's graph against PyTorch's (dropout off, the same parameters): a
+    graph that froze a Python decision gives other outputs where a batch takes another path. Named with the
+    hazards the export warned about in the model's own code. `graphs` (fix graph-per-value): a graph per
+    distinct baked value, exported as the batches need them, as a burst with the fix would."""
+    import torch
+
+    from ortlab.compat import registry
+    from ortlab.engine.parity import parity
+    from ortlab.verdict.gradients import fresh_ortmodule, kept
+    from ortlab.verdict.probe_outputs import outputs_differ
+    from ortlab.workload import call_model, to_device
+
+    model = workload.model
+    device = next((p.device for p in model.parameters()), None)
+    first = None
+    with kept(model), parity(model, True, 0), registry.applied(model, fixes):
+        for step in range(1, SAMPLED_BATCHES):
+            inputs, _ = workload.batch(step)
+            if device is not None:
+                inputs = to_device(inputs, device)
+            runner = wrapped
+            if graphs is not None:
+                key = watch.key(inputs)
+                runner = graphs[key] if key in graphs else graphs.setdefault(key, fresh_ortmodule(model))
+            with torch.enable_grad():
+                expected = call_model(model, inputs)
+                got = call_model(runner, inputs)
+            gap = outputs_differ(expected, got)
+            if gap is not None:
+                first = (step, gap)
+                break
+    if first is None:
+        return []
+    own = [h for h in found_hazards if not h["file"].startswith(("torch/", "transformers/"))] or found_hazards
+    where = "; ".join(f"{h['file']}:{h['line']} ({h['kind']})" for h in own) or "no export hazard was reported"
+    h = own[0] if own else {}
+    return [Blocker(FROZEN_FLOW, h.get("kind", "control flow"), f"batch {first[0]}'s outputs differ from "
+                    f"PyTorch's by {first[1]:.3g} (relative): the graph froze a Python decision of the first batch; "
+                    f"hazards: {where}", "export", module=h.get("module"),
+                    source=f"{h['file']}:{h['line']}" if h else None,
+                    remedy=h.get("advice"))]
+
+
+def _mutated_buffers(workload: Any, inputs: Any) -> list[Blocker]:
+    """Buffers a PyTorch forward changes (ORT's graph will not carry those changes)."""
+    import torch
+
+    from ortlab.verdict.gradients import kept
+    from ortlab.workload import call_model
+
+    model = workload.model
+    named = list(model.named_buffers())
+    if not named:
+        return []
+    with kept(model), torch.no_grad():
+        before = [b.detach().clone() for _, b in named]
+        call_model(model, inputs)
+        changed = [n for (n, b), old in zip(named, before, strict=True) if not torch.equal(b, old)]
+    if not changed:
+        return []
+    shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+    return [Blocker(BUFFER_UPDATE, "buffers", f"forward mutates {shown}; ORT's graph does not carry the updates "
+                    "(they change once, in the export's own forward)", "training step",
+                    module=changed[0].rpartition(".")[0] or None)]
 
 
 def _step_failure(e: BaseException, exported: Any) -> Blocker:

@@ -106,7 +106,12 @@ def _run_isolated(trials: list[tuple]) -> list[Any]:
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: try, report each result as a line, never return into the caller's code
+            import faulthandler
+
+            faulthandler.disable()  # a crash here is expected and handled by the parent: no report of it
             os.close(read_end)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
             with os.fdopen(write_end, "w") as out:
                 for i in pending:
                     out.write(json.dumps([i, _try(*trials[i])]) + "\n")

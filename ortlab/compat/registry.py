@@ -22,6 +22,9 @@ FIXES: dict[str, str] = {
     "diff": "ortlab.compat.fixes.diff",
     "cumsum-int64": "ortlab.compat.fixes.cumsum",
     "eager-attention": "ortlab.compat.fixes.attention",
+    "global-avg-pool": "ortlab.compat.fixes.pooling",
+    "graph-per-value": "ortlab.compat.fixes.per_value",
+    "pytorch-buffers": "ortlab.compat.fixes.buffers",
 }
 AUTO, NONE = "auto", "none"
 
@@ -37,7 +40,8 @@ class Fix:
 
     name: str
     summary: str  # one line: what it changes
-    kind: str  # "exporter" (a symbolic), "module" (the model's modules, parameters kept) or "graph"
+    kind: str  # "exporter" (a symbolic), "module" (the model's code or modules, parameters kept), "engine" (how
+    # ortlab drives ORTModule: the engine reads the fix's name; `apply` changes nothing)
     removes: Callable[[Any], bool]
     apply: Callable[[Any], contextlib.AbstractContextManager]
     applies_to: Callable[[Any], bool] = lambda model: True
@@ -45,6 +49,12 @@ class Fix:
     def describe(self) -> dict[str, str]:
         return {"name": self.name, "kind": self.kind, "summary": self.summary,
                 "doc": (importlib.import_module(FIXES[self.name]).__doc__ or "").strip()}
+
+
+@contextlib.contextmanager
+def engine_side(model: Any) -> Iterator[None]:
+    """The `apply` of a fix that the engine carries out itself (kind "engine")."""
+    yield
 
 
 def get(name: str) -> Fix:

@@ -50,6 +50,9 @@ class BurstConfig:
     # compatibility fixes for ORTModule bursts (ortlab.compat.registry): "auto" (what `ortlab check` recommends
     # for this model), fix names, or () for none; a PyTorch burst runs the model as written
     fixes: str | tuple[str, ...] = ()
+    # the initial parameters times (1 + perturb): a PyTorch run from a start 1e-7 away is the noise pair a
+    # comparison's losses and end state are judged against (ortlab.verdict)
+    perturb: float = 0.0
 
     def __post_init__(self):
         from ortlab.engine.collectors import COLLECTORS
@@ -70,6 +73,9 @@ class BurstConfig:
         if not (isinstance(self.lr, int | float) and not isinstance(self.lr, bool) and math.isfinite(self.lr)
                 and self.lr > 0):
             raise BurstError(f"lr {self.lr!r} is not allowed; allowed: a finite number > 0")
+        if not (isinstance(self.perturb, int | float) and not isinstance(self.perturb, bool)
+                and math.isfinite(self.perturb) and 0 <= self.perturb < 1e-2):
+            raise BurstError(f"perturb {self.perturb!r} is not allowed; allowed: a number from 0 to 0.01")
         if not _whole(self.seed) or not 0 <= self.seed <= SEED_MAX:
             raise BurstError(f"seed {self.seed!r} is not allowed; allowed: a whole number from 0 to {SEED_MAX}")
         if not isinstance(self.options, Options):

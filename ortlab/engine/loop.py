@@ -29,6 +29,7 @@ from ortlab.engine.wrapper import Transition, Wrapper, input_schema
 from ortlab.options import Options, ReadAt
 from ortlab.run import RunWriter, new_run_dir
 from ortlab.snapshot import Snapshot
+from ortlab.verdict import hazards
 from ortlab.versions import versions
 from ortlab.workload import ModelRef, call_model, to_device
 
@@ -61,6 +62,9 @@ class _Burst:
     forward_s: float = 0.0  # the last step's forward and loss: this process's own work (ortlab.engine.ranks)
     status: str = "ok"
     fixes: contextlib.ExitStack | None = None  # the compatibility fixes applied for this burst, undone as it ends
+    fixes_applied: tuple[str, ...] = ()  # the names of those fixes
+    hazards: list[dict[str, Any]] = field(default_factory=list)  # what the exporter warned about (ortlab.verdict)
+    ignored: set[tuple] = field(default_factory=set)  # (input, value) the graph did not follow, once each
     fallback_step: int | None = None  # ORTModule had fallen back to PyTorch by the end of this step
     failed_in_ort: bool = False  # the failure came from inside ORTModule (its export, graph building or session)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -70,6 +74,10 @@ class _Burst:
     @property
     def ortmodule(self) -> bool:
         return self.cfg.backend == "ortmodule"
+
+    @property
+    def pytorch_buffers(self) -> bool:
+        return self.ortmodule and "pytorch-buffers" in self.fixes_applied
 
 
 class Engine:
@@ -102,6 +110,19 @@ class Engine:
         with options.applied():
             return check(self.workload, fixes, options["onnx_opset_version"], folder)
 
+    def gradient_check(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+        """The first batch's gradients on both backends from the initial snapshot (ortlab.verdict.gradients), with
+        the ORTModule burst's fixes. In parity mode through the last burst's ORTModule when it was exported
+        in parity mode without instrumentation (no export); otherwise a fresh one (one export)."""
+        from ortlab.verdict.gradients import first_step
+
+        self.initial.restore(self.model)
+        batch = self.feed.batch(0)
+        reuse = self.wrapper.parity_wrap(fixes, batch[0]) if cfg.parity else None
+        with cfg.effective_options().applied():
+            check = first_step(self.workload, fixes, cfg.seed, ortmodule=reuse, batch=batch)
+        return {**check.to_dict(), "exported": reuse is None}
+
     def check_import_options(self, options: Options) -> None:
         mine = self.import_options.with_read_at(ReadAt.IMPORT)
         theirs = options.with_read_at(ReadAt.IMPORT)
@@ -132,13 +153,17 @@ class Engine:
                     self._failed(b, e)
                 finally:
                     if b.ortmodule:
-                        self._note_fallback(b)
+                        self._ort_outcome(b)
                     self._finish_collectors(b)
                     if b.ortmodule and self.wrapper.ort_module is not None:
                         b.ort_info = self._ort_info(
                             exported=any(t.ort_exported for t in b.transitions) or b.status == "failed",
                             first_inputs=b.first_inputs)
             self._write_ort_files(b)
+            if b.steps_done:
+                from ortlab.verdict import state
+
+                state.write(self.model, b.path)
         finally:
             b.memory.close()
             b.writer.finish(b.status, **b.extra)  # a run never stays "running" once its burst ended
@@ -156,6 +181,11 @@ class Engine:
         feed = self.feed = self._feed(cfg)
         self.model.to(device)
         self.initial.restore(self.model)
+        if cfg.perturb:
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    if p.is_floating_point():
+                        p.mul_(1 + cfg.perturb)
         optimizer = make_optimizer(cfg.optimizer, self.model.parameters(), cfg.lr, device)
         if self.initial.optimizer is not None and cfg.optimizer in ("adamw", "sgd"):
             with contextlib.suppress(ValueError, KeyError):
@@ -204,10 +234,14 @@ class Engine:
     def _step(self, b: _Burst, step: int) -> dict[str, Any]:
         b.stage = "data"
         inputs, target = to_device(b.feed.batch(step), b.device)
-        if step == 0 and b.ortmodule:
-            b.stage = "wrap"
-            b.first_inputs = inputs
-            self._wrap(b, inputs)
+        exporting = False
+        if b.ortmodule:
+            if step == 0:
+                b.stage = "wrap"
+                b.first_inputs = inputs
+                self._wrap(b, inputs)
+            self._follow_inputs(b, step, inputs)
+            exporting = self.wrapper.export_pending
         for c in b.collectors.values():
             c.step_begin(step)
         started = time.perf_counter()
@@ -215,8 +249,16 @@ class Engine:
         # no autocast context at all in fp32: even a disabled one sets the device's autocast dtype and nesting,
         # which cost 1-3% of an ORTModule step in benchmarks/distributed_overhead.py
         fp16 = torch.autocast(b.device.type, dtype=torch.float16) if b.scaler else contextlib.nullcontext()
-        with fp16:
+        found: list[dict[str, Any]] = []
+        kept = _buffers(self.model) if b.pytorch_buffers else None
+        with fp16, hazards.captured(self.model, step, found) if exporting else contextlib.nullcontext():
             outputs = call_model(b.runner, inputs)
+        if kept is not None:  # fix pytorch-buffers: what ORT wrote into buffers (and the export's forward) undone,
+            _restore_buffers(kept)  # then they advance as PyTorch advances them
+            b.stage = "buffers"
+            with torch.no_grad(), fp16:
+                call_model(self.model, inputs)
+        with fp16:
             b.stage = "loss"
             loss = self.workload.loss(outputs, target)
         if self.time_forward and b.device.type == "cuda":
@@ -240,6 +282,9 @@ class Engine:
         row.update(b.feed.load(step) or {})
         if b.ortmodule:
             self._note_export(b, step, row)
+            if exporting and row.get("exported"):
+                self.wrapper.exported(inputs, hazards.unique(found))
+                b.hazards += found
             if step == 0 and self.wrapper.fallback_error() is not None:
                 b.fallback_step = 0
         for c in b.collectors.values():
@@ -265,35 +310,57 @@ class Engine:
 
     def _apply_fixes(self, b: _Burst, inputs: Any) -> tuple[str, ...]:
         """The compatibility fixes this ORTModule burst trains with (ortlab.compat.registry), applied until the
-        burst ends. "auto": the ones `ortlab check`'s per-operator pass recommends for the model on the first
-        batch (worked out once per option set, parity mode, instrumentation and input schema)."""
+        burst ends. "auto": the ones `ortlab check` recommends for the model (worked out once per option set,
+        parity mode, instrumentation and input schema)."""
         from ortlab.compat import registry
 
         asked = b.cfg.fixes
         record: dict[str, Any] = {"asked": asked if asked == registry.AUTO else list(asked)}
         if asked == registry.AUTO:
-            from ortlab.compat.check import find, recommend
+            from ortlab.compat.check import check
 
-            key = (b.options.to_dict().items().__repr__(), b.cfg.parity, graph_key(b.collectors),
+            key = (repr(sorted(b.options.to_dict().items())), b.cfg.parity, graph_key(b.collectors),
                    repr(input_schema(inputs)))
             if key not in self._auto_fixes:
-                found = find(self.model, inputs, b.options["onnx_opset_version"])
-                self._auto_fixes[key] = (tuple(recommend(found.blockers, self.model)),
-                                         [x.to_dict() for x in found.blockers])
+                report = check(self.workload, registry.AUTO, b.options["onnx_opset_version"])
+                self._auto_fixes[key] = (tuple(report.fixes), [x.to_dict() for x in report.blockers])
             names, record["found"] = self._auto_fixes[key]
         else:
             names = asked
         b.fixes.enter_context(registry.applied(self.model, names))
+        b.fixes_applied = tuple(names)
         record["applied"] = list(names)
         b.extra["fixes"] = record
         return tuple(names)
 
-    def _note_fallback(self, b: _Burst) -> None:
-        """A burst whose ORTModule fell back to PyTorch is not "ok": its steps are PyTorch's. The fallback (its
-        stage, reason, operator and node) and, for a fallback or a failure inside ORTModule, the blockers
-        `ortlab check` finds and the fixes that remove them are recorded with the run."""
+    def _follow_inputs(self, b: _Burst, step: int, inputs: Any) -> None:
+        """Inputs the current graph cannot follow (ortlab.verdict.inputs): a graph of their own with the fix
+        graph-per-value (not under DDP: its module is fixed), else a transitions row and a record, once each."""
+        per_value = "graph-per-value" in b.fixes_applied and not b.cfg.distributed
+        runner, row, ignored = self.wrapper.follow(inputs, b.path.name, step, per_value, b.options, b.path / "onnx")
+        if row is not None:
+            b.runner = runner
+            b.transitions.append(row)
+        for change in ignored:
+            if (change["input"], change["new"]) in b.ignored:
+                continue
+            b.ignored.add((change["input"], change["new"]))
+            baked = ("the value was baked into it" if change["what"] == "value" else
+                     "its export traced shape-dependent Python")
+            text = (f"step {step}: {change['input']} {change['old']} -> {change['new']}, ORT reused the graph "
+                    f"exported for {change['old']} ({baked})")
+            b.transitions.append(Transition(b.path.name, step, "reused graph", text, {"inputs": [change]}, False))
+            b.extra.setdefault("ignored_inputs", []).append({**change, "step": step, "text": text})
+
+    def _ort_outcome(self, b: _Burst) -> None:
+        """What an ORTModule burst records as it ends: the export's hazards; a fallback to PyTorch, which makes
+        the burst not "ok" (its steps are PyTorch's: stage, reason, operator, node); and, for a fallback or a
+        failure inside ORTModule, the blockers `ortlab check` finds and the fixes that remove them."""
         from ortlab.compat.errors import fallback_record
 
+        found = b.hazards or (self.wrapper.watch.hazards if self.wrapper.watch is not None else [])
+        if found:  # this burst's export's, or those of the export whose graph it reused
+            b.extra["hazards"] = hazards.unique(found)
         error = self.wrapper.fallback_error() if self.wrapper.ort_module is not None else None
         if error is not None:
             when = "at step 0 (every step ran on PyTorch)" if b.fallback_step == 0 else "during the burst"
@@ -382,3 +449,13 @@ class Engine:
                 info[key] = None
                 info.setdefault("unreadable", {})[key] = root_message(e)
         return info
+
+
+def _buffers(model: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
+
+
+def _restore_buffers(kept: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    with torch.no_grad():
+        for buffer, saved in kept:
+            buffer.copy_(saved)

@@ -42,6 +42,14 @@ class RunCheck:
 
 
 @dataclass(frozen=True)
+class RunGradientCheck:
+    """Compare the first step's gradients of both backends (ortlab.verdict); the worker answers Checked."""
+
+    config: dict[str, Any]
+    fixes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -71,7 +79,7 @@ class Done:
 
 @dataclass(frozen=True)
 class Checked:
-    report: dict[str, Any]  # CheckReport.to_dict()
+    report: dict[str, Any]  # CheckReport.to_dict(), or the gradient check's dict
 
 
 @dataclass(frozen=True)

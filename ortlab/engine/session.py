@@ -31,6 +31,7 @@ from ortlab.run import Run, load_run, mark
 if TYPE_CHECKING:
     from ortlab.summary import Comparison
 
+NOISE_PERTURBATION = 1e-7  # the noise pair's start: the parameters times (1 + this)
 STOP_GRACE_S = 5.0  # after SIGINT, how long a burst may take to end by itself before the worker is terminated
 KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
 _log_numbers = itertools.count()
@@ -90,7 +91,8 @@ class Session:
               device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
-              save_checkpoint: bool = False, sampler: str | None = None, fixes: Any = ()) -> Run:
+              save_checkpoint: bool = False, sampler: str | None = None, fixes: Any = (),
+              perturb: float = 0.0) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
@@ -106,7 +108,7 @@ class Session:
                           optimizer=optimizer, lr=lr, seed=seed, precision=precision, device=device, parity=parity,
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                          save_checkpoint=save_checkpoint, sampler=sampler, fixes=fixes)
+                          save_checkpoint=save_checkpoint, sampler=sampler, fixes=fixes, perturb=perturb)
         bar = _Bar(cfg) if progress else None
         callback = _chain(on_step, bar.update if bar else None)
         try:
@@ -127,14 +129,17 @@ class Session:
         return run
 
     def compare(self, steps: int = 20, options: Options | dict | None = None, **kwargs) -> Comparison:
-        """A PyTorch burst and an ORTModule burst from the same snapshot, and their differences. A Stop (or Ctrl-C)
-        during the PyTorch burst ends the comparison: the ORTModule burst does not start."""
+        """A PyTorch burst and an ORTModule burst from the same snapshot, their differences, and the verdict on
+        them (Session.judge: agree or diverged, with the evidence and the causes). A Stop (or Ctrl-C) during the
+        PyTorch burst ends the comparison: the ORTModule burst does not start."""
         from ortlab.summary import Comparison
 
         pt = self.burst("pytorch", steps, options, **kwargs)
         if pt.status in ("interrupted", "stopped"):
             return Comparison(pt, None)
         ort = self.burst("ortmodule", steps, options, **kwargs)
+        if ort.status not in ("interrupted", "stopped"):
+            self.judge(pt, ort, **kwargs)
         return Comparison(pt, ort)
 
     def check(self, fixes: Any = "auto", options: Options | dict | None = None):
@@ -147,33 +152,131 @@ class Session:
         fixes = parse(fixes)  # bad names fail here, before a worker starts
         options = self.shell_options.overlaid(options)
         out = str(Path(self.out).expanduser().resolve())
-        with self._lock:
-            if self.in_process:
-                if self._engine is None:
-                    from ortlab.engine.loop import Engine
+        if self.in_process:
+            with self._lock:
+                return self._local_engine().check(fixes, options, out)
+        return CheckReport.from_dict(self._request(m.RunCheck(fixes, options.to_dict(), out), options,
+                                                   "checking the model"))
 
-                    self._engine = Engine(self.ref, seed=self.seed, import_options=Options.from_environ(),
-                                          snapshot=self.snapshot)
-                return self._engine.check(fixes, options, out)
+    def judge(self, pytorch: Run, ortmodule: Run, **burst_kwargs: Any):
+        """Did ORTModule train the same model as PyTorch? The Verdict on two runs of this session from the same
+        snapshot (ortlab.verdict): their first step's gradients compared (dropout off), in parity mode their losses
+        and end states against a PyTorch pair from a start 1e-7 away (one more PyTorch burst), and, when they
+        diverge with no cause named, one step of statistics on both backends to find where. Written to the
+        ORTModule run's folder (verdict.json)."""
+        from ortlab.engine.config import BurstConfig
+        from ortlab.run import write_json
+        from ortlab.verdict.judge import FILE, NOT_JUDGED, Verdict, judge
+
+        if pytorch.status != "ok" or ortmodule.status != "ok":
+            verdict = judge(pytorch, ortmodule)
+            write_json(ortmodule.path / FILE, verdict.to_dict())
+            return verdict
+        config = BurstConfig.from_dict(ortmodule.meta["config"])
+        fixes = tuple((ortmodule.meta.get("fixes") or {}).get("applied") or ())
+        steps = len(pytorch.metrics)
+        options = Options(config.options.to_dict())
+        kwargs = {k: v for k, v in burst_kwargs.items() if k not in ("collect", "name", "fixes", "on_step")}
+        noise = None
+        if config.parity:
+            noise = self.burst("pytorch", steps, options, **{**kwargs, "parity": True, "perturb": NOISE_PERTURBATION,
+                                                             "name": "pytorch-noise"})
+            if noise.status != "ok":
+                verdict = Verdict(NOT_JUDGED, f"not judged: the noise burst ended {noise.status}")
+                write_json(ortmodule.path / FILE, verdict.to_dict())
+                return verdict
+        gradients = self._gradient_check(config, fixes, options)
+        verdict = judge(pytorch, ortmodule, gradients, noise)
+        if verdict.diverged:  # name the causes: what check finds, else where statistics first differ
+            found = self._check_causes(options, fixes)
+            if not verdict.causes and not found:
+                found.append(self._localize(options, fixes, kwargs))
+            verdict = judge(pytorch, ortmodule, gradients, noise, found)
+        write_json(ortmodule.path / FILE, verdict.to_dict())
+        return verdict
+
+    def _check_causes(self, options: Options, applied: tuple[str, ...]) -> list[dict[str, Any]]:
+        """What `check` finds that the applied fixes did not remove, as causes (with the fixes that remove them)."""
+        try:
+            report = self.check("auto", options)
+        except Exception as e:  # a cause not named is no reason to lose the verdict
+            from ortlab.compat.errors import root_message
+
+            return [{"kind": "check", "text": f"ortlab check could not run: {root_message(e)}"}]
+        found = [b for b in report.blockers if not set(b.fixes) & set(applied)]
+        if not found:
+            return []
+        new = [f for f in report.fixes if f not in applied]
+        return [{"kind": "check", "text": f"ortlab check: {b.line()}", "blocker": b.to_dict()} for b in found] + (
+            [{"kind": "fix", "text": f"fixes {', '.join(new)} remove this: burst with fixes=\"auto\" (--fix auto)",
+              "fixes": new}] if new else [])
+
+    def _gradient_check(self, config, fixes: tuple[str, ...], options: Options) -> dict[str, Any] | None:
+        try:
+            if self.in_process or config.distributed:
+                if config.distributed:  # one process: the model as a rank would start it
+                    from dataclasses import replace
+
+                    config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None,
+                                     optimizer="adamw", save_checkpoint=False, sampler=None)
+                if self.in_process:
+                    with self._lock:
+                        return self._local_engine().gradient_check(config, fixes)
+            return self._request(m.RunGradientCheck(config.to_dict(), fixes), config.effective_options(),
+                                 "comparing first-step gradients")
+        except Exception as e:  # the verdict says what it could not do; the runs stay
+            from ortlab.compat.errors import root_message
+
+            return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
+
+    def _localize(self, options: Options, fixes: tuple[str, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """One step with activation statistics on both backends, and the first divergence between them."""
+        from ortlab.activations import compare
+
+        common = {**kwargs, "parity": True, "collect": {"stats": {}}}
+        pt = self.burst("pytorch", 1, options, **common, name="localize-pytorch")
+        ort = self.burst("ortmodule", 1, options, **common, fixes=fixes, name="localize-ortmodule")
+        if not (pt.ok and ort.ok):
+            return {"kind": "localized", "text": f"could not localize: the statistics bursts ended {pt.status} and "
+                                                 f"{ort.status}"}
+        first = compare(pt, ort).first
+        if first is None:
+            return {"kind": "localized", "text": "one step's statistics agree on both backends: the difference "
+                    "builds up over steps", "runs": [pt.path.name, ort.path.name]}
+        return {"kind": "localized", "text": f"first divergence (activation statistics, one step): {first}",
+                "step": first.step,
+                "tensor": first.name, "runs": [pt.path.name, ort.path.name]}
+
+    def _local_engine(self):
+        if self._engine is None:
+            from ortlab.engine.loop import Engine
+
+            self._engine = Engine(self.ref, seed=self.seed, import_options=Options.from_environ(),
+                                  snapshot=self.snapshot)
+        return self._engine
+
+    def _request(self, msg: Any, options: Options | None, what: str) -> Any:
+        """Send one request to a worker for these options and wait for its answer (Checked), Ctrl-C honoured."""
+        with self._lock:
             w = self._worker_for_options(options)
-            w.conn.send(m.RunCheck(fixes, options.to_dict(), out))
+            w.conn.send(msg)
             while True:
                 try:
-                    msg = self._receive_step(w)
+                    reply = self._receive_step(w)
                 except KeyboardInterrupt:
                     self.stop()
                     continue
-                if msg is None:
+                if reply is None:
                     code = w.proc.wait()
                     self._worker = None
-                    raise WorkerError(f"the worker died (exit code {code}) while checking the model; its log: "
-                                      f"{w.log_path}\n{_tail(w.log_path)}")
-                if isinstance(msg, m.Checked):
-                    return CheckReport.from_dict(msg.report)
-                if isinstance(msg, m.Failed):
+                    raise WorkerError(f"the worker died (exit code {code}) while {what}; its log: {w.log_path}\n"
+                                      f"{_tail(w.log_path)}")
+                if isinstance(reply, m.Checked):
+                    return reply.report
+                if isinstance(reply, m.Failed):
                     from ortlab.engine.config import BurstError
 
-                    raise BurstError(msg.message) if msg.bad_input else WorkerError(msg.message)
+                    raise BurstError(reply.message) if reply.bad_input else WorkerError(reply.message)
 
     def stop(self) -> None:
         """Stop the running burst: SIGINT (the burst ends cleanly, keeping its steps), then terminate and kill
@@ -225,12 +328,7 @@ class Session:
     # -- in process
 
     def _run_in_process(self, cfg, callback) -> Path:
-        from ortlab.engine.loop import Engine
-
-        if self._engine is None:
-            self._engine = Engine(self.ref, seed=self.seed, import_options=Options.from_environ(),
-                                  snapshot=self.snapshot)
-        return self._engine.run(cfg, on_step=callback, should_stop=self._stop_requested.is_set)
+        return self._local_engine().run(cfg, on_step=callback, should_stop=self._stop_requested.is_set)
 
     # -- ranks
 

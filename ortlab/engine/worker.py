@@ -77,6 +77,8 @@ def _serve(conn: Connection) -> None:
             elif isinstance(msg, m.RunCheck):
                 report = engine.check(msg.fixes, Options(msg.options), msg.out)
                 send(m.Checked(report.to_dict()))
+            elif isinstance(msg, m.RunGradientCheck):
+                send(m.Checked(engine.gradient_check(BurstConfig.from_dict(msg.config), msg.fixes)))
             elif isinstance(msg, m.Shutdown):
                 return
         except KeyboardInterrupt:

@@ -12,6 +12,7 @@ import torch
 from ortlab import _ort
 from ortlab.compat.errors import root_message
 from ortlab.options import SPECS, Options, ReadAt
+from ortlab.verdict.inputs import InputWatch
 
 # Every ORTModule wrap builds DebugOptions from these; the rest reach ORT through the environment.
 _DEBUG_FIELDS = ("log_level", "save_onnx", "onnx_prefix", "save_onnx_path")
@@ -76,7 +77,10 @@ class Wrapper:
         self._options: Options | None = None
         self._schema: Any = None
         self._grad_set: list[str] | None = None
-        self._export_info: Any = None
+        self._export_seen: dict[int, Any] = {}  # id(ORTModule) -> the export record last seen of it
+        self.watch: InputWatch | None = None  # what the current graph was exported with (after its export)
+        self.export_pending = False  # the current ORTModule has not exported yet: its next forward will
+        self._graphs: dict[tuple, tuple[Any, InputWatch]] = {}  # fix graph-per-value: a graph per baked value
 
     def prepare(self, options: Options, parity: bool, inputs: Any, run: str, onnx_dir: Path,
                 extra_key: tuple = (), fixes: tuple[str, ...] = ()) -> tuple[Any, Transition]:
@@ -98,7 +102,8 @@ class Wrapper:
                 if key[3] != self._key[3]:
                     changes["fixes"] = {"old": list(self._key[3]), "new": list(key[3])}
             self.ort_module = self._wrap(options, onnx_dir)
-            self._key, self._options, self._export_info = key, options, None
+            self._key, self._options = key, options
+            self.watch, self.export_pending, self._graphs = None, True, {}
             reason = "first export" if first else "options changed: " + ", ".join(
                 f"{k} {v['old']!r} -> {v['new']!r}" for k, v in changes.items())
             row = Transition(run, 0, "wrap" if first else "re-wrap", reason, changes)
@@ -116,6 +121,17 @@ class Wrapper:
         self._schema, self._grad_set = schema, grad_set
         self._save_graphs_into(options, onnx_dir)
         return self.ort_module, row
+
+    def parity_wrap(self, fixes: tuple[str, ...] | list[str], inputs: Any) -> Any:
+        """The ORTModule for `inputs` when it was exported in parity mode (dropout off), with these fixes and no
+        instrumentation in its graph: one a gradient check can reuse without exporting. None otherwise."""
+        if self.ort_module is None or self._key is None or self.watch is None:
+            return None
+        _, parity, instrumentation, wrapped_fixes = self._key
+        if not parity or instrumentation or tuple(wrapped_fixes) != tuple(fixes):
+            return None
+        found = self._graphs.get(self.watch.key(inputs))  # with graph-per-value: the graph of these inputs
+        return found[0] if found is not None else None
 
     def _save_graphs_into(self, options: Options, onnx_dir: Path) -> None:
         """ORT writes a re-export's graphs where the wrap's DebugOptions point: point them at this burst's
@@ -144,11 +160,40 @@ class Wrapper:
         return None if self.ort_module is None else _ort.Wrap(self.ort_module, self.module.training)
 
     def exported_since_last_check(self) -> bool:
-        """Whether ORT exported (first time or again) since the last call, from ORT's own exported-model record."""
+        """Whether ORT exported the current ORTModule (first time or again) since the last call, from ORT's own
+        exported-model record."""
         info = self.internals().exported_model()
-        changed = info is not None and info is not self._export_info  # a reference, not id(): ids get reused
-        self._export_info = info
+        seen = self._export_seen.get(id(self.ort_module))
+        changed = info is not None and info is not seen  # the record is a new object after every export
+        self._export_seen[id(self.ort_module)] = info
         return changed
+
+    def exported(self, inputs: Any, hazards: list[dict[str, Any]]) -> None:
+        """The current ORTModule exported on `inputs`: remember what its graph was exported with and reads."""
+        read = self.internals().graph_inputs_read() or set()
+        self.watch = InputWatch.exported(self.module, inputs, read, hazards)
+        self.export_pending = False
+        self._graphs[self.watch.key(inputs)] = (self.ort_module, self.watch)
+
+    def follow(self, inputs: Any, run: str, step: int, per_value: bool, options: Options,
+               onnx_dir: Path) -> tuple[Any, Transition | None, list[dict[str, Any]]]:
+        """The ORTModule to train this step's inputs with, a transition row when that changed, and the inputs the
+        graph cannot follow (a baked value that changed, a shape after shape-dependent Python). With the fix
+        graph-per-value, such inputs get a graph of their own (a new export once per distinct value, parameters
+        shared) instead of being ignored."""
+        changes = self.watch.changes(inputs) if self.watch is not None else []
+        if not changes or not per_value:
+            return self.ort_module, None, changes
+        what = ", ".join(f"{c['input']} {c['old']} -> {c['new']}" for c in changes)
+        found = self._graphs.get(self.watch.key(inputs))
+        if found is not None:
+            self.ort_module, self.watch = found
+            return self.ort_module, Transition(run, step, "switch graph", f"{what}: the graph exported for "
+                                               "these values", {"inputs": changes}, False), []
+        self.ort_module = self._wrap(options, onnx_dir)
+        self.watch, self.export_pending = None, True
+        return self.ort_module, Transition(run, step, "new graph", f"{what}: a graph of their own (fix "
+                                           "graph-per-value)", {"inputs": changes}), []
 
     def fallback(self) -> str | None:
         """Why ORTModule fell back to PyTorch, if it did."""

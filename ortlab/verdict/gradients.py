@@ -92,29 +92,30 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
     return GradientCheck(rows, pytorch.loss, ortmodule.loss, tolerance, list(fixes or []))
 
 
-def step(workload: Any, inputs: Any, target: Any, ortmodule: bool, log: Path | None = None) -> Step:
-    """One forward and backward of the workload's model, on PyTorch or through a fresh ORTModule (no optimizer
-    step); the model's parameters, buffers and gradients are as before afterwards. Raises what the step raises;
-    an ORTModule that fell back to PyTorch raises the reason it fell back."""
+def step(workload: Any, inputs: Any, target: Any, runner: Any = None) -> Step:
+    """One forward and backward of the workload's model through `runner` (the model itself when None, or an
+    ORTModule over it; no optimizer step); the model's parameters, buffers and gradients are as before
+    afterwards. Raises what the step raises; an ORTModule that fell back to PyTorch raises why it fell back."""
     model = workload.model
-    with _kept(model):
-        if ortmodule:
+    with kept(model):
+        loss = _forward_backward(workload, model if runner is None else runner, inputs, target)
+        if runner is not None and runner is not model:
             from ortlab import _ort
-            from ortlab.capture import captured_output
 
-            with captured_output(log or Path("/dev/null")):
-                from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
-
-                _ort.patch_label_hook_bug()
-                wrapped = ORTModule(model, DebugOptions(log_level=LogLevel.WARNING))
-                loss = _forward_backward(workload, wrapped, inputs, target)
-                fell_back = _ort.Wrap(wrapped, True).fallback()
-                if fell_back is not None:
-                    raise fell_back
-        else:
-            loss = _forward_backward(workload, model, inputs, target)
+            if _ort.is_ortmodule(runner) and (fell_back := _ort.Wrap(runner, True).fallback()) is not None:
+                raise fell_back
         return Step(loss, {n: None if p.grad is None else p.grad.detach().clone()
                            for n, p in model.named_parameters() if p.requires_grad})
+
+
+def fresh_ortmodule(model: Any) -> Any:
+    """A new ORTModule over `model` (its first forward exports), at ortlab's log level."""
+    from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
+
+    from ortlab import _ort
+
+    _ort.patch_label_hook_bug()
+    return ORTModule(model, DebugOptions(log_level=LogLevel.WARNING))
 
 
 def _forward_backward(workload: Any, runner: Any, inputs: Any, target: Any) -> float:
@@ -128,7 +129,7 @@ def _forward_backward(workload: Any, runner: Any, inputs: Any, target: Any) -> f
 
 
 @contextlib.contextmanager
-def _kept(model: Any) -> Iterator[None]:
+def kept(model: Any) -> Iterator[None]:
     """The model's state and gradients restored after the block (a step must leave no trace)."""
     from ortlab.snapshot import Snapshot
 
@@ -142,24 +143,28 @@ def _kept(model: Any) -> Iterator[None]:
             p.grad = grads[name]
 
 
-def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int = 0,
-               tolerance: float = AGREE, log: Path | None = None) -> GradientCheck:
+def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int = 0, tolerance: float = AGREE,
+               log: Path | None = None, ortmodule: Any = None, batch: tuple[Any, Any] | None = None) -> GradientCheck:
     """The first batch's gradients on PyTorch (the model as written) and on ORTModule (with `fixes` applied),
-    every dropout off, the same seeds, ORT's compute optimizer off (parity mode)."""
+    every dropout off, the same seeds, ORT's compute optimizer off (parity mode). `ortmodule`: an ORTModule over
+    the model exported in parity mode to reuse (no export); None: a fresh one (one export). `batch`: the inputs
+    and target (default: the workload's batch 0)."""
+    from ortlab.capture import captured_output
     from ortlab.compat import registry
     from ortlab.engine.parity import parity
     from ortlab.options import Options
     from ortlab.workload import to_device
 
     model = workload.model
-    inputs, target = workload.batch(0)
+    inputs, target = batch if batch is not None else workload.batch(0)
     device = next((p.device for p in model.parameters()), None)
     if device is not None:
         inputs, target = to_device(inputs, device), to_device(target, device)
     model.train()
     with Options(enable_compute_optimizer=False).applied():
         with parity(model, True, seed):
-            pt = step(workload, inputs, target, ortmodule=False)
-        with parity(model, True, seed), registry.applied(model, list(fixes)):
-            ort = step(workload, inputs, target, ortmodule=True, log=log)
+            pt = step(workload, inputs, target)
+        with parity(model, True, seed), registry.applied(model, list(fixes)), \
+                captured_output(log or Path("/dev/null")):
+            ort = step(workload, inputs, target, ortmodule if ortmodule is not None else fresh_ortmodule(model))
     return compare(pt, ort, tolerance, list(fixes))

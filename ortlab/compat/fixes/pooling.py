@@ -1,0 +1,43 @@
+"""A global average pool, `adaptive_avg_pool2d(x, 1)` (nn.AdaptiveAvgPool2d(1)), computed as the spatial mean
+`x.mean((-2, -1), keepdim=True)`: the same math. ORTModule 1.19.2 exports the pool as its ATen op, and on the CPU
+the gradients that flow through it into a broadcast product come out wrong while the forward agrees:
+squeeze-and-excitation blocks (EfficientNet, RegNetY, MobileNetV3) get gradients 1-18x off PyTorch's, found by
+ortlab's first-step gradient check and localized by its activation statistics. With the mean, ORT's gradients
+agree (<= 1e-5)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ortlab.compat.blockers import WRONG_GRADIENT
+from ortlab.compat.registry import Fix
+
+OP = "aten::_adaptive_avg_pool2d"
+
+
+def _global(output_size: Any) -> bool:
+    return output_size == 1 or (isinstance(output_size, list | tuple) and list(output_size) == [1, 1])
+
+
+@contextlib.contextmanager
+def _apply(model: Any) -> Iterator[None]:
+    import torch.nn.functional as F
+
+    original = F.adaptive_avg_pool2d
+
+    def adaptive_avg_pool2d(input, output_size):
+        if _global(output_size) and input.dim() in (3, 4):
+            return input.mean((-2, -1), keepdim=True)
+        return original(input, output_size)
+
+    F.adaptive_avg_pool2d = adaptive_avg_pool2d
+    try:
+        yield
+    finally:
+        F.adaptive_avg_pool2d = original
+
+
+FIX = Fix("global-avg-pool", "adaptive_avg_pool2d(x, 1) computed as x.mean((-2, -1), keepdim=True)", "module",
+          removes=lambda b: b.kind == WRONG_GRADIENT and b.op == OP, apply=_apply)

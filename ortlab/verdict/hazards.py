@@ -1,0 +1,89 @@
+"""What the exporter warns about while ORTModule exports (torch's TracerWarnings), as data: each is a place where
+the exported graph froze a Python decision (a branch on a tensor, a tensor read as a number, a loop length) that
+the model may take differently on other inputs. Captured as it happens, with the file, line and module."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+# The start of a TracerWarning's message -> what it means for the graph
+KINDS = (
+    ("Converting a tensor to a Python boolean", "tensor used as a Python bool",
+     "a branch on a tensor's value or shape is baked into the graph: write it with torch.where, or keep the "
+     "decision outside the model"),
+    ("Converting a tensor to a Python number", "tensor read as a Python number",
+     ".item()/float()/int() is baked in as a constant: keep it a tensor"),
+    ("Converting a tensor to a Python integer", "tensor read as a Python number",
+     "int() of a tensor is baked in as a constant: keep it a tensor"),
+    ("Converting a tensor to a Python float", "tensor read as a Python number",
+     "float() of a tensor is baked in as a constant: keep it a tensor"),
+    ("Converting a tensor to a Python index", "tensor used as a Python index",
+     "the index is baked in as a constant: index with a tensor (torch.gather, index_select)"),
+    ("Converting a tensor to a NumPy array", "tensor converted to NumPy", "the values are baked in as constants"),
+    ("Iterating over a tensor", "iteration over a tensor", "the number of iterations is baked in"),
+    ("torch.tensor results are registered as constants", "torch.tensor(...) baked as a constant",
+     "values computed in Python are baked in: build the tensor from tensors (torch.stack)"),
+)
+
+
+def classify(message: str) -> tuple[str, str]:
+    """(kind, advice) of a TracerWarning's message."""
+    for start, kind, advice in KINDS:
+        if message.startswith(start):
+            return kind, advice
+    return "traced Python", "the trace may not generalize to other inputs"
+
+
+def record(message: str, filename: str, lineno: int, module: str | None, step: int | None) -> dict[str, Any]:
+    from ortlab.compat.blockers import short_path
+
+    kind, advice = classify(message)
+    place = f"{short_path(filename)}:{lineno}" + (f" (module {module})" if module else "")
+    when = f" at step {step}" if step is not None else ""
+    return {"kind": kind, "file": short_path(filename), "line": lineno, "module": module, "step": step,
+            "message": message.splitlines()[0], "advice": advice,
+            "text": f"export hazard at {place}{when}: {kind}; {advice}"}
+
+
+def unique(hazards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One hazard per kind and line (a loop in forward warns once per iteration)."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    for h in hazards:
+        seen.setdefault((h["kind"], h["file"], h["line"]), h)
+    return list(seen.values())
+
+
+@contextlib.contextmanager
+def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Iterator[None]:
+    """Record the TracerWarnings of the block into `found` (with the innermost module of `model` whose forward
+    was running); every other warning is shown as it would have been."""
+    from torch.jit import TracerWarning
+
+    names = {id(m): n for n, m in model.named_modules()}
+    original = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, TracerWarning):
+            found.append(record(str(message), filename, lineno, _module(names), step))
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", category=TracerWarning)
+        warnings.showwarning = show
+        yield
+
+
+def _module(names: dict[int, str]) -> str | None:
+    """The innermost module of the model whose forward is on the stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and id(owner) in names and frame.f_code.co_name == "forward":
+            return names[id(owner)] or "(root)"
+        frame = frame.f_back
+    return None
