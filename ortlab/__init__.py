@@ -16,6 +16,8 @@ _EXPORTS = {
     "burst": "ortlab.engine.session",
     "session": "ortlab.engine.session",
     "check": "ortlab.engine.session",
+    "judge": "ortlab.verdict.judge",
+    "Verdict": "ortlab.verdict.judge",
     "CheckReport": "ortlab.compat.check",
     "FIXES": "ortlab.compat.registry",
     "WorkerError": "ortlab.engine.session",
@@ -51,7 +53,7 @@ _EXPORTS = {
 
 # Subpackages reachable as attributes (`ortlab.graphs.load(run)`); no public name above equals a submodule's name
 # (importing the submodule would rebind the attribute), which tests/test_api.py checks.
-_PACKAGES = ("account", "activations", "compat", "graphs", "recompute")
+_PACKAGES = ("account", "activations", "compat", "graphs", "recompute", "verdict")
 
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 

@@ -245,6 +245,11 @@ class Run:
         applied = (self.meta.get("fixes") or {}).get("applied")
         if applied:
             out["fixes"] = applied
+        if self.meta.get("hazards"):  # what the exporter warned about (ortlab.verdict.hazards)
+            out["hazards"] = len(self.meta["hazards"])
+        verdict = self.read_json("verdict.json")
+        if verdict:  # an ORTModule run judged against its PyTorch run (ortlab.verdict)
+            out["verdict"] = verdict.get("status")
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:
                 out[key] = self.meta[key]

@@ -8,7 +8,7 @@ from typing import Any
 
 from ortlab.activations.diff import compare
 from ortlab.activations.errors import FailedBurstError, StatsFileError
-from ortlab.activations.results import Divergence, Tolerances
+from ortlab.activations.results import Divergence
 
 # Not an ORT option: parity mode (dropout 0, compute optimizer off, deterministic algorithms) in both runs.
 PARITY = "parity"
@@ -156,19 +156,17 @@ def _try(session, name: str, value: Any, options, steps: int, found: Divergence,
                 "evidence": "-"}
     try:
         first = compare(reference, run, tolerances, steps=range(steps)).first
-        evidence = "statistics"
-    except StatsFileError:  # none from this burst (custom autograd off inlines ortlab's PythonOps): the loss
-        first = _loss_divergence(reference, run, steps, tolerances)
-        evidence = "loss"
+    except StatsFileError:
+        # no statistics from this burst (custom autograd off inlines ortlab's PythonOps): the first step's
+        # gradients with the option toggled are the evidence, never the loss of a burst too short to show a
+        # gradient divergence
+        check = session.gradient_check(changed, parity=kwargs.get("parity", True), seed=kwargs.get("seed", 0))
+        if check.get("skipped"):
+            return {**row, "first divergence": f"not judged: {check.get('error')}", "disappears": False,
+                    "evidence": "-"}
+        worst = (check.get("worst") or [{}])[0]
+        where = None if check["agree"] else (f"gradient of {worst.get('parameter')} {worst.get('relative', 0):.3g}x "
+                                             "off (first step)")
+        return {**row, "first divergence": where, "disappears": check["agree"], "evidence": "first-step gradients"}
     where = None if first is None else f"step {first.step} {first.phase} {first.name}"
-    return {**row, "first divergence": where, "disappears": first is None, "evidence": evidence}
-
-
-def _loss_divergence(reference, run, steps: int, tolerances: Any) -> Divergence | None:
-    tol = Tolerances.of(tolerances).mean
-    a, b = reference.losses[:steps], run.losses[:steps]
-    for step, (x, y) in enumerate(zip(a, b, strict=False)):
-        rel = abs(x - y) / max(abs(x), abs(y), 1e-30)
-        if rel > tol:
-            return Divergence(step, "forward", "loss", "", "loss", x, y, rel, tol, None)
-    return None
+    return {**row, "first divergence": where, "disappears": first is None, "evidence": "statistics"}

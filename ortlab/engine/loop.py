@@ -118,7 +118,7 @@ class Engine:
 
         self.initial.restore(self.model)
         batch = self.feed.batch(0)
-        reuse = self.wrapper.parity_wrap(fixes, batch[0]) if cfg.parity else None
+        reuse = self.wrapper.parity_wrap(cfg.effective_options(), fixes, batch[0]) if cfg.parity else None
         with cfg.effective_options().applied():
             check = first_step(self.workload, fixes, cfg.seed, ortmodule=reuse, batch=batch)
         return {**check.to_dict(), "exported": reuse is None}

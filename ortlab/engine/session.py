@@ -211,6 +211,18 @@ class Session:
             [{"kind": "fix", "text": f"fixes {', '.join(new)} remove this: burst with fixes=\"auto\" (--fix auto)",
               "fixes": new}] if new else [])
 
+    def gradient_check(self, options: Options | dict | None = None, fixes: Any = (), *, parity: bool = True,
+                       seed: int = 0) -> dict[str, Any]:
+        """The first batch's gradients on PyTorch (the model as written) and on a fresh ORTModule with these
+        options and fixes, from the initial snapshot, every dropout off (ortlab.verdict.gradients): a dict with
+        "agree", the worst parameters, both losses. The evidence bisect judges a toggled option by."""
+        from ortlab.compat.registry import parse
+        from ortlab.engine.config import BurstConfig
+
+        config = BurstConfig(backend="ortmodule", steps=1, options=self.shell_options.overlaid(options),
+                             parity=parity, seed=seed, fixes=parse(fixes))
+        return self._gradient_check(config, tuple(config.fixes), config.options)
+
     def _gradient_check(self, config, fixes: tuple[str, ...], options: Options) -> dict[str, Any] | None:
         try:
             if self.in_process or config.distributed:

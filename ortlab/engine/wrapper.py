@@ -122,13 +122,15 @@ class Wrapper:
         self._save_graphs_into(options, onnx_dir)
         return self.ort_module, row
 
-    def parity_wrap(self, fixes: tuple[str, ...] | list[str], inputs: Any) -> Any:
-        """The ORTModule for `inputs` when it was exported in parity mode (dropout off), with these fixes and no
-        instrumentation in its graph: one a gradient check can reuse without exporting. None otherwise."""
+    def parity_wrap(self, options: Options, fixes: tuple[str, ...] | list[str], inputs: Any) -> Any:
+        """The ORTModule for `inputs` when it was exported for these options in parity mode (dropout off), with
+        these fixes and no instrumentation in its graph: one a gradient check can reuse without exporting. None
+        otherwise."""
         if self.ort_module is None or self._key is None or self.watch is None:
             return None
-        _, parity, instrumentation, wrapped_fixes = self._key
-        if not parity or instrumentation or tuple(wrapped_fixes) != tuple(fixes):
+        wrapped_options, parity, instrumentation, wrapped_fixes = self._key
+        if (not parity or instrumentation or tuple(wrapped_fixes) != tuple(fixes)
+                or wrapped_options != wrap_key(options, True)[0]):
             return None
         found = self._graphs.get(self.watch.key(inputs))  # with graph-per-value: the graph of these inputs
         return found[0] if found is not None else None

@@ -27,7 +27,11 @@ KINDS = (
     ("Iterating over a tensor", "iteration over a tensor", "the number of iterations is baked in"),
     ("torch.tensor results are registered as constants", "torch.tensor(...) baked as a constant",
      "values computed in Python are baked in: build the tensor from tensors (torch.stack)"),
+    ("ONNX Preprocess - Removing mutation", "in-place update of a buffer dropped by the exporter",
+     "ORT's graph will not update this buffer: the fix pytorch-buffers"),
 )
+# Warnings of other categories that say the graph lost something (the exporter's UserWarnings)
+_OTHER = ("ONNX Preprocess - Removing mutation",)
 
 
 def classify(message: str) -> tuple[str, str]:
@@ -67,13 +71,14 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
     original = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, TracerWarning):
+        if issubclass(category, TracerWarning) or str(message).startswith(_OTHER):
             found.append(record(str(message), filename, lineno, _module(names), step))
         else:
             original(message, category, filename, lineno, file, line)
 
     with warnings.catch_warnings():
         warnings.filterwarnings("always", category=TracerWarning)
+        warnings.filterwarnings("always", message=_OTHER[0])
         warnings.showwarning = show
         yield
 

@@ -153,9 +153,9 @@ def _finite(value: Any) -> bool:
 def _causes(ortmodule: Any, state: dict[str, Any] | None) -> list[dict[str, Any]]:
     causes = []
     for h in ortmodule.meta.get("ignored_inputs") or []:
-        causes.append({"kind": "input ORT did not re-export for", **h})
+        causes.append({**h, "kind": "input ORT did not re-export for"})
     for h in ortmodule.meta.get("hazards") or []:
-        causes.append({"kind": "export hazard", **h})
+        causes.append({**h, "kind": "export hazard", "hazard": h["kind"]})
     for d in (state or {}).get("differ", []):
         if d["kind"] == "buffer":
             causes.append({"kind": "buffer", "name": d["name"],

@@ -114,6 +114,7 @@ class BurstPanel(W.VBox):
         self._curves: dict[str, list[float]] = {}
         self.last_runs: list = []
         self.last_check = None  # the CheckReport of the last Check
+        self.last_verdict = None  # the Verdict on the last PyTorch and ORTModule bursts
         super().__init__([
             self.backend, W.HBox([self.steps, self.seed, self.parity]),
             W.HBox([self.optimizer, self.precision, self.nproc]),
@@ -197,7 +198,13 @@ class BurstPanel(W.VBox):
                     self._set_rank_curves(backend, {int(r.path.name): r.losses for r in run.ranks})
                 if run.status not in ("ok", "fallback"):
                     break
-            self.status.value = self._summary(runs)
+            self.last_verdict = None
+            if [r.backend for r in runs] == ["pytorch", "ortmodule"]:
+                self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, noise pair...</i>"
+                self.last_verdict = self.session.judge(
+                    *runs, seed=self.seed.value, optimizer=self.optimizer.value, precision=self.precision.value,
+                    progress=False, nproc=self.nproc.value)
+            self.status.value = self._summary(runs, self.last_verdict)
         except Exception as e:  # shown in the panel, never printed over the notebook
             first_line = f"{type(e).__name__}: {e}".splitlines()[0]
             self.status.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
@@ -243,7 +250,7 @@ class BurstPanel(W.VBox):
         self._curves = curves
 
     @staticmethod
-    def _summary(runs) -> str:
+    def _summary(runs, verdict=None) -> str:
         parts = []
         for run in runs:
             text = f"{run.backend}: {run.status}"
@@ -251,6 +258,11 @@ class BurstPanel(W.VBox):
                 text += f" ({run.error}; full log in the Log tab)"
             color = {"ok": "#080", "fallback": "#d35400"}.get(run.status, "#c00")
             parts.append(f"<span style='color:{color}'>{html.escape(text)}</span>")
+        if verdict is not None:  # the judgement of the two: green only when they agree
+            color = {"agree": "#080", "diverged": "#c00"}.get(verdict.status, "#666")
+            lines = verdict.lines()
+            parts.append(f"<b style='color:{color}'>verdict: {html.escape(lines[0])}</b>"
+                         + "".join(f"<br>&nbsp;&nbsp;{html.escape(line.strip())}" for line in lines[1:]))
         return "<br>".join(parts)
 
     def _show_results(self, runs) -> None:
