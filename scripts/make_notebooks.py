@@ -1,4 +1,5 @@
-"""Write the tutorial notebooks 01, 02 and 08 from their cell sources (then execute them in place with nbconvert)."""
+"""Write the tutorial notebooks 01, 02, 08 and 11 from their cell sources (then execute them in place with
+nbconvert)."""
 
 from pathlib import Path
 
@@ -252,8 +253,84 @@ session.close()
 """),
 ]
 
+different_model = [
+    md("""
+# When ORTModule trains a different model
+
+ORTModule can train another model than yours **without any error**: Python control flow frozen at export, buffers
+that forward mutates, and (for some common CNN blocks) wrong gradients on the CPU. A loss difference alone cannot
+tell: a few AdamW steps can push two correct runs apart, and buffers can differ with equal losses. ortlab judges
+every comparison of the two backends from evidence that noise cannot fool, names the cause, and has fixes that
+keep the math. Two models from `ortlab.demo.divergence`:
+
+- `flag`: `forward(x, use_residual)` with `if use_residual:`, the flag flipping from step to step;
+- `squeeze_excite`: a squeeze-and-excitation block (`nn.AdaptiveAvgPool2d(1)`, 1x1 convolutions, a sigmoid gate).
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+import ortlab
+
+flag = ortlab.Session("ortlab.demo.divergence:flag", out="runs")
+comparison = flag.compare(steps=4, parity=True, progress=False)
+print("statuses:", comparison.pytorch.status, comparison.ortmodule.status)
+print(comparison.verdict.status)
+for cause in comparison.verdict.causes:
+    print("-", cause["kind"])
+"""),
+    md("""
+Both bursts ran without an error, yet the verdict is **diverged**: the losses drift apart far beyond the spread of a
+PyTorch pair from a start 1e-7 away, and the first cause is in the transitions table: at step 1 `use_residual`
+became `True`, and ORT reused the graph exported for `False` (the value was baked into it; ORT's re-export check
+compares types, not values). The export hazard (the `if` on a bool converted to a tensor) points at the line.
+"""),
+    code("""
+flag.transitions[["step", "action", "reason"]]
+"""),
+    md("""
+`ortlab check` names the same cause before any burst and the fix that removes it: `graph-per-value` gives each
+value of the argument a graph of its own (one export per value, parameters and optimizer state shared).
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+report = flag.check()
+print(report.verdict)
+fixed = flag.compare(steps=4, parity=True, progress=False, fixes="auto")
+print(fixed.verdict.status, "with", fixed.ortmodule.meta["fixes"]["applied"])
+print("losses agree within 1e-5:", fixed.to_dict()["max_loss_diff"] <= 1e-5)
+flag.close()
+"""),
+    md("""
+The squeeze-and-excitation block: the forward agrees, the gradients do not. The first-step gradient check (every
+parameter, the same state and batch, dropout off) names the parameter; `ortlab check` recognizes the pattern and
+names the fix, `global-avg-pool`, which computes the pool as a spatial mean (the same math, whose ORT gradients
+agree).
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+se = ortlab.Session("ortlab.demo.divergence:squeeze_excite", out="runs")
+plain = se.compare(steps=3, parity=True, progress=False)
+worst = plain.verdict.gradients["worst"][0]
+print(plain.verdict.status, "- worst gradient:", worst["parameter"], "in module", worst["module"])
+print("forward agrees:", plain.verdict.gradients["forward_agrees"])
+print([c["text"] for c in plain.verdict.causes if c["kind"] == "fix"])
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+cured = se.compare(steps=3, parity=True, progress=False, fixes="auto")
+print(cured.verdict.status, "with", cured.ortmodule.meta["fixes"]["applied"])
+se.close()
+"""),
+    md("""
+The whole report, as `ortlab burst --backend both` prints it (a diverged burst exits 1):
+"""),
+    code("""
+print(plain)
+"""),
+]
+
 for name, cells in (("01_quickstart.ipynb", quickstart), ("02_options_and_bursts.ipynb", options),
-                    ("08_will_my_model_run.ipynb", will_it_run)):
+                    ("08_will_my_model_run.ipynb", will_it_run),
+                    ("11_when_ortmodule_trains_a_different_model.ipynb", different_model)):
     nb = nbf.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbf.write(nb, HERE / name)

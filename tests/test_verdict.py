@@ -1,6 +1,6 @@
 """When ORTModule trains another model than the user's: every comparison says agree or diverged from evidence that
 optimizer noise cannot fool, names the cause, and the fixes bring it back to agree. The project's own models
-(tests/factories/divergence.py), real ORTModule."""
+(ortlab.demo.divergence), real ORTModule."""
 
 import json
 import subprocess
@@ -14,12 +14,12 @@ from ortlab.verdict import state
 from ortlab.verdict.hazards import classify
 from ortlab.verdict.inputs import InputWatch
 
-FACTORIES = Path(__file__).parent / "factories" / "divergence.py"
+FACTORIES = Path(__file__).resolve().parents[1] / "ortlab" / "demo" / "divergence.py"
 slow = pytest.mark.slow
 
 
 def model(name: str) -> str:
-    return f"{FACTORIES}:{name}"
+    return f"ortlab.demo.divergence:{name}"
 
 
 def line_of(marker: str) -> int:
@@ -39,7 +39,7 @@ def test_tracer_warnings_are_named_by_what_the_graph_froze():
 
 
 def test_inputs_are_named_as_ort_names_them_and_only_baked_changes_count():
-    from tests.factories.divergence import Flag, Temperature
+    from ortlab.demo.divergence import Flag, Temperature
 
     x = torch.zeros(8, 16)
     watch = InputWatch.exported(Flag(), (x, False), read={"x"}, hazards=[])
@@ -165,7 +165,7 @@ def test_recorded_loops_are_judged_too(tmp_path):
     from onnxruntime.training.ortmodule import ORTModule
 
     import ortlab
-    from tests.factories.divergence import counter
+    from ortlab.demo.divergence import counter
 
     runs = []
     for wrap in (lambda m: m, ORTModule):

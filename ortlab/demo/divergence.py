@@ -1,6 +1,9 @@
-"""Models on which ORTModule 1.19.2 trains another model than PyTorch without an error (and a clean one): Python
-control flow frozen at export, buffers mutated in forward, a squeeze-and-excitation block whose ORT gradients
-are wrong. Each batch is deterministic in its step; flags and sizes change from step to step."""
+"""Models on which ORTModule 1.19.2 trains another model than PyTorch without an error, and two it trains right:
+Python control flow frozen at export (a flag, a loop count, a mode string, a branch on a value or on a shape,
+`.item()`), buffers mutated in forward (a counter, BatchNorm), a squeeze-and-excitation block whose ORT
+gradients are wrong. Each batch is deterministic in its step; flags and sizes change from step to step.
+`ortlab burst --model ortlab.demo.divergence:flag --parity` shows the verdict; `--fix auto` the cure.
+docs/convergence.md ("When ORTModule trains a different model") measures them (scripts/divergence.py)."""
 
 import torch
 from torch import nn
