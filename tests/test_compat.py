@@ -191,7 +191,7 @@ def test_check_lists_every_blocker_at_once_with_its_line_and_what_removes_it(tmp
     assert auto.fixes == ["diff", "cumsum-int64"]
     assert {(b.kind, b.op) for b in auto.remaining} == {("unsupported operator", "aten::histc"),
                                                         ("no gradient", "Round")}
-    assert auto.verdict.startswith("blocked after fixes diff, cumsum-int64")
+    assert auto.verdict.startswith("blocked with fixes diff, cumsum-int64")
 
 
 @slow

@@ -7,10 +7,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ortlab.engine.backends import NAMES as BACKENDS  # pytorch, ortmodule, compile
 from ortlab.errors import InputError
 from ortlab.options import Options
 
-BACKENDS = ("pytorch", "ortmodule")
 OPTIMIZERS = ("adamw", "sgd", "fused_adam", "fp16_optimizer", "zero1")
 PRECISIONS = ("fp32", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -53,6 +53,8 @@ class BurstConfig:
     # the initial parameters times (1 + perturb): a PyTorch run from a start 1e-7 away is the noise pair a
     # comparison's losses and end state are judged against (ortlab.verdict)
     perturb: float = 0.0
+    # torch.compile's settings for a compile burst: mode, dynamic, fullgraph, backend (engine.backends.compiled)
+    compile: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         from ortlab.engine.collectors import COLLECTORS
@@ -83,8 +85,13 @@ class BurstConfig:
         if not isinstance(self.collect, dict):
             raise BurstError(f"collect {self.collect!r} is not allowed; allowed: a dict of collector name -> settings")
         from ortlab.compat.registry import parse
+        from ortlab.engine.backends.compiled import settings
 
         object.__setattr__(self, "fixes", parse(self.fixes))
+        if not isinstance(self.compile, dict):
+            raise BurstError(f"compile {self.compile!r} is not allowed; allowed: a dict of mode, dynamic, fullgraph, "
+                             "backend")
+        object.__setattr__(self, "compile", settings(self.compile))
         unknown = sorted(set(self.collect) - set(COLLECTORS))
         if unknown:
             raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")

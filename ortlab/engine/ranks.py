@@ -93,13 +93,10 @@ class RankEngine(Engine):
         ids = [torch.cuda.current_device()] if b.device.type == "cuda" else None
         return DistributedDataParallel(self.exchange.carrier(module, b.device), device_ids=ids)
 
-    def _wrap(self, b: _Burst, inputs: Any) -> None:
-        super()._wrap(b, inputs)
-        b.runner = self._ddp(b.runner, b)  # DDP(ORTModule(model))
+    def _runner(self, b: _Burst, runner: Any) -> Any:
+        return self._ddp(runner, b)  # DDP(model), DDP(ORTModule(model)), DDP(compiled model)
 
     def _train(self, b: _Burst, on_step, should_stop) -> None:
-        if not b.ortmodule:
-            b.runner = self._ddp(self.model, b)
         try:
             try:
                 super()._train(b, on_step, should_stop)

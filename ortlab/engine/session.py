@@ -92,7 +92,7 @@ class Session:
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
               save_checkpoint: bool = False, sampler: str | None = None, fixes: Any = (),
-              perturb: float = 0.0) -> Run:
+              perturb: float = 0.0, compile: dict[str, Any] | None = None) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
@@ -101,14 +101,24 @@ class Session:
         shared among the ranks (ortlab.engine.sampling); ortlab.balance reports how evenly they were loaded.
         `fixes` ("auto", fix names, or none) are ortlab's compatibility fixes for an ORTModule burst
         (ortlab.compat.registry; `Session.check` says which the model needs); the run records which it applied.
-        A burst whose ORTModule fell back to PyTorch ends with status "fallback", never "ok"."""
+        A burst whose ORTModule fell back to PyTorch ends with status "fallback", never "ok". `compile`: the
+        settings of a backend="compile" burst (mode, dynamic, fullgraph, backend: ortlab.engine.backends.compiled).
+        `perturb`: the initial parameters times (1 + perturb), for a noise reference."""
         from ortlab.engine.config import BurstConfig
 
         cfg = BurstConfig(backend=backend, steps=steps, options=self.shell_options.overlaid(options),
                           optimizer=optimizer, lr=lr, seed=seed, precision=precision, device=device, parity=parity,
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                          save_checkpoint=save_checkpoint, sampler=sampler, fixes=fixes, perturb=perturb)
+                          save_checkpoint=save_checkpoint, sampler=sampler, fixes=fixes, perturb=perturb,
+                          compile=compile or {})
+        run = self._burst(cfg, on_step, progress)
+        self.runs.append(run)
+        self.transition_rows.extend(run.read_json("transitions.json", []))
+        return run
+
+    def _burst(self, cfg, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
+        """Run a burst without keeping it among the session's runs (the evidence a verdict is made of)."""
         bar = _Bar(cfg) if progress else None
         callback = _chain(on_step, bar.update if bar else None)
         try:
@@ -123,10 +133,7 @@ class Session:
         finally:
             if bar:
                 bar.close()
-        run = load_run(path)
-        self.runs.append(run)
-        self.transition_rows.extend(run.read_json("transitions.json", []))
-        return run
+        return load_run(path)
 
     def compare(self, steps: int = 20, options: Options | dict | None = None, **kwargs) -> Comparison:
         """A PyTorch burst and an ORTModule burst from the same snapshot, their differences, and the verdict on
@@ -139,7 +146,7 @@ class Session:
             return Comparison(pt, None)
         ort = self.burst("ortmodule", steps, options, **kwargs)
         if ort.status not in ("interrupted", "stopped"):
-            self.judge(pt, ort, **kwargs)
+            self.judge(pt, ort)
         return Comparison(pt, ort)
 
     def check(self, fixes: Any = "auto", options: Options | dict | None = None):
@@ -158,12 +165,14 @@ class Session:
         return CheckReport.from_dict(self._request(m.RunCheck(fixes, options.to_dict(), out), options,
                                                    "checking the model"))
 
-    def judge(self, pytorch: Run, ortmodule: Run, **burst_kwargs: Any):
+    def judge(self, pytorch: Run, ortmodule: Run, **_: Any):
         """Did ORTModule train the same model as PyTorch? The Verdict on two runs of this session from the same
         snapshot (ortlab.verdict): their first step's gradients compared (dropout off), in parity mode their losses
-        and end states against a PyTorch pair from a start 1e-7 away (one more PyTorch burst), and, when they
-        diverge with no cause named, one step of statistics on both backends to find where. Written to the
-        ORTModule run's folder (verdict.json)."""
+        and end states against a PyTorch pair from a start 1e-7 away (the PyTorch burst again, perturbed), and,
+        when they diverge, the causes `check` names or else one step of statistics on both backends. Written to
+        the ORTModule run's folder (verdict.json); the evidence runs are not added to `runs`."""
+        from dataclasses import replace
+
         from ortlab.engine.config import BurstConfig
         from ortlab.run import write_json
         from ortlab.verdict.judge import FILE, NOT_JUDGED, Verdict, judge
@@ -172,25 +181,22 @@ class Session:
             verdict = judge(pytorch, ortmodule)
             write_json(ortmodule.path / FILE, verdict.to_dict())
             return verdict
+        pt_config = BurstConfig.from_dict(pytorch.meta["config"])
         config = BurstConfig.from_dict(ortmodule.meta["config"])
         fixes = tuple((ortmodule.meta.get("fixes") or {}).get("applied") or ())
-        steps = len(pytorch.metrics)
-        options = Options(config.options.to_dict())
-        kwargs = {k: v for k, v in burst_kwargs.items() if k not in ("collect", "name", "fixes", "on_step")}
         noise = None
         if config.parity:
-            noise = self.burst("pytorch", steps, options, **{**kwargs, "parity": True, "perturb": NOISE_PERTURBATION,
-                                                             "name": "pytorch-noise"})
+            noise = self._burst(replace(pt_config, perturb=NOISE_PERTURBATION, name="pytorch-noise", collect={}))
             if noise.status != "ok":
                 verdict = Verdict(NOT_JUDGED, f"not judged: the noise burst ended {noise.status}")
                 write_json(ortmodule.path / FILE, verdict.to_dict())
                 return verdict
-        gradients = self._gradient_check(config, fixes, options)
+        gradients = self._gradient_check(config, fixes, config.options)
         verdict = judge(pytorch, ortmodule, gradients, noise)
         if verdict.diverged:  # name the causes: what check finds, else where statistics first differ
-            found = self._check_causes(options, fixes)
+            found = self._check_causes(config.options, fixes)
             if not verdict.causes and not found:
-                found.append(self._localize(options, fixes, kwargs))
+                found.append(self._localize(pt_config, config))
             verdict = judge(pytorch, ortmodule, gradients, noise, found)
         write_json(ortmodule.path / FILE, verdict.to_dict())
         return verdict
@@ -241,13 +247,16 @@ class Session:
 
             return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
 
-    def _localize(self, options: Options, fixes: tuple[str, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _localize(self, pt_config, ort_config) -> dict[str, Any]:
         """One step with activation statistics on both backends, and the first divergence between them."""
+        from dataclasses import replace
+
         from ortlab.activations import compare
 
-        common = {**kwargs, "parity": True, "collect": {"stats": {}}}
-        pt = self.burst("pytorch", 1, options, **common, name="localize-pytorch")
-        ort = self.burst("ortmodule", 1, options, **common, fixes=fixes, name="localize-ortmodule")
+        stats = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1, "node_rank": 0,
+                 "rdzv_endpoint": None, "save_checkpoint": False}
+        pt = self._burst(replace(pt_config, name="localize-pytorch", **stats))
+        ort = self._burst(replace(ort_config, name="localize-ortmodule", **stats))
         if not (pt.ok and ort.ok):
             return {"kind": "localized", "text": f"could not localize: the statistics bursts ended {pt.status} and "
                                                  f"{ort.status}"}
@@ -256,8 +265,7 @@ class Session:
             return {"kind": "localized", "text": "one step's statistics agree on both backends: the difference "
                     "builds up over steps", "runs": [pt.path.name, ort.path.name]}
         return {"kind": "localized", "text": f"first divergence (activation statistics, one step): {first}",
-                "step": first.step,
-                "tensor": first.name, "runs": [pt.path.name, ort.path.name]}
+                "step": first.step, "tensor": first.name, "runs": [pt.path.name, ort.path.name]}
 
     def _local_engine(self):
         if self._engine is None:

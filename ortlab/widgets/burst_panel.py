@@ -201,9 +201,7 @@ class BurstPanel(W.VBox):
             self.last_verdict = None
             if [r.backend for r in runs] == ["pytorch", "ortmodule"]:
                 self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, noise pair...</i>"
-                self.last_verdict = self.session.judge(
-                    *runs, seed=self.seed.value, optimizer=self.optimizer.value, precision=self.precision.value,
-                    progress=False, nproc=self.nproc.value)
+                self.last_verdict = self.session.judge(*runs)
             self.status.value = self._summary(runs, self.last_verdict)
         except Exception as e:  # shown in the panel, never printed over the notebook
             first_line = f"{type(e).__name__}: {e}".splitlines()[0]

@@ -1,0 +1,174 @@
+"""torch.compile: the model compiled with the burst's settings (mode, dynamic shapes, fullgraph, backend), kept
+while the settings stay; its start-up (compile time per step: the first, and any that re-compiles), its graph
+breaks (the reason and the user's line) and re-compilations (the guard failures) as data, the analogue of
+ORTModule's init overhead and transitions; inductor's generated code kept in the run (compiled/)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ortlab.engine.backends import Backend
+
+if TYPE_CHECKING:
+    from ortlab.engine.loop import Engine, _Burst
+
+# Each setting and what it may be; the first is the default.
+SETTINGS: dict[str, tuple[Any, ...]] = {
+    "mode": ("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+    "dynamic": (None, True, False),  # None: torch decides (dynamic after a shape changes)
+    "fullgraph": (False, True),  # True: a graph break fails the burst, with its reason
+    "backend": ("inductor", "aot_eager", "eager"),  # aot_eager / eager: for debugging a divergence
+}
+FILE = "compile.json"
+_USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def settings(given: dict[str, Any] | None) -> dict[str, Any]:
+    """The compile settings with defaults filled in; a bad one raises naming it and what is allowed."""
+    from ortlab.engine.config import BurstError
+
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(SETTINGS))
+    if unknown:
+        raise BurstError(f"compile setting {unknown[0]!r} is not known; known: {', '.join(SETTINGS)}")
+    out = {}
+    for name, allowed in SETTINGS.items():
+        value = given.get(name, allowed[0])
+        if not any(value is a or (value == a and type(value) is type(a)) for a in allowed):
+            raise BurstError(f"compile {name} {value!r} is not allowed; allowed: "
+                             f"{', '.join(repr(a) for a in allowed)}")
+        out[name] = value
+    return out
+
+
+@dataclass
+class CompileState:
+    observer: Any = None
+    before: float = 0.0  # seconds of compile time before this step
+    steps: list[dict[str, Any]] = field(default_factory=list)  # the steps that compiled: step, seconds
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Compiled(Backend):
+    name = "compile"
+
+    def __init__(self):
+        self._module = None
+        self._key: tuple | None = None
+
+    def begin(self, engine: Engine, b: _Burst) -> None:
+        from ortlab import _dynamo
+
+        b.state = CompileState(observer=b.stack.enter_context(_dynamo.Observer()))
+
+    def wrap(self, engine: Engine, b: _Burst, inputs: Any) -> Any:
+        import torch
+
+        from ortlab import _dynamo
+        from ortlab.engine.wrapper import Transition
+
+        chosen = settings(b.cfg.compile)
+        key = tuple(sorted(chosen.items()))
+        if self._module is None or key != self._key:
+            first = self._module is None
+            changes = {} if first else {k: {"old": old, "new": chosen[k]} for k, old in self._key
+                                        if chosen[k] != old}
+            if not first:
+                _dynamo.reset()
+            self._module = torch.compile(engine.model, **chosen)
+            self._key = key
+            reason = "first compile" if first else "settings changed: " + ", ".join(
+                f"{k} {v['old']!r} -> {v['new']!r}" for k, v in changes.items())
+            b.transitions.append(Transition(b.path.name, 0, "compile" if first else "re-compile", reason, changes))
+        else:
+            b.transitions.append(Transition(b.path.name, 0, "reuse", "same settings: the compiled module is reused "
+                                            "(a step whose guards fail re-compiles)", {}))
+        return self._module
+
+    @contextlib.contextmanager
+    def forward(self, engine: Engine, b: _Burst, step: int, inputs: Any) -> Iterator[None]:
+        from ortlab import _dynamo
+
+        b.state.observer.step = step
+        b.state.before = _dynamo.compile_seconds()
+        yield
+
+    def after_step(self, engine: Engine, b: _Burst, step: int, inputs: Any, row: dict[str, Any]) -> None:
+        """The step's compile time (forward and backward), when it compiled anything."""
+        from ortlab import _dynamo
+
+        spent = _dynamo.compile_seconds() - b.state.before
+        if spent > 1e-3:
+            from ortlab.engine.wrapper import Transition
+
+            row["compile_s"] = spent
+            b.state.steps.append({"step": step, "seconds": round(spent, 4)})
+            if step > 0:
+                t = Transition(b.path.name, step, "re-compile", "a guard failed: " + "; ".join(
+                    r for rc in b.state.observer.observed.recompiles if rc["step"] == step for r in rc["reasons"])
+                    or "a guard failed", {}, True)
+                b.transitions.append(t)
+
+    def where_failed(self, engine: Engine, b: _Burst, error: BaseException) -> str | None:
+        if b.stage not in ("forward", "backward", "loss"):
+            return None
+        text = str(error)
+        if "Unsupported" in type(error).__name__ or "graph break" in text.lower() or "fullgraph" in text:
+            frames = _USER_FRAME.findall(text)
+            if frames:
+                from ortlab.compat.blockers import short_path
+
+                file, line, func = frames[-1]
+                b.extra["graph_break"] = {"reason": text.strip().splitlines()[0], "file": short_path(file),
+                                          "line": int(line), "function": func}
+            return "torch.compile (a graph break with fullgraph=True)" if b.cfg.compile.get("fullgraph") else \
+                "torch.compile"
+        return f"torch.compile {b.stage}"
+
+    def outcome(self, engine: Engine, b: _Burst) -> None:
+        b.state.observer.step = None  # what follows (accounts, collectors) is not the burst's
+
+    def finish(self, engine: Engine, b: _Burst) -> None:
+        from ortlab import _dynamo
+        from ortlab.compat.blockers import short_path
+
+        observed = b.state.observer.observed
+        breaks: dict[tuple, dict[str, Any]] = {}
+        for g in observed.graph_breaks:
+            key = (g["file"], g["line"], g["reason"])
+            if key not in breaks:
+                breaks[key] = {**g, "file": short_path(g["file"]), "count": 0}
+            breaks[key]["count"] += 1
+        code = self._keep_code(observed.code_files, b.path / "compiled")
+        b.state.info = {
+            "settings": settings(b.cfg.compile), "compile_s": round(sum(s["seconds"] for s in b.state.steps), 4),
+            "compiled_steps": b.state.steps, "graph_breaks": list(breaks.values()),
+            "recompiles": [{**r, "file": short_path(r["file"])} for r in observed.recompiles],
+            "unique_graphs": _dynamo.unique_graphs(), "generated_code": code,
+            "compiled": any(t.action in ("compile", "re-compile") for t in b.transitions),
+        }
+        if b.extra.get("graph_break"):
+            b.state.info["fullgraph_break"] = b.extra["graph_break"]
+
+    @staticmethod
+    def _keep_code(files: list[str], folder: Path) -> list[str]:
+        """Inductor's generated code for this burst, copied into the run (its cache may be emptied later)."""
+        kept = []
+        for name in dict.fromkeys(files):
+            source = Path(name)
+            if source.is_file():
+                folder.mkdir(exist_ok=True)
+                target = folder / source.name
+                shutil.copy2(source, target)
+                kept.append(target.name)
+        return kept
+
+    def write(self, engine: Engine, b: _Burst) -> None:
+        b.writer.write(FILE, b.state.info)
+        b.writer.write("transitions.json", [t.to_dict() for t in b.transitions])
