@@ -236,7 +236,12 @@ class Run:
             out["damaged_metrics_lines"] = self.damaged_lines
         overhead = (self.ort or {}).get("overhead") or {}
         if overhead:
-            out["ort_init_s"] = overhead.get("end to end")
+            out["ort_init_s"] = out["startup_s"] = overhead.get("end to end")
+        compiled = self.read_json("compile.json")
+        if compiled:  # a torch.compile burst (ortlab.engine.backends.compiled)
+            out.update(compile_s=compiled.get("compile_s"), startup_s=compiled.get("compile_s"),
+                       graph_breaks=sum(g.get("count", 1) for g in compiled.get("graph_breaks", [])),
+                       recompiles=len(compiled.get("recompiles", [])))
         from ortlab.account.record import summary_fields
 
         out.update(summary_fields(self.memory))

@@ -1,4 +1,5 @@
-"""A PyTorch burst beside an ORTModule burst of the same steps: the numbers a person compares first."""
+"""PyTorch beside the other backends (ORTModule, torch.compile) of the same snapshot and steps: the numbers a
+person compares first, the verdict on each, and which backend to train with."""
 
 from __future__ import annotations
 
@@ -7,71 +8,145 @@ from typing import Any
 
 from ortlab.run import Run
 
+OTHERS = ("ortmodule", "compile")  # what PyTorch is compared with, in this order
+# What a run that fell back to PyTorch cannot show of ORTModule (its figures would be PyTorch's under its name).
+_COMPARED = ("median_step_s", "ort_init_s", "startup_s", "saved_for_backward_mb", "activation_peak_mb")
+
 
 @dataclass
 class Comparison:
-    """`ortmodule` is None when the comparison was stopped during the PyTorch burst (the second never ran)."""
+    """The runs of one comparison by backend. A backend's run is None when it was not asked for (see `backends`)
+    or the comparison was stopped before it ran."""
 
     pytorch: Run
-    ortmodule: Run | None
+    ortmodule: Run | None = None
+    compile: Run | None = None
+    backends: tuple[str, ...] = ("pytorch", "ortmodule")  # asked for, in order
 
     @property
     def runs(self) -> list[Run]:
-        return [r for r in (self.pytorch, self.ortmodule) if r is not None]
+        return [r for r in (self.run(b) for b in self.backends) if r is not None]
 
-    def losses(self):
-        """Loss per step, one column per backend, and their absolute difference."""
-        import pandas as pd
-
-        pt = self.pytorch.metrics.set_index("step")["loss"] if len(self.pytorch.metrics) else pd.Series(dtype=float)
-        ort = (self.ortmodule.metrics.set_index("step")["loss"] if self.ortmodule is not None
-               and len(self.ortmodule.metrics) else pd.Series(dtype=float))
-        df = pd.DataFrame({"pytorch": pt, "ortmodule": ort})
-        df["abs_diff"] = (df["pytorch"] - df["ortmodule"]).abs()
-        return df
+    def run(self, backend: str) -> Run | None:
+        return getattr(self, backend) if backend in ("pytorch", *OTHERS) else None
 
     @property
-    def verdict(self):
-        """The Verdict on the two runs (agree or diverged, the evidence and the causes), as Session.judge wrote it
-        into the ORTModule run's folder; None when none was made."""
+    def others(self) -> list[str]:
+        """The backends compared with PyTorch."""
+        return [b for b in self.backends if b != "pytorch"]
+
+    def losses(self):
+        """Loss per step, one column per backend, and each other backend's absolute difference from PyTorch
+        (`abs_diff`: ORTModule's, `compile_diff`: torch.compile's)."""
+        import pandas as pd
+
+        columns = {}
+        for backend in self.backends:
+            run = self.run(backend)
+            columns[backend] = (run.metrics.set_index("step")["loss"] if run is not None and len(run.metrics)
+                                else pd.Series(dtype=float))
+        df = pd.DataFrame(columns)
+        for backend in self.others:
+            df["abs_diff" if backend == "ortmodule" else f"{backend}_diff"] = (df["pytorch"] - df[backend]).abs()
+        return df
+
+    def verdict_of(self, backend: str):
+        """The Verdict on a backend's run against PyTorch's (Session.judge wrote it into that run's folder)."""
         from ortlab.verdict.judge import FILE, Verdict
 
-        data = self.ortmodule.read_json(FILE) if self.ortmodule is not None else None
+        run = self.run(backend)
+        data = run.read_json(FILE) if run is not None else None
         return Verdict.from_dict(data) if data else None
 
     @property
-    def not_compared(self) -> str | None:
-        """Why the two runs are not compared (loss difference, step time and memory ratios): the ORTModule run fell
-        back to PyTorch, so its numbers are PyTorch's."""
-        if self.ortmodule is not None and self.ortmodule.status == "fallback":
-            return f"the ortmodule run is a PyTorch run ({self.ortmodule.error})"
+    def verdict(self):
+        """The Verdict on ORTModule's run (agree or diverged, the evidence and the causes); None without one."""
+        return self.verdict_of("ortmodule")
+
+    def not_compared_of(self, backend: str) -> str | None:
+        """Why a backend's run is not compared with PyTorch's: it fell back to PyTorch (its numbers are
+        PyTorch's)."""
+        run = self.run(backend)
+        if run is not None and run.status == "fallback":
+            return f"the {backend} run is a PyTorch run ({run.error})"
         return None
 
-    def to_dict(self) -> dict[str, Any]:
-        pt = self.pytorch.summary()
-        ort = self.ortmodule.summary() if self.ortmodule is not None else {"backend": "ortmodule", "status": "not run"}
-        losses = self.losses().dropna()
-        if self.not_compared:
-            losses, ort = losses.iloc[:0], {k: v for k, v in ort.items() if k not in _COMPARED}
-        out = {
-            "pytorch": {**pt, "path": str(self.pytorch.path)},
-            "ortmodule": {**ort, "path": str(self.ortmodule.path) if self.ortmodule is not None else None},
-            "max_loss_diff": float(losses["abs_diff"].max()) if len(losses) else None,
-            "step_time_ratio": (ort["median_step_s"] / pt["median_step_s"])
-            if pt.get("median_step_s") and ort.get("median_step_s") else None,
-            "ort_init_s": ort.get("ort_init_s"),
-            "parity": bool(self.pytorch.meta.get("config", {}).get("parity")),
-            "saved_for_backward_ratio": (ort["saved_for_backward_mb"] / pt["saved_for_backward_mb"])
-            if pt.get("saved_for_backward_mb") and ort.get("saved_for_backward_mb") is not None else None,
-        }
-        if self.not_compared:
-            out["not_compared"] = self.not_compared
-        verdict = self.verdict
+    @property
+    def not_compared(self) -> str | None:
+        return self.not_compared_of("ortmodule")
+
+    def versus(self, backend: str) -> dict[str, Any]:
+        """A backend against PyTorch: the largest loss difference, the step-time and memory ratios, its start-up,
+        and its verdict; none of the comparisons when it did not really run on that backend."""
+        pt, run = self.pytorch.summary(), self.run(backend)
+        other = run.summary() if run is not None else {}
+        losses = self.losses().dropna(subset=[backend]) if run is not None else None
+        column = "abs_diff" if backend == "ortmodule" else f"{backend}_diff"
+        out: dict[str, Any] = {"max_loss_diff": None, "step_time_ratio": None, "saved_for_backward_ratio": None,
+                               "startup_s": other.get("startup_s")}
+        if self.not_compared_of(backend):
+            out["not_compared"] = self.not_compared_of(backend)
+            out["startup_s"] = None
+        elif run is not None:
+            diffs = losses[column].dropna()
+            out["max_loss_diff"] = float(diffs.max()) if len(diffs) else None
+            if pt.get("median_step_s") and other.get("median_step_s"):
+                out["step_time_ratio"] = other["median_step_s"] / pt["median_step_s"]
+            if pt.get("saved_for_backward_mb") and other.get("saved_for_backward_mb") is not None:
+                out["saved_for_backward_ratio"] = other["saved_for_backward_mb"] / pt["saved_for_backward_mb"]
+        verdict = self.verdict_of(backend)
         out["verdict"] = verdict.to_dict() if verdict is not None else None
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backends": list(self.backends)}
+        for backend in self.backends:
+            run = self.run(backend)
+            summary = run.summary() if run is not None else {"backend": backend, "status": "not run"}
+            if self.not_compared_of(backend):
+                summary = {k: v for k, v in summary.items() if k not in _COMPARED}
+            out[backend] = {**summary, "path": str(run.path) if run is not None else None}
+        versus = {b: self.versus(b) for b in self.others}
+        out["versus"] = versus
+        ort = versus.get("ortmodule") or {}  # ORTModule's figures at the top, as ortlab has always given them
+        out.update(max_loss_diff=ort.get("max_loss_diff"), step_time_ratio=ort.get("step_time_ratio"),
+                   ort_init_s=None if ort.get("not_compared") else out.get("ortmodule", {}).get("ort_init_s"),
+                   saved_for_backward_ratio=ort.get("saved_for_backward_ratio"), verdict=ort.get("verdict"),
+                   parity=bool(self.pytorch.meta.get("config", {}).get("parity")))
+        if ort.get("not_compared"):
+            out["not_compared"] = ort["not_compared"]
         for run in self.runs:
             if run.error or run.meta.get("warning"):
                 out.setdefault("problems", []).append(f"{run.backend}: {run.error or run.meta['warning']}")
         return out
+
+    def decision(self):
+        """Which backend to train with, as a table: per backend its status, speed after start-up (median step),
+        start-up cost, the steps after which it has made its start-up back against PyTorch, memory, numerics
+        (the verdict) and what failed."""
+        import pandas as pd
+
+        pt = self.pytorch.summary()
+        rows = []
+        for backend in self.backends:
+            run = self.run(backend)
+            s = run.summary() if run is not None else {"status": "not run"}
+            verdict = self.verdict_of(backend) if backend != "pytorch" else None
+            step, startup = s.get("median_step_s"), s.get("startup_s") or 0.0
+            if backend == "pytorch" or run is None or s.get("status") != "ok" or not step:
+                even = None
+            else:
+                gain = (pt.get("median_step_s") or 0) - step
+                even = "never (slower)" if gain <= 0 else f"{startup / gain:.0f}"
+            rows.append({"backend": backend, "status": s.get("status"),
+                         "median step (ms)": None if not step or s.get("status") == "fallback" else step * 1000,
+                         "start-up (s)": s.get("startup_s"), "steps to break even": even,
+                         "kept for backward (MB)": s.get("saved_for_backward_mb"),
+                         "peak resident set (MB)": s.get("peak_mem_mb"),
+                         "numerics": "reference" if backend == "pytorch" else
+                         (verdict.headline if verdict is not None else "not judged"),
+                         "failed": (run.error if run is not None and s.get("status") != "ok" else None)})
+        return pd.DataFrame(rows)
 
     def __str__(self) -> str:
         d = self.to_dict()
@@ -79,43 +154,53 @@ class Comparison:
         def fmt(value, spec=".4f"):
             return "-" if value is None else format(value, spec)
 
-        rows = [("", "pytorch", "ortmodule")]
+        backends = list(self.backends)
+        rows = [("", *backends)]
         process = "peak CUDA allocated (MB)" if self.pytorch.meta.get("device") == "cuda" else "peak resident set (MB)"
-        shown = (("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
+        shown = [("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
                  ("median step (ms)", "median_step_s", "ms"), (process, "peak_mem_mb", ".0f"),
                  ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
-                 ("activation peak (MB)", "activation_peak_mb", ".2f"))
+                 ("activation peak (MB)", "activation_peak_mb", ".2f")]
+        if len(backends) > 2 or "compile" in backends:
+            shown.insert(4, ("start-up (s)", "startup_s", ".2f"))
+        if "compile" in backends:
+            shown += [("graph breaks", "graph_breaks", "d"), ("recompiles", "recompiles", "d")]
         for label, key, spec in shown:
             vals = []
-            for backend in ("pytorch", "ortmodule"):
+            for backend in backends:
                 v = d[backend].get(key)
                 vals.append("-" if v is None else f"{v * 1000:.1f}" if spec == "ms" else format(v, spec))
             rows.append((label, *vals))
-        if any(d[backend].get("fixes") for backend in ("pytorch", "ortmodule")):  # ortlab.compat fixes applied
-            rows.insert(2, ("fixes", *(", ".join(d[backend].get("fixes") or []) or "-"
-                                      for backend in ("pytorch", "ortmodule"))))
-        if any(d[backend].get("nproc") for backend in ("pytorch", "ortmodule")):  # a distributed burst
-            rows.append(("ranks", *(_ranks_cell(d[backend]) for backend in ("pytorch", "ortmodule"))))
-        if any(d[backend].get("imbalance") for backend in ("pytorch", "ortmodule")):  # ranks (ortlab.balance)
+        if any(d[b].get("fixes") for b in backends):  # ortlab.compat fixes applied
+            rows.insert(2, ("fixes", *(", ".join(d[b].get("fixes") or []) or "-" for b in backends)))
+        if any(d[b].get("nproc") for b in backends):  # a distributed burst
+            rows.append(("ranks", *(_ranks_cell(d[b]) for b in backends)))
+        if any(d[b].get("imbalance") for b in backends):  # ranks (ortlab.balance)
             for label, key, spec in (("load imbalance (max/mean)", "load", ".3f"),
                                      ("ranks waited (of step)", "wait_share", ".1%")):
-                rows.append((label, *(fmt((d[backend].get("imbalance") or {}).get(key), spec)
-                                      for backend in ("pytorch", "ortmodule"))))
+                rows.append((label, *(fmt((d[b].get("imbalance") or {}).get(key), spec) for b in backends)))
         width = max(len(r[0]) for r in rows)
-        lines = [f"{r[0]:<{width}}  {r[1]:>12}  {r[2]:>12}" for r in rows]
-        if d.get("verdict"):
-            from ortlab.verdict.judge import Verdict
+        lines = ["  ".join([f"{r[0]:<{width}}", *(f"{c:>12}" for c in r[1:])]) for r in rows]
+        from ortlab.verdict.judge import Verdict
 
-            lines += ["verdict: " + line if i == 0 else line
-                      for i, line in enumerate(Verdict.from_dict(d["verdict"]).lines())]
-        if d.get("not_compared"):
-            lines.append("loss difference, step time ratio, memory: not compared: " + d["not_compared"])
-        else:
-            lines.append(f"max |loss difference| {fmt(d['max_loss_diff'], '.3g')}")
-            lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) "
-                         f"{fmt(d['step_time_ratio'], '.2f')}")
-            lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
-        lines += _memory_lines(d)
+        for backend in self.others:
+            versus = d["versus"][backend]
+            name = "" if self.others == ["ortmodule"] else f"{backend} "
+            if versus.get("verdict"):
+                lines += [f"{name}verdict: {line}" if i == 0 else line
+                          for i, line in enumerate(Verdict.from_dict(versus["verdict"]).lines())]
+            if versus.get("not_compared"):
+                lines.append(f"{name}loss difference, step time ratio, memory: not compared: {versus['not_compared']}")
+            elif backend == "ortmodule":
+                lines.append(f"max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}")
+                lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) "
+                             f"{fmt(versus['step_time_ratio'], '.2f')}")
+                lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
+            else:
+                lines.append(f"{backend}: max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}, step time "
+                             f"ratio ({backend} / pytorch) {fmt(versus['step_time_ratio'], '.2f')}, start-up "
+                             f"{fmt(versus['startup_s'], '.2f')} s")
+        lines += _memory_lines(d, backends)
         if not d["parity"]:
             lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ "
                          "(use --parity)")
@@ -123,10 +208,6 @@ class Comparison:
             lines.append(f"problem: {problem}")
         lines.append("runs: " + "\n      ".join(_shown(r.path) for r in self.runs))
         return "\n".join(lines)
-
-
-# What a run that fell back to PyTorch cannot show of ORTModule (its figures would be PyTorch's under its name).
-_COMPARED = ("median_step_s", "ort_init_s", "saved_for_backward_mb", "activation_peak_mb")
 
 
 def _shown(path) -> str:
@@ -141,16 +222,16 @@ def _shown(path) -> str:
         return str(path)
 
 
-def _memory_lines(d: dict[str, Any]) -> list[str]:
+def _memory_lines(d: dict[str, Any], backends: list[str]) -> list[str]:
     """What the accounted rows count (the process figure counts everything the process holds), or why a backend
     has no account."""
-    accounted = [b for b in ("pytorch", "ortmodule") if d[b].get("memory_counts") and not d[b].get("memory_missing")]
+    accounted = [b for b in backends if d[b].get("memory_counts") and not d[b].get("memory_missing")]
     lines = []
     if accounted:
         lines.append("accounted rows: activations only (ortlab.account), exact at the burst's shapes; the "
                      "process's peak counts everything it holds:")
-        lines += [f"  {d[b]['memory_counts']}" for b in accounted]
-    lines += [f"no activation account for {b}: {d[b]['memory_missing']}" for b in ("pytorch", "ortmodule")
+        lines += [f"  {c}" for c in dict.fromkeys(d[b]["memory_counts"] for b in accounted)]
+    lines += [f"no activation account for {b}: {d[b]['memory_missing']}" for b in backends
               if d[b].get("memory_missing")]
     return lines
 

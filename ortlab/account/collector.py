@@ -1,10 +1,11 @@
 """Collector "memory": a burst's activation-memory account, written into the run as memory.json.
 
 PyTorch bursts: what autograd saves for backward in one step on the first batch, taken in start(), before the
-first step, without a trace on the burst: the random states (torch, CUDA, numpy, Python), the model's buffers
-(a BatchNorm's running statistics) and its gradients are put back afterwards, so the burst's losses are those
-of a burst without it. ORTModule bursts: the account of the execution graph ORT ran, at finish(), which ORT
-writes only when the burst saves its graphs (the option save_onnx).
+first step (torch.compile bursts: at finish(), through the compiled module), without a trace on the burst: the
+random states (torch, CUDA, numpy, Python), the model's buffers (a BatchNorm's running statistics) and its
+gradients are put back afterwards, so the burst's losses are those of a burst without it. ORTModule bursts: the
+account of the execution graph ORT ran, at finish(), which ORT writes only when the burst saves its graphs (the
+option save_onnx).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class MemoryCollector(Collector):
 
         if cfg.backend == "ortmodule":
             self._data = _graph(engine, cfg, run_dir, status)
+        elif cfg.backend == "compile" and engine.runner is not None and status == "ok":
+            self._data = _autograd(engine, cfg, runner=engine.runner)  # what the compiled graphs save
         elif self._data is None:
             self._data = missing(AUTOGRAD, f"the burst ended ({status}) before the account was taken")
         write_json(run_dir / FILE, self._data)
@@ -91,7 +94,7 @@ def untouched(model) -> Iterator[None]:
             p.grad = g
 
 
-def _autograd(engine, cfg) -> dict[str, Any]:
+def _autograd(engine, cfg, runner: Any = None) -> dict[str, Any]:
     import torch
 
     from ortlab.account.torch_account import torch_memory
@@ -102,10 +105,13 @@ def _autograd(engine, cfg) -> dict[str, Any]:
     try:
         with untouched(engine.model), torch.autocast(device.type, dtype=torch.float16,
                                                      enabled=cfg.precision == "fp16"):
-            account = torch_memory(engine.workload, device=str(device))
+            account = torch_memory(engine.workload, device=str(device), runner=runner)
     except Exception as e:  # the account must not cost the burst
         return missing(AUTOGRAD, f"autograd's account failed: {type(e).__name__}: {root_message(e)}")
-    return {"kind": AUTOGRAD, "counts": COUNTS[AUTOGRAD], **account.to_dict()}
+    counts = COUNTS[AUTOGRAD] if runner is None else (
+        "torch.compile: the storages its compiled graphs save for backward in one step on the first batch; "
+        "parameters, inputs and what the loss saves apart")
+    return {"kind": AUTOGRAD, "counts": counts, **account.to_dict()}
 
 
 def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:

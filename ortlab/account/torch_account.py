@@ -91,10 +91,11 @@ def _sum_loss(outputs, _target):
 
 def torch_memory(workload_or_model: Any = None, inputs: Any = None, loss: Any = None, *,
                  model_kwargs: dict | None = None, step: int = 0, seed: int = 0,
-                 device: str = "cpu") -> TorchAccount:
+                 device: str = "cpu", runner: Any = None) -> TorchAccount:
     """What autograd saves for backward in one training step: of a Workload, a model factory as
     `ortlab.Session` takes it (default: the demo), or an nn.Module with `inputs=` (and optionally `loss=`;
-    default: the sum of its outputs); on `device`, with the inputs of step `step`."""
+    default: the sum of its outputs); on `device`, with the inputs of step `step`. `runner`: the module to run
+    instead of the model (its compiled module: what the compiled graphs save, attributed to "(compiled)")."""
     import torch
 
     from ortlab.workload import call_model, to_device
@@ -146,10 +147,14 @@ def torch_memory(workload_or_model: Any = None, inputs: Any = None, loss: Any = 
     def leave(module, args, output) -> None:
         stack.pop()
 
-    hooks = [h for m in names for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
+    # module hooks name who saved what; a compiled module runs graphs, not modules (and hooks would be traced)
+    hooks = [] if runner is not None else [
+        h for m in names for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
+    if runner is not None:
+        stack.append("(compiled)")
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            value = work.loss(call_model(model, batch_inputs), target)
+            value = work.loss(call_model(runner if runner is not None else model, batch_inputs), target)
         value.backward()
     finally:
         for h in hooks:

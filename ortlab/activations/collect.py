@@ -149,6 +149,7 @@ class StatsCollector(Collector):
         self._hooks: list[tuple[torch.nn.Module, bool, _Hook]] = []  # (module, pre-hook?, hook), set in start
         self._handles: list = []  # while the hooks are registered
         self._graph = False
+        self._compiled = False  # a torch.compile burst (set in start)
         self._frames: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._fw, self._bw = np.empty((0, _NF)), np.empty((0, _NF))  # this step's rows, per slot
         self._fws, self._bws = np.empty((0, samples), np.float32), np.empty((0, samples), np.float32)
@@ -170,6 +171,7 @@ class StatsCollector(Collector):
         if pythonop.active() not in (None, self):
             raise StatsError("another stats collector is active in this process (a burst inside a burst?)")
         self._graph = cfg.backend == "ortmodule"
+        self._compiled = cfg.backend == "compile"
         if self._graph:
             pythonop.prepare_export()
         model = engine.model
@@ -199,8 +201,9 @@ class StatsCollector(Collector):
         """Register the forward hooks (a module with hooks takes torch's slower call path, so a PyTorch burst
         that records only some steps has them only on those: see step_end)."""
         if not self._handles:
-            self._handles = [module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook)
-                             for module, pre, hook in self._hooks]
+            wrap = torch.compiler.disable if self._compiled else (lambda hook: hook)  # compile: a break per hook
+            self._handles = [module.register_forward_pre_hook(wrap(hook)) if pre else
+                             module.register_forward_hook(wrap(hook)) for module, pre, hook in self._hooks]
 
     def _detach(self) -> None:
         for handle in self._handles:
@@ -218,8 +221,9 @@ class StatsCollector(Collector):
                 self._aliases = {}
 
     def step_end(self, step: int) -> None:
-        if not self._graph and self.steps is not None and step + 1 not in self.steps:
-            self._detach()  # the next step records nothing (ORTModule: hooks run only in the export, keep them)
+        if not (self._graph or self._compiled) and self.steps is not None and step + 1 not in self.steps:
+            self._detach()  # the next step records nothing (ORTModule: hooks run only in the export, keep them;
+            # torch.compile: another set of hooks is another graph to compile)
         if self._step is None:
             return
         n = len(self.slots)

@@ -22,42 +22,57 @@ INTERRUPTED = ("interrupted", "stopped")
 
 
 def cmd_burst(args) -> int:
-    from ortlab.engine.session import Session
+    from ortlab.engine.config import BACKENDS
+    from ortlab.engine.session import Session, parse_backends
+
+    backends = (args.backend,) if args.backend in BACKENDS else parse_backends(args.backend)
+    kwargs, options = burst_kwargs(args, backends)
+    with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
+        if len(backends) > 1:
+            comparison = session.compare(args.steps, options, backends=backends, **kwargs)
+            print_json(comparison.to_dict()) if args.json else print(comparison)
+            return outcome(comparison.runs, comparison, args.allow_fallback)
+        run = session.burst(backends[0], args.steps, options, **kwargs)
+        if args.json:
+            print_json({**run.summary(), "path": str(run.path), "error": run.error})
+        else:
+            print(_single(run))
+    return outcome([run], None, args.allow_fallback)
+
+
+def burst_kwargs(args, backends) -> tuple[dict, object]:
+    """Session.burst's keywords and the options from `ortlab burst`'s (and `ortlab compare`'s) arguments."""
     from ortlab.options import Options
 
     options = Options.parse(args.option)
     collect = collect_settings(args)
-    if args.save_graphs or ("memory" in collect and args.backend != "pytorch"):  # the account reads ORT's graph
+    if args.save_graphs or ("memory" in collect and "ortmodule" in backends):  # the account reads ORT's graph
         options = options.replace(save_onnx=True)
-    kwargs = dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=args.precision,
-                  device=args.device, parity=args.parity, progress=not args.json and sys.stderr.isatty(),
-                  collect=collect, nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
-                  rdzv_endpoint=args.rdzv_endpoint, save_checkpoint=args.save_checkpoint,
-                  sampler=args.sampler, fixes=args.fix)
-    comparison = None
-    with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
-        if args.backend == "both":
-            comparison = session.compare(args.steps, options, **kwargs)
-            runs = comparison.runs
-            print_json(comparison.to_dict()) if args.json else print(comparison)
-        else:
-            run = session.burst(args.backend, args.steps, options, **kwargs)
-            runs = [run]
-            if args.json:
-                print_json({**run.summary(), "path": str(run.path), "error": run.error})
-            else:
-                print(_single(run))
+    compile_settings = {"mode": args.compile_mode, "fullgraph": args.compile_fullgraph,
+                        "backend": args.compile_backend,
+                        "dynamic": {"auto": None, "true": True, "false": False}[args.compile_dynamic]}
+    return dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=args.precision, device=args.device,
+                parity=args.parity, progress=not args.json and sys.stderr.isatty(), collect=collect,
+                nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
+                save_checkpoint=args.save_checkpoint, sampler=args.sampler, fixes=args.fix,
+                compile=compile_settings), options
+
+
+def outcome(runs, comparison, allow_fallback: bool) -> int:
+    """The exit code, after each failure's error and hint on stderr: 130 interrupted; 1 a run that failed, fell
+    back (unless allowed) or a verdict that diverged; else 0."""
     for run in runs:
         for key in ("error", "hint"):
             if run.meta.get(key) and run.status != "ok":
                 print(f"ortlab burst: {run.backend}: {run.meta[key]}", file=sys.stderr)
     if any(r.status in INTERRUPTED for r in runs):
         return 130
-    accepted = ("ok", "fallback") if args.allow_fallback else ("ok",)
-    if comparison is not None and comparison.verdict is not None and comparison.verdict.diverged:
-        print(f"ortlab burst: {comparison.verdict.headline}", file=sys.stderr)
-        return 1
-    return 0 if all(r.status in accepted for r in runs) else 1
+    diverged = [v for v in (comparison.verdict_of(b) for b in comparison.others) if v is not None and v.diverged] \
+        if comparison is not None else []
+    for verdict in diverged:
+        print(f"ortlab burst: {verdict.headline}", file=sys.stderr)
+    accepted = ("ok", "fallback") if allow_fallback else ("ok",)
+    return 1 if diverged or not all(r.status in accepted for r in runs) else 0
 
 
 def collect_settings(args) -> dict[str, dict]:
@@ -93,7 +108,9 @@ def register(sub) -> None:
 
     b = sub.add_parser("burst", help="train N steps on PyTorch and/or ORTModule and print a summary")
     add_model_args(b)
-    b.add_argument("--backend", choices=("pytorch", "ortmodule", "both"), default="both")
+    b.add_argument("--backend", default="both", type=backend_list, metavar="BACKEND[,BACKEND]",
+                   help="pytorch, ortmodule, compile (torch.compile), both (= pytorch,ortmodule), all, or a comma "
+                   "list: several are compared with PyTorch, each judged against it")
     b.add_argument("--steps", type=positive_int, default=20)
     b.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="ORTModule option, e.g. memory_opt_level=1 or ORTMODULE_LOG_LEVEL=INFO (repeatable)")
@@ -104,6 +121,7 @@ def register(sub) -> None:
                    "as written")
     b.add_argument("--allow-fallback", action="store_true",
                    help="exit 0 even when ORTModule fell back to PyTorch (the run's status stays 'fallback')")
+    add_compile_args(b)
     b.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
     b.add_argument("--lr", type=positive_float, default=1e-3)
     b.add_argument("--seed", type=seed, default=0)
@@ -141,3 +159,30 @@ def register(sub) -> None:
     add_in_process_arg(b)
     add_json_arg(b)
     b.set_defaults(func=cmd_burst)
+
+
+def backend_list(text: str) -> str:
+    """--backend's value, checked: one backend, both, all, or a comma list of backends."""
+    import argparse
+
+    from ortlab.engine.config import BACKENDS
+
+    names = [n.strip() for n in text.split(",")] if text not in ("both", "all") else [text]
+    bad = [n for n in names if n not in (*BACKENDS, "both", "all")]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not a backend; allowed: {', '.join(BACKENDS)}, both, all, "
+                                         "or a comma list")
+    return text
+
+
+def add_compile_args(p) -> None:
+    from ortlab.engine.backends.compiled import SETTINGS
+
+    c = p.add_argument_group("torch.compile (the compile backend)")
+    c.add_argument("--compile-mode", default=SETTINGS["mode"][0], choices=SETTINGS["mode"])
+    c.add_argument("--compile-backend", default=SETTINGS["backend"][0], choices=SETTINGS["backend"],
+                   help="inductor generates code; aot_eager and eager help debug a divergence")
+    c.add_argument("--compile-dynamic", default="auto", choices=("auto", "true", "false"),
+                   help="dynamic shapes (auto: torch decides, dynamic after a shape changes)")
+    c.add_argument("--compile-fullgraph", action="store_true",
+                   help="a graph break fails the burst, with its reason and line")

@@ -276,7 +276,7 @@ def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], export
     try:
         wrapped = fresh_ortmodule(model)
         with hz.captured(model, 0, found_hazards):
-            gradients = first_step(workload, fixes, log=log, ortmodule=wrapped, batch=(inputs, target))
+            gradients = first_step(workload, fixes, log=log, runner=wrapped, batch=(inputs, target))
     except Exception as e:
         return False, [_step_failure(e, exported)], hz.unique(found_hazards)
     found_hazards = hz.unique(found_hazards)

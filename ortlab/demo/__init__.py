@@ -23,7 +23,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, n_head: int, seq_len: int, dropout: float):
         super().__init__()
-        self.n_head = n_head
+        self.n_head, self.d_model, self.head_dim = n_head, d_model, d_model // n_head  # ints: no tracer warning
         self.scale = 1.0 / math.sqrt(d_model // n_head)  # a Python float: no tracer warning at export
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
@@ -34,10 +34,10 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x):
         b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q = q.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
-        k = k.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
-        v = v.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+        q, k, v = self.qkv(x).split(self.d_model, dim=2)
+        q = q.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
         att = torch.matmul(q, k.transpose(-2, -1)) * self.scale
         att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
         att = self.attn_drop(F.softmax(att, dim=-1))

@@ -102,17 +102,23 @@ class Engine:
             return check(self.workload, fixes, options["onnx_opset_version"], folder)
 
     def gradient_check(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
-        """The first batch's gradients on both backends from the initial snapshot (ortlab.verdict.gradients), with
-        the ORTModule burst's fixes. In parity mode through the last burst's ORTModule when it was exported
-        in parity mode without instrumentation (no export); otherwise a fresh one (one export)."""
+        """The first batch's gradients on PyTorch and on `cfg`'s backend from the initial snapshot
+        (ortlab.verdict.gradients), with the ORTModule burst's fixes. ORTModule: in parity mode through the last
+        burst's ORTModule when it was exported in parity mode without instrumentation (no export), otherwise a
+        fresh one (one export). torch.compile: through the last burst's compiled module (its settings)."""
         from ortlab.verdict.gradients import first_step
 
         self.initial.restore(self.model)
         batch = self.feed.batch(0)
-        reuse = self.wrapper.parity_wrap(cfg.effective_options(), fixes, batch[0]) if cfg.parity else None
+        if cfg.backend == "compile":
+            runner = self.backend("compile").compiled(self.model, cfg.compile)
+            reuse = None
+        else:
+            runner = reuse = self.wrapper.parity_wrap(cfg.effective_options(), fixes, batch[0]) if cfg.parity \
+                else None
         with cfg.effective_options().applied():
-            check = first_step(self.workload, fixes, cfg.seed, ortmodule=reuse, batch=batch)
-        return {**check.to_dict(), "exported": reuse is None}
+            check = first_step(self.workload, fixes, cfg.seed, runner=runner, batch=batch)
+        return {**check.to_dict(), "exported": cfg.backend == "ortmodule" and reuse is None}
 
     def check_import_options(self, options: Options) -> None:
         mine = self.import_options.with_read_at(ReadAt.IMPORT)

@@ -135,19 +135,23 @@ class Session:
                 bar.close()
         return load_run(path)
 
-    def compare(self, steps: int = 20, options: Options | dict | None = None, **kwargs) -> Comparison:
-        """A PyTorch burst and an ORTModule burst from the same snapshot, their differences, and the verdict on
-        them (Session.judge: agree or diverged, with the evidence and the causes). A Stop (or Ctrl-C) during the
-        PyTorch burst ends the comparison: the ORTModule burst does not start."""
+    def compare(self, steps: int = 20, options: Options | dict | None = None, *,
+                backends: Any = ("pytorch", "ortmodule"), **kwargs) -> Comparison:
+        """PyTorch and the other `backends` ("ortmodule", "compile"; or "both", "all", or "a,b,c") from the same
+        snapshot, their differences, and the verdict on each against PyTorch (Session.judge: agree or diverged,
+        the evidence and the causes). A Stop (or Ctrl-C) ends the comparison: the bursts after it do not start."""
         from ortlab.summary import Comparison
 
-        pt = self.burst("pytorch", steps, options, **kwargs)
-        if pt.status in ("interrupted", "stopped"):
-            return Comparison(pt, None)
-        ort = self.burst("ortmodule", steps, options, **kwargs)
-        if ort.status not in ("interrupted", "stopped"):
-            self.judge(pt, ort)
-        return Comparison(pt, ort)
+        chosen = parse_backends(backends)
+        runs: dict[str, Run] = {}
+        for backend in chosen:
+            runs[backend] = self.burst(backend, steps, options, **kwargs)
+            if runs[backend].status in ("interrupted", "stopped"):
+                break
+        for backend, run in runs.items():
+            if backend != "pytorch" and run.status not in ("interrupted", "stopped"):
+                self.judge(runs["pytorch"], run)
+        return Comparison(**runs, backends=chosen)
 
     def check(self, fixes: Any = "auto", options: Options | dict | None = None):
         """Will the model train on ORTModule? Every blocker at once, with its module and source line, the fixes
@@ -166,11 +170,12 @@ class Session:
                                                    "checking the model"))
 
     def judge(self, pytorch: Run, ortmodule: Run, **_: Any):
-        """Did ORTModule train the same model as PyTorch? The Verdict on two runs of this session from the same
-        snapshot (ortlab.verdict): their first step's gradients compared (dropout off), in parity mode their losses
-        and end states against a PyTorch pair from a start 1e-7 away (the PyTorch burst again, perturbed), and,
-        when they diverge, the causes `check` names or else one step of statistics on both backends. Written to
-        the ORTModule run's folder (verdict.json); the evidence runs are not added to `runs`."""
+        """Did the other backend (ORTModule, torch.compile) train the same model as PyTorch? The Verdict on two runs
+        of this session from the same snapshot (ortlab.verdict): their first step's gradients compared (dropout
+        off), in parity mode their losses and end states against a PyTorch pair from a start 1e-7 away (the
+        PyTorch burst again, perturbed), and, when they diverge, the causes `check` names (ORTModule) or else one
+        step of statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs
+        are not added to `runs`."""
         from dataclasses import replace
 
         from ortlab.engine.config import BurstConfig
@@ -194,7 +199,7 @@ class Session:
         gradients = self._gradient_check(config, fixes, config.options)
         verdict = judge(pytorch, ortmodule, gradients, noise)
         if verdict.diverged:  # name the causes: what check finds, else where statistics first differ
-            found = self._check_causes(config.options, fixes)
+            found = self._check_causes(config.options, fixes) if config.backend == "ortmodule" else []
             if not verdict.causes and not found:
                 found.append(self._localize(pt_config, config))
             verdict = judge(pytorch, ortmodule, gradients, noise, found)
@@ -482,6 +487,23 @@ class Session:
         except (EOFError, OSError):
             return None
         return None if w.proc.poll() is not None and not _has_data(w.conn) else "tick"
+
+
+def parse_backends(value: Any) -> tuple[str, ...]:
+    """"both" (PyTorch and ORTModule), "all", "pytorch,compile" or a sequence -> the backends of a comparison,
+    PyTorch first (every other is compared with it); a bad name raises naming what is allowed."""
+    from ortlab.engine.config import BACKENDS, BurstError
+
+    if isinstance(value, str):
+        value = {"both": ("pytorch", "ortmodule"), "all": BACKENDS}.get(value.strip(), value.split(","))
+    names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
+    for name in names:
+        if name not in BACKENDS:
+            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all")
+    if len(names) < 2:
+        raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
+                         "pytorch,ortmodule,compile")
+    return ("pytorch", *(n for n in names if n != "pytorch"))
 
 
 def _has_data(conn: Connection) -> bool:

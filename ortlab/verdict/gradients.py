@@ -144,11 +144,11 @@ def kept(model: Any) -> Iterator[None]:
 
 
 def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int = 0, tolerance: float = AGREE,
-               log: Path | None = None, ortmodule: Any = None, batch: tuple[Any, Any] | None = None) -> GradientCheck:
-    """The first batch's gradients on PyTorch (the model as written) and on ORTModule (with `fixes` applied),
-    every dropout off, the same seeds, ORT's compute optimizer off (parity mode). `ortmodule`: an ORTModule over
-    the model exported in parity mode to reuse (no export); None: a fresh one (one export). `batch`: the inputs
-    and target (default: the workload's batch 0)."""
+               log: Path | None = None, runner: Any = None, batch: tuple[Any, Any] | None = None) -> GradientCheck:
+    """The first batch's gradients on PyTorch (the model as written) and on the other backend (with `fixes`
+    applied), every dropout off, the same seeds, ORT's compute optimizer off (parity mode). `runner`: the other
+    backend's module over the model (an ORTModule exported in parity mode, a compiled module); None: a fresh
+    ORTModule (one export). `batch`: the inputs and target (default: the workload's batch 0)."""
     from ortlab.capture import captured_output
     from ortlab.compat import registry
     from ortlab.engine.parity import parity
@@ -166,5 +166,5 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
             pt = step(workload, inputs, target)
         with parity(model, True, seed), registry.applied(model, list(fixes)), \
                 captured_output(log or Path("/dev/null")):
-            ort = step(workload, inputs, target, ortmodule if ortmodule is not None else fresh_ortmodule(model))
+            ort = step(workload, inputs, target, runner if runner is not None else fresh_ortmodule(model))
     return compare(pt, ort, tolerance, list(fixes))

@@ -5,6 +5,7 @@ the model may take differently on other inputs. Captured as it happens, with the
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -72,6 +73,8 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, TracerWarning) or str(message).startswith(_OTHER):
+            if _LIBRARY.search(filename.replace("\\", "/")):  # warned inside torch: the model's line called it
+                filename, lineno = _caller(filename, lineno)
             found.append(record(str(message), filename, lineno, _module(names), step))
         else:
             original(message, category, filename, lineno, file, line)
@@ -81,6 +84,21 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
         warnings.filterwarnings("always", message=_OTHER[0])
         warnings.showwarning = show
         yield
+
+
+_LIBRARY = re.compile(r"/(torch|onnxruntime|ortlab/(engine|verdict|compat))/")
+
+
+def _caller(filename: str, lineno: int) -> tuple[str, int]:
+    """The innermost frame on the stack that is not torch's, ORT's or ortlab's (the model's line that made torch
+    warn); the warning's own place when there is none."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name != warnings.__file__ and not _LIBRARY.search(name.replace("\\", "/")):
+            return name, frame.f_lineno
+        frame = frame.f_back
+    return filename, lineno
 
 
 def _module(names: dict[int, str]) -> str | None:

@@ -20,6 +20,7 @@ FILE = "verdict.json"  # in the ORTModule run's folder
 AGREE, DIVERGED, NOT_JUDGED = "agree", "diverged", "not judged"
 LOSS_NOISE_FACTOR = 10.0  # ORT's loss may be this many times further from PyTorch's than the noise pair is
 LOSS_FLOOR = 1e-5  # ... plus this much, relative to the loss
+LABELS = {"ortmodule": "ORT", "compile": "torch.compile"}  # whose gradient, in the headline
 
 
 @dataclass
@@ -66,12 +67,13 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
         which = ortmodule if ortmodule is not None and ortmodule.status != "ok" else pytorch
         return Verdict(NOT_JUDGED, f"not judged: the {which.backend} run ended {which.status}")
     evidence: list[str] = []  # what diverged, in words
-    losses = _losses(pytorch, ortmodule, noise)
+    who = LABELS.get(ortmodule.backend, ortmodule.backend)
+    losses = _losses(pytorch, ortmodule, noise, who)
     if losses.get("diverged"):
         evidence.append(losses["text"])
     grads = gradients
     if grads is not None and not grads["agree"]:
-        evidence.append(_gradient_text(grads))
+        evidence.append(_gradient_text(grads, who))
     pt_state, ort_state = states.read(pytorch.path), states.read(ortmodule.path)
     state = None
     if pt_state and ort_state:
@@ -103,16 +105,16 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     return Verdict(AGREE, headline, grads, losses, state, causes, notes)
 
 
-def _gradient_text(grads: dict[str, Any]) -> str:
+def _gradient_text(grads: dict[str, Any], who: str) -> str:
     worst = grads["worst"][0]
     where = worst["module"] or worst["parameter"]
     if worst.get("note"):
-        return f"ORT's gradient of {worst['parameter']}: {worst['note']}"
-    return (f"ORT's gradient of {worst['parameter']} (module {where}) is {worst['relative']:.3g}x off PyTorch's "
+        return f"{who}'s gradient of {worst['parameter']}: {worst['note']}"
+    return (f"{who}'s gradient of {worst['parameter']} (module {where}) is {worst['relative']:.3g}x off PyTorch's "
             "(first step, dropout off)")
 
 
-def _losses(pytorch: Any, ortmodule: Any, noise: Any) -> dict[str, Any]:
+def _losses(pytorch: Any, ortmodule: Any, noise: Any, who: str) -> dict[str, Any]:
     """ORT's losses against PyTorch's: a non-finite loss where PyTorch's is finite always diverges; the curve is
     judged against the noise pair only in parity mode (dropout and ORT's compute optimizer make it meaningless
     otherwise)."""
@@ -121,7 +123,7 @@ def _losses(pytorch: Any, ortmodule: Any, noise: Any) -> dict[str, Any]:
     for t in range(steps):
         if _finite(pt[t]) and not _finite(ort[t]):
             return {"judged": True, "diverged": True, "step": t,
-                    "text": f"ORT's loss is not finite at step {t}, PyTorch's is"}
+                    "text": f"{who}'s loss is not finite at step {t}, PyTorch's is"}
     parity = bool(pytorch.meta.get("config", {}).get("parity")) and bool(ortmodule.meta.get("config", {}).get("parity"))
     if not parity:
         return {"judged": False, "why": "losses not judged: not in parity mode (dropout and ORT's compute optimizer "
