@@ -38,6 +38,15 @@ def reset() -> None:
     torch._dynamo.reset()
 
 
+def compiled_inner(model: Any) -> Any:
+    """The module inside a torch.compile'd module (None when `model` is not one)."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:
+        return None
+    return model._orig_mod if isinstance(model, OptimizedModule) else None
+
+
 def unique_graphs() -> int | None:
     try:
         from torch._dynamo.utils import counters

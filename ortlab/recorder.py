@@ -1,6 +1,6 @@
 """Record a training loop the user already has, with or without ORTModule, as a run folder every view reads.
 
-    with ortlab.record(model, out="runs", collect={"stats": {}}) as rec:   # nn.Module or ORTModule
+    with ortlab.record(model, out="runs", collect={"stats": {}}) as rec:   # nn.Module, ORTModule, torch.compile
         for batch in loader:
             loss = ...; loss.backward(); optimizer.step(); optimizer.zero_grad()
             rec.step(loss=loss)
@@ -55,8 +55,8 @@ class Recorder:
         import torch
 
         if not isinstance(model, torch.nn.Module):
-            raise RecordError(f"model {type(model).__name__} is not allowed; allowed: a torch.nn.Module or an "
-                              "ORTModule")
+            raise RecordError(f"model {type(model).__name__} is not allowed; allowed: a torch.nn.Module, an "
+                              "ORTModule or a torch.compile'd module")
         self.ortmodule = _ort.is_ortmodule(model)
         if self.ortmodule and _in_jupyter_kernel() and _ort.log_level(model) in HANGING_LEVELS:
             raise RecordError(f"ORTModule log level {_ort.log_level(model)} hangs a Jupyter kernel (ORT's C++ output "
@@ -65,12 +65,15 @@ class Recorder:
         collect = dict(collect or {})
         if set(collect) - {"stats"}:
             raise RecordError(f"collect {sorted(collect)} is not allowed for a recorded loop; allowed: 'stats'")
+        from ortlab._dynamo import compiled_inner
         from ortlab.engine.config import BurstConfig
 
+        compiled = compiled_inner(model)
         self.model = model
-        self.inner = _ort.inner_module(model) if self.ortmodule else model
-        self.cfg = BurstConfig(backend="ortmodule" if self.ortmodule else "pytorch", out=str(out), name=name,
-                               collect=collect, options=Options.from_environ())
+        self.inner = _ort.inner_module(model) if self.ortmodule else compiled if compiled is not None else model
+        backend = "ortmodule" if self.ortmodule else "compile" if compiled is not None else "pytorch"
+        self.cfg = BurstConfig(backend=backend, out=str(out), name=name, collect=collect,
+                               options=Options.from_environ())
         self.batch_size = batch_size
         self.path: Path | None = None
         self.steps = 0

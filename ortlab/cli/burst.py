@@ -100,21 +100,27 @@ def _single(run) -> str:
 
 
 def register(sub) -> None:
+    b = sub.add_parser("burst", help="train N steps on PyTorch, ORTModule and/or torch.compile and print a summary")
+    b.add_argument("--backend", default="both", type=backend_list, metavar="BACKEND[,BACKEND]",
+                   help="pytorch, ortmodule, compile (torch.compile), both (= pytorch,ortmodule), all, or a comma "
+                   "list: several are compared with PyTorch, each judged against it")
+    b.add_argument("--parity", action="store_true", help="same seeds, dropout 0, compute optimizer off, deterministic")
+    add_burst_args(b)
+    b.set_defaults(func=cmd_burst)
+
+
+def add_burst_args(b) -> None:
+    """The arguments `ortlab burst` and `ortlab compare` share: the model, the steps and how they train."""
     import argparse
 
     from ortlab.compat.registry import FIXES
     from ortlab.engine.collectors import COLLECTORS
     from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS, SAMPLERS
 
-    b = sub.add_parser("burst", help="train N steps on PyTorch and/or ORTModule and print a summary")
     add_model_args(b)
-    b.add_argument("--backend", default="both", type=backend_list, metavar="BACKEND[,BACKEND]",
-                   help="pytorch, ortmodule, compile (torch.compile), both (= pytorch,ortmodule), all, or a comma "
-                   "list: several are compared with PyTorch, each judged against it")
     b.add_argument("--steps", type=positive_int, default=20)
     b.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="ORTModule option, e.g. memory_opt_level=1 or ORTMODULE_LOG_LEVEL=INFO (repeatable)")
-    b.add_argument("--parity", action="store_true", help="same seeds, dropout 0, compute optimizer off, deterministic")
     b.add_argument("--fix", default="none", metavar="auto|none|NAME[,NAME]",
                    help="ortlab's compatibility fixes for the ORTModule burst: auto = the ones `ortlab check` "
                    f"recommends for this model, or names ({', '.join(FIXES)}); the PyTorch burst runs the model "
@@ -158,7 +164,6 @@ def register(sub) -> None:
     add_out_arg(b)
     add_in_process_arg(b)
     add_json_arg(b)
-    b.set_defaults(func=cmd_burst)
 
 
 def backend_list(text: str) -> str:

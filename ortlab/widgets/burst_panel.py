@@ -57,6 +57,15 @@ def _running_ranks_run(out: Path, backend: str) -> Path | None:
     return None
 
 
+def _startup(run, summary: dict):
+    """A run's start-up: ORT's init overhead when it exported, torch.compile's compile time, or why there is none."""
+    if run.status == "fallback":
+        return "fell back to PyTorch"
+    if run.backend == "ortmodule" and not run.ort.get("exported"):
+        return "reused (no export)"
+    return summary.get("startup_s")
+
+
 def _process_label(run) -> str:
     """The process figure, named as what it is (the accounted columns beside it count activations only)."""
     return "peak CUDA allocated (MB)" if run.meta.get("device") == "cuda" else "peak resident set (MB)"
@@ -70,8 +79,11 @@ class BurstPanel(W.VBox):
         self.session = session
         self.get_options = options
         self.on_done = on_done
-        self.backend = W.ToggleButtons(options=[("PyTorch", "pytorch"), ("ORTModule", "ortmodule"), ("both", "both")],
-                                       value="both", description="backend")
+        self.backend = W.ToggleButtons(options=[("PyTorch", "pytorch"), ("ORTModule", "ortmodule"),
+                                                ("torch.compile", "compile"), ("both", "both"), ("all three", "all")],
+                                       value="both", description="backend",
+                                       tooltip="both: PyTorch and ORTModule; all three: and torch.compile (its first "
+                                       "step compiles: tens of seconds)")
         self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps")
         self.seed = W.IntText(value=0, description="seed")
         self.parity = W.Checkbox(value=True, description="parity mode",
@@ -114,7 +126,7 @@ class BurstPanel(W.VBox):
         self._curves: dict[str, list[float]] = {}
         self.last_runs: list = []
         self.last_check = None  # the CheckReport of the last Check
-        self.last_verdict = None  # the Verdict on the last PyTorch and ORTModule bursts
+        self.last_verdicts: dict = {}  # backend -> the Verdict on its last burst against the PyTorch one
         super().__init__([
             self.backend, W.HBox([self.steps, self.seed, self.parity]),
             W.HBox([self.optimizer, self.precision, self.nproc]),
@@ -130,7 +142,8 @@ class BurstPanel(W.VBox):
     def run(self, wait: bool = False) -> None:
         if self.running:
             return
-        backends = ["pytorch", "ortmodule"] if self.backend.value == "both" else [self.backend.value]
+        backends = {"both": ["pytorch", "ortmodule"], "all": ["pytorch", "ortmodule", "compile"]}.get(
+            self.backend.value, [self.backend.value])
         self._curves = {b: [] for b in backends}
         self._rank_runs: dict[str, Path | None] = {}
         self._drawn = 0.0
@@ -198,11 +211,12 @@ class BurstPanel(W.VBox):
                     self._set_rank_curves(backend, {int(r.path.name): r.losses for r in run.ranks})
                 if run.status not in ("ok", "fallback"):
                     break
-            self.last_verdict = None
-            if [r.backend for r in runs] == ["pytorch", "ortmodule"]:
+            self.last_verdicts = {}
+            if len(runs) > 1 and runs[0].backend == "pytorch":  # each other backend judged against PyTorch
                 self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, noise pair...</i>"
-                self.last_verdict = self.session.judge(*runs)
-            self.status.value = self._summary(runs, self.last_verdict)
+                self.last_verdicts = {r.backend: self.session.judge(runs[0], r) for r in runs[1:]
+                                      if r.status not in ("interrupted", "stopped")}
+            self.status.value = self._summary(runs, self.last_verdicts)
         except Exception as e:  # shown in the panel, never printed over the notebook
             first_line = f"{type(e).__name__}: {e}".splitlines()[0]
             self.status.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
@@ -247,8 +261,13 @@ class BurstPanel(W.VBox):
                 curves[label] = values
         self._curves = curves
 
+    @property
+    def last_verdict(self):
+        """The verdict on the last ORTModule burst against the PyTorch one before it (None without both)."""
+        return self.last_verdicts.get("ortmodule")
+
     @staticmethod
-    def _summary(runs, verdict=None) -> str:
+    def _summary(runs, verdicts=None) -> str:
         parts = []
         for run in runs:
             text = f"{run.backend}: {run.status}"
@@ -256,10 +275,10 @@ class BurstPanel(W.VBox):
                 text += f" ({run.error}; full log in the Log tab)"
             color = {"ok": "#080", "fallback": "#d35400"}.get(run.status, "#c00")
             parts.append(f"<span style='color:{color}'>{html.escape(text)}</span>")
-        if verdict is not None:  # the judgement of the two: green only when they agree
+        for backend, verdict in (verdicts or {}).items():  # each against PyTorch: green only when they agree
             color = {"agree": "#080", "diverged": "#c00"}.get(verdict.status, "#666")
             lines = verdict.lines()
-            parts.append(f"<b style='color:{color}'>verdict: {html.escape(lines[0])}</b>"
+            parts.append(f"<b style='color:{color}'>{backend} verdict: {html.escape(lines[0])}</b>"
                          + "".join(f"<br>&nbsp;&nbsp;{html.escape(line.strip())}" for line in lines[1:]))
         return "<br>".join(parts)
 
@@ -276,8 +295,9 @@ class BurstPanel(W.VBox):
                          _process_label(run): s.get("peak_mem_mb"),
                          "kept for backward (MB)": s.get("saved_for_backward_mb"),
                          "activation peak (MB)": s.get("activation_peak_mb"),
-                         "ORT init (s)": "fell back to PyTorch" if run.status == "fallback" else s.get("ort_init_s")
-                         if run.backend == "pytorch" or run.ort.get("exported") else "reused (no export)",
+                         "start-up (s)": _startup(run, s),
+                         **({"graph breaks": s.get("graph_breaks"), "recompiles": s.get("recompiles")}
+                            if run.backend == "compile" else {}),
                          **({"ranks": len(s["ranks"]), "in sync": s.get("in_sync"),
                              "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical", "-")}
                             if s.get("ranks") else {})})

@@ -1,0 +1,44 @@
+"""`ortlab compare`: stay on ORTModule or move to torch.compile? Every backend from one snapshot, side by side."""
+
+from __future__ import annotations
+
+import sys
+
+from ortlab.cli.burst import add_burst_args, burst_kwargs, outcome
+from ortlab.cli.common import model_kwargs, print_json
+
+
+def cmd_compare(args) -> int:
+    from ortlab.engine.session import Session, parse_backends
+
+    backends = parse_backends(args.backends)
+    kwargs, options = burst_kwargs(args, backends)
+    with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
+        comparison = session.compare(args.steps, options, backends=backends, **kwargs)
+    decision = comparison.decision()
+    if args.json:
+        print_json({**comparison.to_dict(), "decision": decision.to_dict(orient="records")})
+    else:
+        print(comparison)
+        print()
+        print("which backend to train with:")
+        shown = decision.astype(object).where(decision.notna(), "-")
+        print(shown.to_string(index=False, max_colwidth=70, float_format=lambda v: f"{v:.2f}"))
+    sys.stdout.flush()
+    return outcome(comparison.runs, comparison, args.allow_fallback)
+
+
+def register(sub) -> None:
+    import argparse
+
+    c = sub.add_parser("compare", help="stay or move: PyTorch, ORTModule and torch.compile from one snapshot, with "
+                       "speed after start-up, start-up cost, steps to break even, memory, numerics",
+                       description="Train the same steps from one snapshot on every backend, judge each against "
+                       "PyTorch (first-step gradients; in parity mode losses and end state against a noise pair), "
+                       "and print which backend to train with. Exit 1 when a backend failed or diverged.")
+    c.add_argument("--backends", default="all", metavar="BACKEND[,BACKEND]",
+                   help="the backends (pytorch is always the reference): all, both, or a comma list")
+    c.add_argument("--parity", action=argparse.BooleanOptionalAction, default=True,
+                   help="same seeds, dropout 0, compute optimizer off, deterministic (judges the numerics)")
+    add_burst_args(c)
+    c.set_defaults(func=cmd_compare)
