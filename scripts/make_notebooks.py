@@ -1,4 +1,4 @@
-"""Write the tutorial notebooks 01, 02, 08 and 11 from their cell sources (then execute them in place with
+"""Write the tutorial notebooks 01, 02, 08, 09 and 11 from their cell sources (then execute them in place with
 nbconvert)."""
 
 from pathlib import Path
@@ -328,8 +328,62 @@ print(plain)
 """),
 ]
 
+stay_or_move = [
+    md("""
+# ORTModule or torch.compile?
+
+onnxruntime-training 1.19.2 is the last release of ORT's training package, and ORTModule depends on the TorchScript
+exporter PyTorch is retiring. People who train with ORTModule now ask whether to stay or move to PyTorch's own
+compiler, and what changes if they do. `compare` answers it on your model: PyTorch, ORTModule and torch.compile from
+one snapshot, the same steps, each judged against PyTorch, with speed after start-up, start-up cost, the steps
+after which a backend has made its start-up back, memory (what each keeps for backward, from ortlab's exact
+activation account) and numerics. Here on the bundled demo (one layer, to keep torch.compile's first compilation
+short).
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+import ortlab
+
+session = ortlab.Session(model_kwargs={"n_layer": 1}, out="runs")
+cmp = session.compare(steps=30, parity=True, backends="all", progress=False, collect={"memory": {}})
+print("statuses:", [run.status for run in cmp.runs])
+print("verdicts:", {b: cmp.verdict_of(b).status for b in cmp.others})
+print("torch.compile's losses within 1e-5 of PyTorch's:", cmp.versus("compile")["max_loss_diff"] <= 1e-5)
+"""),
+    md("""
+The decision, per backend. *start-up* is ORT's export and session creation, or torch.compile's compilation (its
+first step; any step that re-compiles adds to it); *steps to break even* is the start-up divided by the time a
+step saves against PyTorch, or "never" when the backend's steps are not faster. On a model this small, on two CPU
+cores, neither pays back; on your model and device the table says.
+"""),
+    code("""
+cmp.decision()
+"""),
+    code("""
+print(cmp)
+"""),
+    md("""
+What breaks under torch.compile is named like ORTModule's export blockers: a *graph break* (Python dynamo cannot
+capture; the graph is split there) with its reason and your line, and a *re-compilation* with the guard that failed
+(here the batch size changes). `fullgraph=True` turns a graph break into a failure of the burst, in one line.
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+chatty = ortlab.Session("ortlab.demo.breaks:model", {"batch_sizes": [8, 12]}, out="runs")
+run = chatty.burst("compile", 4, parity=True, progress=False, compile={"backend": "aot_eager"})
+info = run.read_json("compile.json")
+for b in info["graph_breaks"]:
+    print(f"graph break at {b['file']}:{b['line']}: {b['reason'][:40]}")
+print("re-compiled at step", info["recompiles"][0]["step"])
+failed = chatty.burst("compile", 2, progress=False, compile={"backend": "aot_eager", "fullgraph": True})
+print(failed.status, "-", failed.meta["failed_stage"])
+chatty.close()
+session.close()
+"""),
+]
+
 for name, cells in (("01_quickstart.ipynb", quickstart), ("02_options_and_bursts.ipynb", options),
-                    ("08_will_my_model_run.ipynb", will_it_run),
+                    ("08_will_my_model_run.ipynb", will_it_run), ("09_ortmodule_or_torch_compile.ipynb", stay_or_move),
                     ("11_when_ortmodule_trains_a_different_model.ipynb", different_model)):
     nb = nbf.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

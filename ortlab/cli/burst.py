@@ -26,7 +26,7 @@ def cmd_burst(args) -> int:
     from ortlab.engine.session import Session, parse_backends
 
     backends = (args.backend,) if args.backend in BACKENDS else parse_backends(args.backend)
-    kwargs, options = burst_kwargs(args, backends)
+    kwargs, options = burst_kwargs(args)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         if len(backends) > 1:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)
@@ -40,13 +40,13 @@ def cmd_burst(args) -> int:
     return outcome([run], None, args.allow_fallback)
 
 
-def burst_kwargs(args, backends) -> tuple[dict, object]:
+def burst_kwargs(args) -> tuple[dict, object]:
     """Session.burst's keywords and the options from `ortlab burst`'s (and `ortlab compare`'s) arguments."""
     from ortlab.options import Options
 
     options = Options.parse(args.option)
     collect = collect_settings(args)
-    if args.save_graphs or ("memory" in collect and "ortmodule" in backends):  # the account reads ORT's graph
+    if args.save_graphs:
         options = options.replace(save_onnx=True)
     compile_settings = {"mode": args.compile_mode, "fullgraph": args.compile_fullgraph,
                         "backend": args.compile_backend,

@@ -12,7 +12,7 @@ def cmd_compare(args) -> int:
     from ortlab.engine.session import Session, parse_backends
 
     backends = parse_backends(args.backends)
-    kwargs, options = burst_kwargs(args, backends)
+    kwargs, options = burst_kwargs(args)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         comparison = session.compare(args.steps, options, backends=backends, **kwargs)
     decision = comparison.decision()

@@ -131,8 +131,12 @@ class BurstConfig:
                              "single-process burst's weights: ortlab.snapshot.Snapshot")
 
     def effective_options(self) -> Options:
-        """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute)."""
-        return self.options.replace(enable_compute_optimizer=False) if self.parity else self.options
+        """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute); the
+        memory account of an ORTModule burst reads the execution graph ORT saves (save_onnx on)."""
+        options = self.options.replace(enable_compute_optimizer=False) if self.parity else self.options
+        if self.backend == "ortmodule" and "memory" in self.collect and not options["save_onnx"]:
+            options = options.replace(save_onnx=True)
+        return options
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -195,8 +195,8 @@ class BurstPanel(W.VBox):
         runs = []
         try:
             options = self.get_options()
-            if self.save_graphs.value or (self.account_memory.value and "ortmodule" in backends):
-                options = options.replace(save_onnx=True)  # the memory account reads ORT's saved graph
+            if self.save_graphs.value:
+                options = options.replace(save_onnx=True)
             collect = {name: {} for name, on in (("stats", self.record_stats.value),
                                                  ("memory", self.account_memory.value)) if on} or None
             for backend in backends:
