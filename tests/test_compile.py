@@ -71,6 +71,11 @@ def test_three_backends_side_by_side_in_parity(tmp_path):
     assert all((run / "compiled" / name).is_file() for name in info["generated_code"])
     table = cli("runs", str(tmp_path))
     assert "compile" in table.stdout
+    from ortlab import load_run
+    from ortlab.widgets.graphs import GraphsPanel
+
+    panel = GraphsPanel(lambda: [load_run(run)])  # the Graphs tab lists the compiled code
+    assert "generated code" in panel.summary.value and info["generated_code"][0] in panel.summary.value
 
 
 @slow

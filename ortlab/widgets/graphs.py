@@ -178,7 +178,9 @@ class GraphsPanel(W.VBox):
 
     @staticmethod
     def _has_graphs(run) -> bool:
-        return any(find_stage_files(where) for where in run_stage_folders(run))
+        from ortlab.graphs.compiled import has_compiled_code
+
+        return any(find_stage_files(where) for where in run_stage_folders(run)) or has_compiled_code(run)
 
     def _run_label(self, run) -> str:
         label = f"{run.path.name}  {run.backend}, {run.status}"
@@ -220,6 +222,9 @@ class GraphsPanel(W.VBox):
         if run is None:
             self._clear()
             return
+        if run.backend == "compile":
+            self._show_compiled(run)
+            return
         try:
             g = load(run)
         except GraphsError as e:
@@ -237,6 +242,29 @@ class GraphsPanel(W.VBox):
         self._say(f"{run.path.name}: {len(stages)} stage files, prefix {g.prefix!r}" + (f"; {ranks}" if ranks else ""),
                   error=not (g.rank_graphs or {}).get("identical", True))
         self._show_stage()
+
+    def _show_compiled(self, run) -> None:
+        """A torch.compile burst: inductor's generated code (the files, their kernels, the start of the first),
+        its graph breaks and re-compilations; netron has nothing to open."""
+        from ortlab.graphs.compiled import compiled_code, excerpt
+
+        self._clear()
+        code = compiled_code(run)
+        info = run.read_json("compile.json", {}) or {}
+        breaks = info.get("graph_breaks") or []
+        parts = [f"<b>torch.compile's generated code</b> ({len(code)} files in {html.escape(run.path.name)}/compiled)",
+                 _table(code.drop(columns=["path"])) if len(code) else "<i>no generated code kept</i>"]
+        if len(code):
+            parts.append(f"<pre style='max-height:300px;overflow:auto'>{html.escape(excerpt(code['path'][0]))}"
+                         "</pre>")
+        import pandas as pd
+
+        parts.append(f"<b>graph breaks</b> ({len(breaks)})" + (_table(pd.DataFrame(breaks)) if breaks else ""))
+        recompiles = info.get("recompiles") or []
+        parts.append(f"<b>re-compilations</b> ({len(recompiles)})" +
+                     (_table(pd.DataFrame(recompiles)) if recompiles else ""))
+        self.summary.value = "".join(parts)
+        self._say(f"{run.path.name}: torch.compile, {len(code)} generated files, {len(breaks)} graph breaks")
 
     @_guarded
     def _show_stage(self) -> None:
