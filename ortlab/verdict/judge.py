@@ -99,8 +99,9 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     worst = f"worst gradient {grads['worst'][0]['relative']:.1e} relative" if grads and grads["worst"] else ""
     headline = "agree" + (f" ({worst})" if worst else "")
     if causes:  # hazards that did not change this burst's result
-        notes.append("export hazards were seen but did not change this burst's result: " +
-                     "; ".join(c["text"] for c in causes))
+        places = "; ".join(dict.fromkeys(f"{c['file']}:{c['line']} ({c.get('hazard') or c['kind']})"
+                                         if c.get("file") else c["text"] for c in causes))
+        notes.append(f"export hazards seen, harmless in this burst: {places}")
         causes = []
     return Verdict(AGREE, headline, grads, losses, state, causes, notes)
 
