@@ -8,3 +8,7 @@ class OrtlabError(Exception):
 class InputError(OrtlabError, ValueError):
     """Bad input: an argument, a value, or a file that is missing, unreadable or damaged. The message names the
     thing and what is allowed; the CLI prints it on one line and exits 2."""
+
+
+class OrtlabWarning(UserWarning):
+    """Something the user should know about a result that is still given (the CLI prints it on one line)."""

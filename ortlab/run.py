@@ -230,6 +230,11 @@ class Run:
             if "step_time_s" in m:
                 timed = m["step_time_s"].iloc[1:] if len(m) > 1 else m["step_time_s"]
                 out["median_step_s"] = _number(timed.median())
+                from ortlab.engine.machine import busy
+
+                why = busy(self.meta.get("machine"), timed.tolist())
+                if why:  # timings taken beside other work (ortlab.engine.machine)
+                    out["busy"] = why
             if "peak_mem_mb" in m:
                 out["peak_mem_mb"] = _number(m["peak_mem_mb"].max())
         if self.damaged_lines:

@@ -23,3 +23,35 @@ def shots_dir(tmp_path_factory) -> Path:
     if os.environ.get("ORTLAB_UPDATE_SCREENSHOTS") == "1":
         return Path(__file__).resolve().parents[1] / "docs" / "img"
     return tmp_path_factory.mktemp("screenshots")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--stress", action="store_true", default=os.environ.get("ORTLAB_STRESS") == "1",
+                     help="run the tests marked 'interrupt' (Stop, Ctrl-C, orphans) with the machine loaded: other "
+                          "Python processes importing torch and training, and disk traffic (tests/scripts/load.py)")
+
+
+@pytest.fixture(autouse=True)
+def _stress(request, tmp_path_factory):
+    """In stress mode, an 'interrupt' test runs beside tests/scripts/load.py, started before it and ended after."""
+    if not (request.config.getoption("--stress") and request.node.get_closest_marker("interrupt")):
+        yield
+        return
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path_factory.mktemp("load")
+    script = Path(__file__).parent / "scripts" / "load.py"
+    load = subprocess.Popen([sys.executable, str(script), str(folder)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(folder.glob("ready-*"))) < 4 and load.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert load.poll() is None, "the stress load ended by itself"
+        yield
+    finally:
+        os.killpg(load.pid, signal.SIGKILL)
+        load.wait()

@@ -162,6 +162,7 @@ def test_a_rank_that_hangs_is_named_after_the_collective_timeout(tmp_path, monke
 
 
 @pytest.mark.slow
+@pytest.mark.interrupt
 def test_stop_ends_every_rank_after_the_same_step(tmp_path):
     with tiny_session(tmp_path, f"{FACTORIES / 'slow_steps.py'}:slow", delay=0.5) as s:
         def stop_after_first(row):

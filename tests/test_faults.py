@@ -60,6 +60,7 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.interrupt
 def test_a_killed_cli_takes_its_worker_with_it_and_the_run_says_why(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:deaf_after",
                              "--model-arg", "step=2", "--backend", "pytorch", "--steps", "50", "--out", str(tmp_path)],
@@ -78,6 +79,7 @@ def test_a_killed_cli_takes_its_worker_with_it_and_the_run_says_why(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.interrupt
 def test_a_killed_cli_takes_the_agent_and_every_rank_of_a_distributed_burst_with_it(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:slow",
                              "--backend", "pytorch", "--nproc", "2", "--steps", "200", "--out", str(tmp_path)],
@@ -93,6 +95,7 @@ def test_a_killed_cli_takes_the_agent_and_every_rank_of_a_distributed_burst_with
 
 
 @pytest.mark.slow
+@pytest.mark.interrupt
 def test_ctrl_c_during_both_ends_the_whole_command_with_130(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:slow",
                              "--backend", "both", "--steps", "200", "--out", str(tmp_path)],

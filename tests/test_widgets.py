@@ -70,6 +70,7 @@ def test_burst_panel_runs_both_backends_and_shows_results(lab):
     assert repr(panel) == "BurstPanel(backend='both', steps=3, parity=True, running=False)"
 
 
+@pytest.mark.interrupt
 def test_stop_button_stops_a_running_burst(lab):
     import threading
 

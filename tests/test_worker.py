@@ -33,6 +33,7 @@ def _stop_after(session, step):
     return lambda row: session.stop() if row["step"] == step else None
 
 
+@pytest.mark.interrupt
 def test_stop_ends_a_running_burst_cleanly(tmp_path):
     with Session(f"{FACTORIES}:slow", out=tmp_path) as s:
         run = s.burst("pytorch", 200, progress=False, on_step=_stop_after(s, 2))
@@ -45,6 +46,7 @@ def test_stop_ends_a_running_burst_cleanly(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.interrupt
 def test_stop_kills_a_worker_that_does_not_listen(tmp_path):
     with Session(f"{FACTORIES}:deaf_after", {"step": 3}, out=tmp_path) as s:
         # Stop once step 2 is reported: batch 3 then ignores SIGINT and sleeps, so only terminate ends it.

@@ -37,12 +37,30 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split("\n", 1)[0].split()) if "\n" not in text else text
 
 
+def _warnings_in_one_line(where: str) -> None:
+    """ortlab's own warnings as `ortlab burst: warning: ...` (not Python's file:line form)."""
+    import warnings
+
+    from ortlab.errors import OrtlabWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, OrtlabWarning):
+            print(f"{where}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from ortlab.engine.session import WorkerError
     from ortlab.errors import InputError
 
     args = build_parser().parse_args(argv)
     where = f"ortlab {args.command}"
+    _warnings_in_one_line(where)
     try:
         return args.func(args)
     except (InputError, WorkerError) as e:

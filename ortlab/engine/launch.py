@@ -26,11 +26,11 @@ from typing import Any
 
 from ortlab import balance
 from ortlab.engine.config import BurstConfig, BurstError, resolve_device
+from ortlab.engine.machine import available_cores, load_average, warn_oversubscribed
 from ortlab.engine.orphan import on_parent_death
 from ortlab.options import Options, ReadAt
 from ortlab.run import Run, RunWriter, load_run, mark, new_run_dir, write_json
 
-STOP_GRACE_S = 5.0  # after a Stop request, how long the ranks may take to agree and end before the agent is ended
 KILL_GRACE_S = 5.0  # after SIGTERM to the agent, before SIGKILL
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("ORTLAB_COLLECTIVE_TIMEOUT_S", 300))  # no collective waits forever
 RENDEZVOUS_TIMEOUT_S = 600  # how long the launches of a job wait for each other
@@ -48,11 +48,13 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
         on_step: Callable[[dict], None] | None = None, should_stop: Callable[[], bool] | None = None) -> Path:
     """Run `cfg` as cfg.nproc ranks on this machine (one node of cfg.nnodes) and return the run folder."""
     _check_devices(cfg)
+    warn_oversubscribed(cfg.nproc)
     path = new_run_dir(cfg.out, cfg.backend, cfg.name)
     writer = RunWriter(path, {
         "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": cfg.effective_options().to_dict(),
         "model": {"factory": ref.describe()}, "nproc": cfg.nproc, "nnodes": cfg.nnodes, "node_rank": cfg.node_rank,
         "world_size": cfg.world_size, "pid": os.getpid(),
+        "machine": {"cores": available_cores(), "ranks": cfg.nproc, "load": load_average()},
     })
     spec_dir = path / ".launch"
     spec_dir.mkdir()
@@ -134,10 +136,15 @@ def _rank_dirs(path: Path) -> list[Path]:
     return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
 
 
-def _follow(proc: subprocess.Popen, path: Path, nproc: int, writer: RunWriter, on_step, should_stop) -> bool:
+def _follow(proc: subprocess.Popen, path: Path, nproc: int, writer: RunWriter, on_step, should_stop) -> str | None:
     """Forward the lowest local rank's steps until the agent ends; a Stop (or Ctrl-C) becomes the stop file the
-    ranks read after every step, then SIGTERM to the agent (it ends its ranks), then SIGKILL. True if stopped."""
-    offset, stop_at, stopped, metrics = 0, None, False, None
+    ranks read after every step; ranks that show no progress after it (ortlab.engine.grace) are ended: SIGTERM to
+    the agent (it ends its ranks), then SIGKILL. None if not stopped, else why the ranks were ended ("": they
+    ended by themselves)."""
+    from ortlab.engine.grace import StopGrace
+
+    offset, stopped, ended_by_us, metrics = 0, False, False, None
+    grace = StopGrace(proc.pid, leader=False)  # the agent polls its ranks all along: its CPU time is no progress
     while True:
         try:
             ended = proc.poll() is not None
@@ -146,17 +153,20 @@ def _follow(proc: subprocess.Popen, path: Path, nproc: int, writer: RunWriter, o
                 if ended or len(local) == nproc:
                     metrics = local[0] / "metrics.jsonl" if local else path / "no-ranks"
             if metrics is not None:
-                offset = _forward(metrics, offset, writer, on_step)
+                new = _forward(metrics, offset, writer, on_step)
+                if new != offset:
+                    grace.progress()
+                offset = new
             if ended:
-                return stopped
+                return grace.reason if stopped else None
             if not stopped and should_stop is not None and should_stop():
                 stopped = True
-            if stopped and stop_at is None:
+            if stopped and grace.started is None:
                 (path / "stop").touch()
-                stop_at = time.monotonic() + STOP_GRACE_S
-            if stop_at is not None and time.monotonic() > stop_at:
+                grace.start()
+            if not ended_by_us and grace.expired():
                 _end(proc)
-                stop_at = float("inf")
+                ended_by_us = True
             time.sleep(0.1)
         except KeyboardInterrupt:
             stopped = True
@@ -196,16 +206,17 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _outcome(path: Path, result: dict[str, Any], stopped: bool) -> tuple[str, dict[str, Any]]:
+def _outcome(path: Path, result: dict[str, Any], stopped: str | None) -> tuple[str, dict[str, Any]]:
     """The run's status and what it reports, from the agent's result and each rank's own run."""
     failures = result.get("failures") or {}
     ranks = _rank_runs(path)
-    culprit = None if stopped else _culprit(ranks, failures)
+    culprit = None if stopped is not None else _culprit(ranks, failures)
     for r, run in ranks.items():
         if r == culprit:
             _mark_culprit(r, run, failures.get(str(r)))
         elif run.status == "running":  # ended by the agent
-            why = "the Stop request" if stopped else f"rank {culprit} failed" if culprit is not None else "the launch"
+            why = ("the Stop request" if stopped is not None else f"rank {culprit} failed" if culprit is not None
+                   else "the launch")
             mark(run.path, "stopped", error=f"rank {r} was ended by the launcher after {why}")
         elif culprit is not None and run.status == "failed" and run.meta.get("collective"):
             write_json(run.path / "meta.json", {**run.meta, "status": "stopped",
@@ -235,10 +246,10 @@ def _outcome(path: Path, result: dict[str, Any], stopped: bool) -> tuple[str, di
         extra["error"] = f"{run.error or f'rank {culprit} failed'}{others}; its log: {run.path / 'log.txt'}"
         extra["failed_rank"] = culprit
         return ("crashed" if run.status == "crashed" else "failed"), extra
-    if stopped:
+    if stopped is not None:
         clean = bool(rows) and {row["status"] for row in rows} <= {"ok", "interrupted"}
         extra["error"] = ("interrupted by the user: every rank ended after the same step" if clean else
-                          "stopped: the ranks did not end within seconds of the Stop request and were ended")
+                          f"stopped: the ranks were ended because {stopped or 'they did not end after the Stop'}")
         return ("interrupted" if clean else "stopped"), extra
     if result.get("ok") and rows and all(row["status"] == "ok" for row in rows):
         return "ok", extra

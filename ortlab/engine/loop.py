@@ -24,6 +24,7 @@ from ortlab.compat.errors import root_message
 from ortlab.engine.backends import Backend, make
 from ortlab.engine.collectors import Collector, make_collectors
 from ortlab.engine.config import BurstConfig, BurstError, make_optimizer, resolve_device
+from ortlab.engine.machine import fit_threads
 from ortlab.engine.parity import parity
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
@@ -192,7 +193,7 @@ class Engine:
             "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": options.to_dict(),
             "model": {"factory": self.ref.describe(), **self.workload.describe()},
             "device": str(device), "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-            "versions": versions(), "pid": os.getpid(),
+            "versions": versions(), "pid": os.getpid(), "machine": fit_threads(),
         })
         scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.model.train()

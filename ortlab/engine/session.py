@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from ortlab.summary import Comparison
 
 NOISE_PERTURBATION = 1e-7  # the noise pair's start: the parameters times (1 + this)
-STOP_GRACE_S = 5.0  # after SIGINT, how long a burst may take to end by itself before the worker is terminated
 KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
 _log_numbers = itertools.count()
 
@@ -81,6 +80,7 @@ class Session:
         self._engine = None
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
+        self._force_stop = False  # a second Stop (Ctrl-C) while the first is being honoured: end the burst now
         self._new_worker_reason: tuple[str, dict] | None = None
         self.worker_starts = 0
 
@@ -122,8 +122,9 @@ class Session:
         bar = _Bar(cfg) if progress else None
         callback = _chain(on_step, bar.update if bar else None)
         try:
-            with self._lock:
+            with self._lock, self._ctrl_c_stops(active=not self.in_process or cfg.distributed):
                 self._stop_requested.clear()
+                self._force_stop = False
                 if cfg.distributed:
                     path = self._run_ranks(cfg, callback)
                 elif self.in_process:
@@ -304,15 +305,32 @@ class Session:
                     raise BurstError(reply.message) if reply.bad_input else WorkerError(reply.message)
 
     def stop(self) -> None:
-        """Stop the running burst: SIGINT (the burst ends cleanly, keeping its steps), then terminate and kill
-        the worker if it does not end within seconds (e.g. stuck in C++ during export)."""
-        self._stop_requested.set()  # in-process bursts check it after every step
+        """Stop the running burst: it ends cleanly after the step it is in, keeping its steps; a worker that shows
+        no progress after the request (stuck in C++, e.g.) is terminated (ortlab.engine.grace). Asked again while
+        the first request is being honoured: the burst is ended now."""
+        if self._stop_requested.is_set():
+            self._force_stop = True
+        self._stop_requested.set()  # in-process bursts and ranks check it after every step
         w = self._worker
         if self.in_process:
             return
         if w is None or w.proc.poll() is not None:
             return
         w.proc.send_signal(signal.SIGINT)
+
+    @contextlib.contextmanager
+    def _ctrl_c_stops(self, active: bool) -> Iterator[None]:
+        """While a burst runs in a worker or as ranks, Ctrl-C (SIGINT in the main thread: a terminal, a Jupyter
+        kernel's interrupt) is a Stop request, not an exception: a KeyboardInterrupt raised while a message from the
+        worker is half read, or in a step callback, would leave the burst running behind a broken pipe."""
+        if not active or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: self.stop())
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     @property
     def transitions(self):
@@ -433,23 +451,24 @@ class Session:
         return msg
 
     def _run_in_worker(self, cfg, callback) -> Path:
+        from ortlab.engine.grace import StopGrace
+
         w = self._worker_for(cfg)
         w.conn.send(m.RunBurst(cfg.to_dict()))
         path: Path | None = None
-        stop_deadline: float | None = None
+        grace, killed = StopGrace(w.proc.pid), False
         while True:
-            try:
-                msg = self._receive_step(w)
-            except KeyboardInterrupt:
-                self.stop()
-                continue
-            if self._stop_requested.is_set() and stop_deadline is None:
-                stop_deadline = time.monotonic() + STOP_GRACE_S
+            msg = self._receive_step(w)
+            if self._stop_requested.is_set():
+                grace.start()
             if msg == "tick":
-                if stop_deadline is not None and time.monotonic() > stop_deadline:
+                if not killed and (self._force_stop or grace.expired()):
+                    if self._force_stop:
+                        grace.reason = "the Stop was asked for again (a second Ctrl-C)"
                     _kill(w.proc)
-                    stop_deadline = float("inf")
+                    killed = True
                 continue
+            grace.progress()
             if msg is None:  # the worker died
                 code = w.proc.wait()
                 self._worker = None
@@ -461,8 +480,8 @@ class Session:
                     raise WorkerError(f"the worker died ({what}) before the burst started; its log: {w.log_path}\n"
                                       f"{_tail(w.log_path)}")
                 if stopped:
-                    mark(path, "stopped", error=f"stopped: the worker was terminated ({what}) because it did not end "
-                                               f"the burst within {STOP_GRACE_S:.0f} s of the Stop request")
+                    mark(path, "stopped", error=f"stopped: the worker was terminated ({what}) because "
+                                               f"{grace.reason or 'it did not end the burst after the Stop request'}")
                 else:
                     mark(path, "crashed", error=f"the worker process died ({what}) during the burst; the log is kept "
                                                f"in {path / 'log.txt'}")

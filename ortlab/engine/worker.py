@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -70,8 +73,9 @@ def _serve(conn: Connection) -> None:
                     engine.pending_transition = Transition("", 0, "new worker", msg.reason, msg.changes)
                 send(m.Ready(engine.workload.describe()))
             elif isinstance(msg, m.RunBurst):
-                path = engine.run(BurstConfig.from_dict(msg.config), on_step=lambda row: send(m.Step(row)),
-                                  on_start=started)
+                with _stop_on_sigint() as stop:
+                    path = engine.run(BurstConfig.from_dict(msg.config), on_step=lambda row: send(m.Step(row)),
+                                      on_start=started, should_stop=stop.is_set)
                 orphan.current = None
                 send(m.Done(str(path)))
             elif isinstance(msg, m.RunCheck):
@@ -91,6 +95,19 @@ def _serve(conn: Connection) -> None:
             send(m.Failed(type(e).__name__, f"{type(e).__name__}: {e}", traceback=traceback.format_exc()))
         except SystemExit as e:  # a factory that calls sys.exit()
             send(m.Failed("SystemExit", f"the model factory called sys.exit({e.code!r})", bad_input=True))
+
+
+@contextlib.contextmanager
+def _stop_on_sigint() -> Iterator[threading.Event]:
+    """During a burst, the Session's Stop (SIGINT) is a request the burst honours after the step it is in, where it
+    can end cleanly: a KeyboardInterrupt raised anywhere (in the middle of sending a step, of ORT's own Python)
+    could leave the pipe or the run half written. A step that never returns is the Session's to end by force."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def main() -> None:

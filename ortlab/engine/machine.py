@@ -1,0 +1,99 @@
+"""The machine a burst runs on, as far as its timings go: the cores this process actually gets (its CPU affinity and
+a container's CPU quota, not the host's count), torch's threads fitted to them, and whether the machine was busy.
+Threads beyond the cores spin against each other (torch's and ORT's pools, other jobs' threads) and a step can
+take 10-50x as long; a summary that does not say so compares noise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ortlab.errors import OrtlabWarning
+
+BUSY_LOAD = 1.0  # the load average before a burst, per core, above which other work was competing for the cores
+BUSY_SPREAD = 2.0  # the 90th percentile step time over the median above which the steps were disturbed
+
+
+class OversubscribedWarning(OrtlabWarning):
+    """More ranks than cores: they share the cores and their timings say little."""
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota (containers)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota else max(1, cores)
+
+
+def _cgroup_quota() -> float | None:
+    try:  # cgroup v2: "max 100000" or "200000 100000"
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return None if quota <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def fit_threads() -> dict[str, Any]:
+    """Cap torch's intra-op threads at the cores this process gets (unless the user set OMP_NUM_THREADS), and
+    describe the machine for the run's meta: cores, threads, who chose them, the load average before the burst."""
+    import torch
+
+    cores = available_cores()
+    if os.environ.get("OMP_NUM_THREADS"):
+        chosen = "OMP_NUM_THREADS"
+    elif torch.get_num_threads() > cores:
+        torch.set_num_threads(cores)
+        chosen = "ortlab (the cores this process gets)"
+    else:
+        chosen = "torch's default"
+    return {"cores": cores, "threads": torch.get_num_threads(), "threads_from": chosen, "load": load_average()}
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (runnable processes), None where the system has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def busy(machine: dict[str, Any] | None, step_times: Any) -> str | None:
+    """Why this burst's timings are not representative (other work on its cores, steps that varied a lot), or
+    None. `step_times`: the step times after step 0 (a sequence of seconds)."""
+    reasons = []
+    machine = machine or {}
+    cores, load = machine.get("cores"), machine.get("load")
+    if cores and load is not None and load > BUSY_LOAD * cores:
+        reasons.append(f"load average {load:.1f} on {cores} core{'s' if cores > 1 else ''} before it began")
+    times = sorted(t for t in step_times if t is not None and t > 0)
+    if len(times) >= 4:
+        median, p90 = times[len(times) // 2], times[min(len(times) - 1, math.ceil(0.9 * len(times)) - 1)]
+        if p90 > BUSY_SPREAD * median:
+            reasons.append(f"step times varied: the 90th percentile is {p90 / median:.1f}x the median")
+    return "; ".join(reasons) or None
+
+
+_warned: set[int] = set()
+
+
+def warn_oversubscribed(ranks: int) -> None:
+    """Warn (once per process and rank count) when ranks on this machine outnumber its cores."""
+    cores = available_cores()
+    if ranks > cores and ranks not in _warned:
+        _warned.add(ranks)
+        warnings.warn(f"{ranks} ranks on {cores} core{'s' if cores > 1 else ''}: they take turns on the cores, so "
+                      "each step takes several times as long and the timings say little about the model",
+                      OversubscribedWarning, stacklevel=3)

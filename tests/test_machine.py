@@ -1,0 +1,94 @@
+"""The machine a burst runs on (cores, threads, a busy machine named) and the Stop grace that tells a stuck process
+from a slow one by its progress, not by a fixed time."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ortlab.engine import grace as grace_module
+from ortlab.engine.grace import StopGrace, session_cpu_seconds
+from ortlab.engine.machine import available_cores, busy
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _child(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+
+def _wait_cpu(pid: int, seconds: float) -> None:
+    deadline = time.monotonic() + 120
+    while (session_cpu_seconds(pid) or 0) < seconds:
+        assert time.monotonic() < deadline, "the busy child used no CPU time"
+        time.sleep(0.05)
+
+
+@pytest.fixture(autouse=True)
+def _check_every_call(monkeypatch):
+    monkeypatch.setattr(grace_module, "CHECK_EVERY_S", 0.0)  # read /proc on every expired() call
+
+
+def test_a_stuck_process_expires_after_its_quiet_time_a_busy_one_does_not():
+    stuck, spinning = _child("import time; time.sleep(600)"), _child("while True: pass")
+    try:
+        clock = FakeClock()
+        quiet, busy_grace = StopGrace(stuck.pid, clock=clock), StopGrace(spinning.pid, clock=clock)
+        quiet.start()
+        busy_grace.start()
+        _wait_cpu(spinning.pid, grace_module.MIN_CPU_S * 1.5)
+        clock.now += grace_module.QUIET_S / 2
+        assert not quiet.expired() and not busy_grace.expired()  # the spinning child's CPU time: progress
+        clock.now += grace_module.QUIET_S / 2 + 1
+        assert quiet.expired() and "no progress" in quiet.reason
+        assert not busy_grace.expired()
+        clock.now += grace_module.CEILING_S
+        assert busy_grace.expired() and "still running" in busy_grace.reason
+    finally:
+        for p in (stuck, spinning):
+            p.kill()
+            p.wait()
+
+
+def test_a_message_is_progress():
+    stuck = _child("import time; time.sleep(600)")
+    try:
+        clock = FakeClock()
+        g = StopGrace(stuck.pid, clock=clock)
+        assert not g.expired()  # not started: no Stop asked for
+        g.start()
+        clock.now += grace_module.QUIET_S - 1
+        g.progress()
+        clock.now += grace_module.QUIET_S - 1
+        assert not g.expired()
+    finally:
+        stuck.kill()
+        stuck.wait()
+
+
+def test_cores_and_a_busy_machine_named():
+    assert available_cores() >= 1
+    assert busy({"cores": 2, "load": 0.5}, [0.01] * 10) is None
+    assert "load average 6.0 on 2 cores" in busy({"cores": 2, "load": 6.0}, [0.01] * 10)
+    assert "90th percentile is 5.0x the median" in busy({"cores": 2, "load": 0.1}, [0.01] * 8 + [0.05] * 2)
+    assert busy(None, []) is None
+
+
+def test_more_ranks_than_cores_warns_once_in_one_cli_line(tmp_path):
+    ranks = available_cores() + 1
+    r = subprocess.run([sys.executable, "-c", f"""
+import warnings, sys
+from ortlab.cli import _warnings_in_one_line
+from ortlab.engine.machine import warn_oversubscribed
+_warnings_in_one_line("ortlab burst")
+warn_oversubscribed({ranks}); warn_oversubscribed({ranks})
+"""], capture_output=True, text=True, check=True)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ortlab burst: warning: {ranks} ranks on "), r.stderr
