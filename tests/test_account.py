@@ -543,7 +543,8 @@ def test_cli_burst_collects_memory_by_default():
 @pytest.mark.slow
 def test_the_collector_accounts_ortmodule_bursts_and_says_why_not(tmp_path):
     """With save_onnx: memory.json holds the graph's account, the same as ortlab.memory(run) afterwards; a
-    burst that reused the ORTModule has the account of the export it reused; without save_onnx, the reason."""
+    burst that reused the ORTModule has the account of the export it reused; without save_onnx asked for, the
+    collector turns it on (the account reads the graph ORT saves)."""
     from ortlab.engine import BurstConfig, Engine
     from ortlab.options import Options
     from ortlab.run import load_run
@@ -564,6 +565,6 @@ def test_the_collector_accounts_ortmodule_bursts_and_says_why_not(tmp_path):
     assert again.to_dict(timeline=True) == {k: v for k, v in recorded.items() if k not in ("kind", "counts")}
     assert reused.memory["peak_activation_bytes"] == recorded["peak_activation_bytes"]
     assert "reused" in reused.memory["note"] and reused.memory["run"] == reused.path.name
-    assert "save_onnx" in unsaved.memory["missing"] and "peak_activation_bytes" not in unsaved.memory
+    assert unsaved.meta["effective_options"]["save_onnx"] is True and unsaved.memory["kind"] == "graph"
     s = first.summary()
     assert s["activation_peak_mb"] > s["saved_for_backward_mb"] > 0 and s["peak_mem_mb"] > 0

@@ -666,3 +666,26 @@ def test_netron_renders_in_chromium_without_the_consent_prompt(exported, tmp_pat
     finally:
         host.shutdown()
         server.stop()
+
+
+@pytest.mark.slow
+def test_statistics_taps_are_ortlabs_not_the_models(exported, tmp_path):
+    """A burst that collects statistics adds ortlab's taps (PythonOp, PythonOpGrad) to the graph: the views count
+    the model's operators without them, and the memory account counts a tap's output as its input's tensor."""
+    from ortlab.account import memory
+
+    with Session(out=tmp_path, in_process=True) as s:
+        stats = s.burst("ortmodule", 1, {"save_onnx": True}, collect={"stats": {}}, progress=False)
+    assert stats.ok, stats.error
+    plain, tapped = load(exported["plain"].path), load(stats.path)
+    before, after = plain.stage("torch_exported"), tapped.stage("torch_exported")
+    assert after.taps > 0 and before.taps == 0
+    assert after.histogram().equals(before.histogram())  # the model's operators, with and without statistics
+    assert after.node_count == before.node_count and after.summary()["ortlab_taps"] == after.taps
+    assert "ortlab's statistics taps" in after.taps_note
+    execution = tapped.stage("execution_model")
+    assert not any(op.endswith("PythonOp") or op.endswith("PythonOpGrad") for op in execution.histogram().index)
+    account = memory(stats.path)
+    held = [t for t in account.top_tensors if t["op"] in ("PythonOp", "PythonOpGrad")]
+    assert held and all(t["bytes"] == 8 and t["name"].endswith("_ctx") for t in held)  # a context handle each
+    assert "ortlab's statistics taps" in account.what

@@ -206,11 +206,11 @@ def _assemble(g: ExecGraph, run: Any, p: Plan, shapes: Shapes, values: dict[str,
         optimizer=optimizer, top_tensors=[row(r, peak) for r in alive_at(p, peak)],
         stashed_tensors=[row(r, y) for r in stash], uncertain=uncertain, uncertain_at_peak=tl.uncertain[peak],
         what="", steps=steps)
-    account.what = _what(account)
+    account.what = _what(account, g.taps)
     return account
 
 
-def _what(a: MemoryAccount) -> str:
+def _what(a: MemoryAccount, taps: int = 0) -> str:
     """What the figures count, in words, for this account."""
     order = a.order.replace("_", "-")
     text = [
@@ -230,6 +230,11 @@ def _what(a: MemoryAccount) -> str:
     if a.device not in ("cpu", "unknown"):
         text.append(f"On {a.device}, kernels that work in place differ from the CPU's; the account uses the "
                     "CPU's.")
+    if taps:
+        text.append(f"The graph holds {taps} nodes of ortlab's statistics taps (PythonOp, PythonOpGrad: the burst "
+                    "collected statistics): each returns its input's tensor, counted once as its input, and holds "
+                    "only an 8-byte context handle of its own; they can keep ORT from fusing the ops on either "
+                    "side.")
     if a.uncertain:
         text.append(f"{len(a.uncertain)} activation buffers have no known size and are not counted "
                     f"({a.uncertain_at_peak} alive at the peak): the peak is a lower bound.")

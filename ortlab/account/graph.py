@@ -16,6 +16,7 @@ from typing import Any
 
 from ortlab.account.dims import evaluate, names_in
 from ortlab.account.errors import AccountError
+from ortlab.graphs.names import is_tap
 
 # onnx.TensorProto element type -> bytes per element (strings have no fixed size: absent)
 ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16,
@@ -46,6 +47,9 @@ class ExecGraph:
     initializers: dict[str, Concrete]
     saved: dict[str, Typed]
     yield_attrs: dict[int, dict[str, list[int]]] = field(default_factory=dict)  # YieldOp's int attributes
+    # PythonOp / PythonOpGrad: output k is input reuse_maps[i][k]'s tensor (-1: its own), from tensor_reuse_map
+    reuse_maps: dict[int, list[int]] = field(default_factory=dict)
+    taps: int = 0  # PythonOps (and their PythonOpGrads) that are ortlab's statistics taps
     model: Any = field(repr=False, default=None)
 
     def __len__(self) -> int:
@@ -94,11 +98,15 @@ def read_graph(path: str | Path) -> ExecGraph:
     nodes = g.node
     yield_attrs = {i: {a.name: list(a.ints) for a in n.attribute}
                    for i, n in enumerate(nodes) if n.op_type == "YieldOp"}
+    reuse_maps = {i: list(a.ints) for i, n in enumerate(nodes) if n.op_type in ("PythonOp", "PythonOpGrad")
+                  for a in n.attribute if a.name == "tensor_reuse_map"}
+    taps = sum(is_tap(n.op_type, next((a.s.decode(errors="replace") for a in n.attribute if a.name == "func_name"),
+                                      "")) for n in nodes if n.op_type.startswith("PythonOp"))
     return ExecGraph(path=path, names=[n.name for n in nodes], ops=[n.op_type for n in nodes],
                      domains=[n.domain for n in nodes], inputs=[tuple(n.input) for n in nodes],
                      outputs=[tuple(n.output) for n in nodes], graph_inputs=[i.name for i in g.input],
                      graph_outputs=[o.name for o in g.output], initializers=initializers, saved=saved,
-                     yield_attrs=yield_attrs, model=model)
+                     yield_attrs=yield_attrs, reuse_maps=reuse_maps, taps=taps, model=model)
 
 
 def input_symbols(g: ExecGraph) -> dict[str, list[tuple[str, int]]]:

@@ -6,7 +6,8 @@ to model). What remains of the planner is exact:
 - a tensor is freed after its last consumer runs; an output nobody reads, right after its producer; graph
   inputs, initializers and graph outputs (the parameter gradients) are never freed by the graph;
 - kernels that alias (Reshape, Squeeze, Unsqueeze, Flatten, Identity, ExpandDims) write into their input's
-  buffer, which then lives as long as either tensor is needed;
+  buffer, which then lives as long as either tensor is needed; so do the PythonOp outputs that its
+  `tensor_reuse_map` attribute says are an input's tensor (ortlab's statistics taps return their input);
 - kernels that may work in place (unary activations, Softmax, LogSoftmax, Cast, Clip, ...) reuse their input's
   buffer when this node is its last reader and ORT's static shapes are the same size;
 - the YieldOp's outputs (the output gradients PyTorch passes in) are external: live to the end of backward;
@@ -144,6 +145,9 @@ def plan(g: ExecGraph, order: Sequence[int], sizes: Mapping[str, int | None],
         for a, b in _ALIAS.get(key, ()):
             if b == k and a < len(ins) and ins[a]:
                 return ins[a], False
+        reuse = g.reuse_maps.get(i)  # a PythonOp returning (a view of) its input: ortlab's statistics taps
+        if reuse and k < len(reuse) and 0 <= reuse[k] < len(ins) and ins[reuse[k]]:
+            return ins[reuse[k]], False
         for a, b in _IN_PLACE.get(key, ()):
             if (b == k and a < len(ins) and ins[a] and ins[a] not in external and use[buffer_of[ins[a]]] == 1
                     and _same_size(static.get(ins[a]), static.get(g.outputs[i][k]))):

@@ -72,7 +72,8 @@ def _stage_text(st) -> str:
         f"{st.label}: {s['nodes']} nodes ({', '.join(f'{k} {s[k]}' for k in KINDS)}), "
         f"{s['op_types']} op types, "
         f"parameters {s['parameter_elements']:,} elements ({s['parameter_bytes'] / 2**20:.2f} MB), "
-        f"file {s['file_bytes'] / 2**20:.2f} MB", "", "ops:", st.histogram().to_string(), "",
+        f"file {s['file_bytes'] / 2**20:.2f} MB", *([st.taps_note] if st.taps else []), "", "ops:",
+        st.histogram().to_string(), "",
         "inputs:", st.inputs.to_string(index=False), "", "outputs:", st.outputs.to_string(index=False)])
 
 

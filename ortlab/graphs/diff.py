@@ -100,19 +100,19 @@ def diff_stages(a: Stage, b: Stage) -> StageDiff:
     """What changed from stage `a` to stage `b` (any two stages; ORT's own order is the meaningful one)."""
     import pandas as pd
 
-    ca, cb = Counter(n.op for n in a.node_list), Counter(n.op for n in b.node_list)
+    ca, cb = Counter(n.op for n in a.model_nodes), Counter(n.op for n in b.model_nodes)
     ops = [(op, ca.get(op, 0), cb.get(op, 0)) for op in set(ca) | set(cb) if ca.get(op, 0) != cb.get(op, 0)]
     ops.sort(key=lambda r: (-abs(r[2] - r[1]), r[0]))
     ops_df = pd.DataFrame([{"op": o, "a": x, "b": y, "change": y - x} for o, x, y in ops],
                           columns=["op", "a", "b", "change"])
     a_names, b_names = a.nodes_by_name, b.nodes_by_name
-    added = [n for n in b.node_list if n.name not in a_names]
-    removed = [n for n in a.node_list if n.name not in b_names]
+    added = [n for n in b.model_nodes if n.name not in a_names]
+    removed = [n for n in a.model_nodes if n.name not in b_names]
     fused_into = _fused_into(b, added, removed)
     targets = {t for t in fused_into.values() if t}
     added_rows = [{"name": n.name, "op": n.op, "kind": n.kind, "how": _how(n, targets)} for n in added]
     removed_rows = [{"name": n.name, "op": n.op, "fused_into": fused_into[n.name]} for n in removed]
-    changed_rows = [{"name": n.name, "op_a": a_names[n.name].op, "op_b": n.op} for n in b.node_list
+    changed_rows = [{"name": n.name, "op_a": a_names[n.name].op, "op_b": n.op} for n in b.model_nodes
                     if n.name in a_names and a_names[n.name].op != n.op]
     return StageDiff(a.label, b.label, a.node_count, b.node_count, ops_df,
                      pd.DataFrame(added_rows, columns=["name", "op", "kind", "how"]),

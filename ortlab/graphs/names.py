@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 
 KINDS = ("forward", "gradient", "recompute", "yield")  # what a node of a training graph does
+# the autograd Function of ortlab's statistics taps (ortlab.activations.pythonop.Tap): a PythonOp's func_name
+TAP_FUNCTION = "ortlab.activations.pythonop.Tap"
 PARAM_PREFIX = "_original_module."  # ORTModule's flattened module names every parameter input like this
 _OP_PART = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(_Grad)?$")  # `MatMul_3`, `Add_Grad`: an op, not a module
 _GRAD_TENSOR = re.compile(r"_grad(_\d+)?$")
@@ -15,6 +17,11 @@ _GRAD_TENSOR = re.compile(r"_grad(_\d+)?$")
 def op_key(domain: str, op_type: str) -> str:
     """`domain::op`, with ONNX's default domain spelled out so that com.microsoft ops stay distinct."""
     return f"{domain or 'ai.onnx'}::{op_type}"
+
+
+def is_tap(op_type: str, func_name: str) -> bool:
+    """A PythonOp (or its PythonOpGrad) that is ortlab's statistics tap, not the model's."""
+    return op_type in ("PythonOp", "PythonOpGrad") and func_name == TAP_FUNCTION
 
 
 def is_gradient_tensor(name: str) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ortlab.graphs.errors import GraphsError
-from ortlab.graphs.names import KINDS, PARAM_PREFIX, is_gradient_tensor, module_scope, node_kind, op_key
+from ortlab.graphs.names import KINDS, PARAM_PREFIX, is_gradient_tensor, is_tap, module_scope, node_kind, op_key
 
 if TYPE_CHECKING:
     from ortlab.graphs.neighbourhood import Neighbourhood
@@ -29,6 +29,7 @@ class Node:
     kind: str  # one of KINDS
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    tap: bool = False  # ortlab's statistics tap (a PythonOp of ortlab's own, not the model's)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,13 @@ class _Value:
     @property
     def shape(self) -> str:
         return "?" if self.dims is None else "[" + ", ".join(str(d) for d in self.dims) + "]"
+
+
+def _func_name(node) -> str:
+    """A PythonOp's func_name attribute (the autograd Function it runs), "" for other nodes."""
+    if not node.op_type.startswith("PythonOp"):
+        return ""
+    return next((a.s.decode(errors="replace") for a in node.attribute if a.name == "func_name"), "")
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -111,8 +119,30 @@ class Stage:
 
     @cached_property
     def node_list(self) -> list[Node]:
+        """Every node of the file, ortlab's statistics taps included (`tap` marks them)."""
         return [Node(n.name, op_key(n.domain, n.op_type), node_kind(n.name, n.op_type, tuple(n.output)),
-                     tuple(n.input), tuple(n.output)) for n in self.model.graph.node]
+                     tuple(n.input), tuple(n.output), is_tap(n.op_type, _func_name(n)))
+                for n in self.model.graph.node]
+
+    @cached_property
+    def model_nodes(self) -> list[Node]:
+        """The model's nodes: without ortlab's statistics taps, which a burst collecting statistics adds (a
+        PythonOp and a PythonOpGrad per observed tensor). Counts and histograms are of these."""
+        return [n for n in self.node_list if not n.tap]
+
+    @property
+    def taps(self) -> int:
+        """How many of the file's nodes are ortlab's statistics taps (PythonOp and PythonOpGrad)."""
+        return len(self.node_list) - len(self.model_nodes)
+
+    @property
+    def taps_note(self) -> str:
+        """What a view says about ortlab's taps in this graph ("" when there are none)."""
+        if not self.taps:
+            return ""
+        return (f"ortlab's statistics taps: {self.taps} more nodes (PythonOp, PythonOpGrad), not the model's and not "
+                "counted here; they return their input (only an 8-byte context of their own) but can keep ORT from "
+                "fusing the ops on either side")
 
     @cached_property
     def _inputs(self) -> list[_Value]:
@@ -129,7 +159,8 @@ class Stage:
 
     @property
     def node_count(self) -> int:
-        return len(self.node_list)
+        """The model's nodes (ortlab's statistics taps apart: `taps`)."""
+        return len(self.model_nodes)
 
     @property
     def graph_input_names(self) -> set[str]:
@@ -170,16 +201,17 @@ class Stage:
             raise GraphsError(f"no node named {name!r} in stage {self.label}{hint}") from None
 
     def histogram(self):
-        """Node count per `domain::op`, most frequent first (a pandas Series)."""
+        """The model's node count per `domain::op`, most frequent first (a pandas Series); ortlab's statistics
+        taps are not counted (`taps`)."""
         import pandas as pd
 
-        counts = Counter(n.op for n in self.node_list)
+        counts = Counter(n.op for n in self.model_nodes)
         s = pd.Series(dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))), dtype=int, name="count")
         s.index.name = "op"
         return s
 
     def kinds(self) -> dict[str, int]:
-        counts = Counter(n.kind for n in self.node_list)
+        counts = Counter(n.kind for n in self.model_nodes)
         return {k: counts.get(k, 0) for k in KINDS}
 
     def _role(self, name: str) -> str:
@@ -224,20 +256,21 @@ class Stage:
         size = self.size()
         del size["parameters"]
         return {"mode": self.mode, "stage": self.name, "nodes": self.node_count, **self.kinds(),
-                "op_types": len({n.op for n in self.node_list}), "user_inputs": users,
+                "op_types": len({n.op for n in self.model_nodes}), "ortlab_taps": self.taps, "user_inputs": users,
                 "parameters": len(self._inputs) - users, "outputs": len(self._outputs), **size,
                 "file": self.path.name}
 
     @cached_property
     def nodes(self):
-        """Every node: name, op (domain::op), kind, module scope, inputs and outputs."""
+        """Every node: name, op (domain::op), kind, module scope, inputs and outputs, and `ortlab_tap` (True for
+        ortlab's statistics taps)."""
         import pandas as pd
 
         nodes = self.node_list
         return pd.DataFrame({
             "name": [n.name for n in nodes], "op": [n.op for n in nodes], "kind": [n.kind for n in nodes],
             "module": [module_scope(n.name) for n in nodes], "inputs": [list(n.inputs) for n in nodes],
-            "outputs": [list(n.outputs) for n in nodes],
+            "outputs": [list(n.outputs) for n in nodes], "ortlab_tap": [n.tap for n in nodes],
         })
 
     def search(self, text: str, by: str = "any", limit: int | None = 200):

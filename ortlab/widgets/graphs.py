@@ -278,7 +278,8 @@ class GraphsPanel(W.VBox):
                  f"types; {s['user_inputs']} user input(s), {s['parameters']} parameters "
                  f"({s['parameter_elements']:,} elements, {s['parameter_bytes'] / 2**20:.2f} MB), "
                  f"{s['outputs']} outputs; "
-                 f"file {s['file_bytes'] / 2**20:.2f} MB")
+                 f"file {s['file_bytes'] / 2**20:.2f} MB"
+                 + (f"<br><i>{html.escape(stage.taps_note)}</i>" if stage.taps else ""))
         inputs = stage.inputs
         hist = stage.histogram().reset_index()
         cols = ["stage", "nodes", "forward", "gradient", "recompute", "op_types", "initializers",
