@@ -6,22 +6,32 @@ set -euo pipefail
 
 ORTLAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+# Python 3.10 or 3.11: onnxruntime-training 1.19.2, ORTModule's last release, ships wheels for 3.8-3.11 and torch 2.6
+# for 3.9-3.13. Each has its own lock (requirements.lock: 3.11; requirements-py310.lock: 3.10).
 _ortlab_python() {
-  for candidate in "${ORTLAB_PYTHON:-}" python3.11 python3; do
+  local candidate found=""
+  for candidate in "${ORTLAB_PYTHON:-}" python3.11 python3.10 python3; do
     [ -n "$candidate" ] || continue
-    if command -v "$candidate" >/dev/null 2>&1 &&
-       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+    command -v "$candidate" >/dev/null 2>&1 || continue
+    if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 10), (3, 11)))' 2>/dev/null; then
       command -v "$candidate"; return 0
     fi
+    found="$found $candidate=$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)"
   done
-  echo "ortlab: needs Python 3.11 (none found as python3.11 or python3; set ORTLAB_PYTHON=/path/to/python3.11)" >&2
+  echo "ortlab: needs Python 3.10 or 3.11 (found:${found:- none}): onnxruntime-training 1.19.2, ORTModule's last" \
+       "release, ships no wheel for Python 3.12 or newer. Install Python 3.11 (apt install python3.11-venv," \
+       "pyenv install 3.11, or uv python install 3.11) and set ORTLAB_PYTHON=/path/to/python3.11" >&2
   return 1
 }
 
 _ortlab_ensure_env() {
-  local python key root
+  local python key root lock
   python=$(_ortlab_python)
-  key=$(cat "$ORTLAB_ROOT/requirements.lock" "$ORTLAB_ROOT/bin/_env.sh" | sha256sum | cut -c1-16)
+  lock="$ORTLAB_ROOT/requirements.lock"
+  if "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))'; then
+    lock="$ORTLAB_ROOT/requirements-py310.lock"
+  fi
+  key=$(cat "$lock" "$ORTLAB_ROOT/bin/_env.sh" | sha256sum | cut -c1-16)
   root=${ORTLAB_ENV_ROOT:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ortlab}
   ORTLAB_VENV="$root/env-$key"
   mkdir -p "$root"
@@ -33,7 +43,7 @@ _ortlab_ensure_env() {
     "$python" -m venv "$ORTLAB_VENV"
     local log="$root/install-$key.log"
     if ! "$ORTLAB_VENV/bin/python" -m pip install --no-input --disable-pip-version-check \
-         -r "$ORTLAB_ROOT/requirements.lock" >"$log" 2>&1; then
+         -r "$lock" >"$log" 2>&1; then
       grep -v "^WARNING: Location" "$log" | tail -25 >&2
       echo "ortlab: installing the pinned packages failed; full log: $log" >&2
       return 1
@@ -53,7 +63,7 @@ _ortlab_ensure_env() {
     "$ORTLAB_VENV/bin/ortlab" setup
     touch "$ORTLAB_VENV/.complete"
   fi
-  # the newest transformers in a side folder, for the model-family tests (requirements-side.lock)
+  # the newest transformers in a side folder, for the model-family tests (requirements-side.lock; Python 3.11)
   ORTLAB_SIDE_PACKAGES=$("$ORTLAB_VENV/bin/python" "$ORTLAB_ROOT/scripts/side_packages.py")
   flock -u 9
   export PATH="$ORTLAB_VENV/bin:$PATH" VIRTUAL_ENV="$ORTLAB_VENV" ORTLAB_SIDE_PACKAGES

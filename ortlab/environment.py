@@ -17,6 +17,7 @@ from pathlib import Path
 CPU_EXTENSIONS = ("aten_op_executor", "torch_interop_utils")
 CUDA_EXTENSIONS = ("fused_ops", "torch_gpu_allocator")
 ORT_CUDA_MAJOR = "11"  # onnxruntime-training 1.19.2's wheel is a CUDA 11.8 build
+SUPPORTED_PYTHONS = ((3, 10), (3, 11))  # onnxruntime-training 1.19.2 has wheels up to 3.11; each has a lock
 
 
 class SetupError(RuntimeError):
@@ -144,7 +145,7 @@ class Report:
         return asdict(self) | {"ok": self.ok}
 
     def __str__(self) -> str:
-        lines = [f"Python       {self.python} ({self.platform})"]
+        lines = [f"Python       {self.python} ({self.platform}; ortlab supports 3.10 and 3.11)"]
         from ortlab.versions import TESTED_TRANSFORMERS
 
         tested = {"transformers": f" (model families tested with {', '.join(TESTED_TRANSFORMERS)}: "
@@ -199,6 +200,11 @@ def doctor() -> Report:
         ]
     }
     problems: list[Problem] = []
+    if sys.version_info[:2] not in SUPPORTED_PYTHONS:
+        problems.append(Problem(
+            f"Python {platform.python_version()}: onnxruntime-training 1.19.2 (ORTModule's last release) ships wheels "
+            "for Python 3.8-3.11 and ortlab is tested on 3.10 and 3.11",
+            "use Python 3.11 or 3.10 (bin/ortlab finds python3.11 or python3.10, or ORTLAB_PYTHON=/path/to/python)"))
     cuda_available, gpu_name = False, None
     if versions["torch"] is None:
         problems.append(Problem("torch is not installed", "pip install torch==2.6.0"))

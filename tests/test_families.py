@@ -3,6 +3,7 @@ what ORTModule does with them today (trains, with which fixes, in parity), or th
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,8 @@ def test_each_family_trains_as_the_compatibility_page_says(version):
     from ortlab.versions import TESTED_TRANSFORMERS
 
     assert version in TESTED_TRANSFORMERS
+    if version.startswith("5.") and sys.version_info < (3, 11):
+        pytest.skip(f"transformers {version} needs Python 3.11")
     script = _script()
     expected = {row["family"]: row for row in json.loads(script.DATA.read_text())["rows"][version]}
     observed = script.run_survey(version)

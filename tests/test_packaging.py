@@ -2,33 +2,40 @@
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
+LOCKS = {"3.11": "requirements.lock", "3.10": "requirements-py310.lock"}  # bin/_env.sh picks one by Python
 
 
-def _lock() -> dict[str, str]:
+def _lock(name: str = "requirements.lock") -> dict[str, str]:
     pins = {}
-    for line in (ROOT / "requirements.lock").read_text().splitlines():
+    for line in (ROOT / name).read_text().splitlines():
         if "==" in line and not line.startswith("#"):
             name, version = line.split("==", 1)
             pins[name.strip().lower().replace("_", "-")] = version.strip()
     return pins
 
 
-def test_dependencies_and_extras_admit_the_locked_versions():
+@pytest.mark.parametrize("python", list(LOCKS))
+def test_dependencies_and_extras_admit_the_locked_versions(python):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert set(project["optional-dependencies"]) == {"lab", "test"}
-    pins = _lock()
+    pins = _lock(LOCKS[python])
     for text in [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]:
         req = Requirement(text)
-        if req.name == "ortlab":
+        if req.name == "ortlab" or (req.marker and not req.marker.evaluate({"python_version": python})):
             continue
         name = req.name.lower().replace("_", "-")
-        assert name in pins, f"{name} is declared in pyproject.toml but missing from requirements.lock"
+        assert name in pins, f"{name} is declared in pyproject.toml but missing from {LOCKS[python]}"
         assert req.specifier.contains(pins[name], prereleases=True), f"{text} excludes the locked {name}=={pins[name]}"
 
 
@@ -47,3 +54,46 @@ def test_ruff_is_clean():
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "ortlab", "tests", "benchmarks", "scripts"],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_the_locks_pin_what_requirements_in_pins():
+    wanted = {}
+    for line in (ROOT / "requirements.in").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            wanted[name.strip().lower().replace("_", "-")] = version.strip()
+    for lock in LOCKS.values():
+        pins = _lock(lock)
+        assert {k: pins.get(k) for k in wanted} == wanted, f"{lock} disagrees with requirements.in: scripts/lock"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("python", list(LOCKS))
+def test_every_pin_of_each_lock_has_a_wheel_for_its_python(python, tmp_path):
+    """pip's resolver, for the lock's Python and Linux x86_64 wheels only, without installing: a pin with no wheel
+    for that Python (e.g. a release that dropped 3.10) fails here, on whichever Python runs the suite."""
+    abi = "cp" + python.replace(".", "")
+    platforms = [a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+                             "linux_x86_64") for a in ("--platform", p)]
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+                        "--only-binary=:all:", "--disable-pip-version-check", "--python-version", python,
+                        "--implementation", "cp", "--abi", abi, *platforms, "--target", str(tmp_path / "t"),
+                        "-r", str(ROOT / LOCKS[python])], capture_output=True, text=True)
+    assert r.returncode == 0, f"{LOCKS[python]} on Python {python}: " + r.stderr[-3000:]
+
+
+def test_the_environment_script_names_the_pythons_it_needs(tmp_path):
+    """On a machine whose only Python is 3.12, bin/ortlab and bin/test stop at once with one message: which
+    Pythons work, why (ORT's wheels), and what to install."""
+    import shutil
+
+    (tmp_path / "python3").write_text('#!/bin/sh\ncase "$*" in *print*) echo 3.12;; *) exit 1;; esac\n')
+    (tmp_path / "python3").chmod(0o755)
+    for tool in ("dirname", "sh"):
+        (tmp_path / tool).symlink_to(shutil.which(tool))
+    r = subprocess.run([shutil.which("bash"), str(ROOT / "bin" / "_env.sh")], capture_output=True, text=True,
+                       env={"PATH": str(tmp_path), "HOME": str(tmp_path)})
+    assert r.returncode != 0
+    assert "needs Python 3.10 or 3.11 (found: python3=3.12)" in r.stderr, r.stderr
+    assert "ships no wheel for Python 3.12" in r.stderr and "ORTLAB_PYTHON" in r.stderr

@@ -32,6 +32,7 @@ class ActivationsPanel(W.VBox):
     def __init__(self, runs: Callable[[], list] | None = None):
         self.get_runs = runs or (lambda: [])
         self.diff = None  # the last ActivationDiff
+        self._known: set[str] = set()  # the runs with statistics seen by the last refresh
         self.a = W.Dropdown(description="A", options=[], layout=W.Layout(width="420px"))
         self.b = W.Dropdown(description="B", options=[], layout=W.Layout(width="420px"))
         self.a_path = W.Text(placeholder="or a folder: run or ORT dump", layout=W.Layout(width="300px"))
@@ -56,20 +57,36 @@ class ActivationsPanel(W.VBox):
     # -- state
 
     def refresh(self) -> None:
-        """Re-read the runs (those that collected statistics; of a distributed run, each rank), newest first; A
-        defaults to the newest PyTorch run and B to the newest ORTModule run."""
+        """Re-read the runs (those that collected statistics; of a distributed run, each rank), newest first. When
+        runs with statistics are new since the last refresh, A becomes the newest PyTorch run and B the newest
+        other run, and they are compared at once (the tab shows the latest burst's first divergence); otherwise
+        the choice is kept."""
         runs = [r for run in reversed(self.get_runs() or []) for r in [run, *run.ranks]
                 if (Path(r.path) / "stats.npz").is_file()]
         options = [(_label(r), str(r.path)) for r in runs]
         keep_a, keep_b = self.a.value, self.b.value
         self.a.options, self.b.options = options, options
         paths = [p for _, p in options]
-        by_backend = {r.backend: str(r.path) for r in reversed(runs)}  # newest of each backend
-        self.a.value = keep_a if keep_a in paths else by_backend.get("pytorch", paths[0] if paths else None)
-        self.b.value = (keep_b if keep_b in paths
-                        else by_backend.get("ortmodule", paths[-1] if paths else None))
-        if not runs and not self.diff:
-            self.status.value = "<i>no run with statistics yet: burst with collect={'stats': {}}</i>"
+        new = [p for p in paths if p not in self._known]
+        self._known.update(paths)
+        newest = {}
+        for r in runs:  # newest first: the first of each backend is its newest
+            newest.setdefault(r.backend, str(r.path))
+        pytorch = newest.get("pytorch", paths[-1] if paths else None)
+        other = next((p for b, p in newest.items() if b != "pytorch"),  # the newest run of another backend
+                     next((p for p in paths if p != pytorch), pytorch))
+        if new:
+            self.a.value, self.b.value = pytorch, other
+        else:
+            self.a.value = keep_a if keep_a in paths else pytorch
+            self.b.value = keep_b if keep_b in paths else other
+        if not runs:
+            self.status.value = ("<i>no run with statistics yet: switch on “record activation statistics” in the "
+                                 "Burst tab and run (in Python: collect={'stats': {}})</i>")
+        elif new and self.a.value and self.b.value and self.a.value != self.b.value:
+            self.compare()
+        elif self.diff is None:
+            self.status.value = f"<i>{len(runs)} run(s) with statistics: choose A and B, then Compare</i>"
 
     def _source(self, path_box: W.Text, dropdown: W.Dropdown) -> str | None:
         return path_box.value.strip() or dropdown.value

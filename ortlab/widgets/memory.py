@@ -43,6 +43,7 @@ class MemoryPanel(W.VBox):
         self.get_runs = runs or (lambda: [])
         self._data: dict[str, dict] = {}  # run folder -> its memory.json (written once, when its burst ended)
         self._runs: dict[str, Any] = {}
+        self._known: set[str] = set()  # the runs with an account seen by the last refresh
         self._quiet = False  # set while refresh() fills the pickers: their observers wait for it
         self.a = W.Dropdown(description="run", options=[], layout=W.Layout(width="460px"))
         self.b = W.Dropdown(description="beside", options=[("(none)", "")], value="",
@@ -72,20 +73,23 @@ class MemoryPanel(W.VBox):
 
     def refresh(self) -> None:
         """Re-read the runs: the pickers list ORTModule runs with a graph account, newest first (the newest
-        picked when the choice is gone), and the last PyTorch/ORTModule pair is shown side by side."""
+        picked when one is new since the last refresh or the choice is gone), and the last PyTorch/ORTModule pair
+        is shown side by side."""
         runs = list(self.get_runs() or [])
         self._runs = {str(r.path): r for r in runs}
         graph = [r for r in reversed(runs) if self.memory_of(r).get("kind") == GRAPH
                  and not self.memory_of(r).get("missing")]
         options = [(f"{r.path.name} ({_hint(r)})", str(r.path)) for r in graph]
         paths = [p for _, p in options]
+        new = [p for p in paths if p not in self._known]  # newest first
+        self._known.update(paths)
         keep_a, keep_b = self.a.value, self.b.value
         self._quiet = True
         try:
             self.a.options = options
             self.b.options = [("(none)", ""), *options]
-            self.a.value = keep_a if keep_a in paths else (paths[0] if paths else None)
-            self.b.value = keep_b if keep_b in paths and keep_b != self.a.value else ""
+            self.a.value = new[0] if new else keep_a if keep_a in paths else (paths[0] if paths else None)
+            self.b.value = "" if new else keep_b if keep_b in paths and keep_b != self.a.value else ""
         finally:
             self._quiet = False
         self.backends.value = self._backends(runs)

@@ -49,6 +49,7 @@ class RecomputePanel(W.VBox):
         self.plans_run = None
         self.last_run = None
         self.last_sweep = None
+        self._known: set[str] = set()  # the runs with plans seen by the last refresh
         self._thread: threading.Thread | None = None
         self.steps = W.BoundedIntText(value=steps, min=2, max=100_000, description="steps")
         self.find_button = W.Button(description="Find plans", icon="search",
@@ -211,13 +212,15 @@ class RecomputePanel(W.VBox):
         self._launch("sweeping plan sets (one short burst each)...", work, wait)
 
     def refresh(self) -> None:
-        """After a burst elsewhere (the Lab): show the newest run's plans if none are shown yet."""
-        if self.table is not None or self.running or self._session is None:
+        """After a burst elsewhere (the Lab): show the newest run's plans when it is new since the last refresh
+        (or none are shown yet); not while this panel's own burst runs."""
+        if self.running or self._session is None:
             return
-        for run in reversed(self.session.runs):
-            if (run.path / "plans.json").exists():
-                self.load(run)
-                return
+        with_plans = [run for run in self.session.runs if (run.path / "plans.json").exists()]
+        new = [run for run in with_plans if str(run.path) not in self._known]
+        self._known.update(str(run.path) for run in with_plans)
+        if with_plans and (new or self.table is None):
+            self.load(with_plans[-1])
 
     def wait(self, timeout: float | None = None) -> None:
         if self._thread is not None:
