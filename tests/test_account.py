@@ -197,6 +197,9 @@ def test_run_folder_uses_recorded_shapes_options_and_optimizer(tmp_path):
     a = memory(run)
     assert a.run == run.name and a.dims == {"batch": 2} and a.device == "cpu" and a.order == "default"
     assert a.peak_activation_bytes == 256 and a.optimizer == "adamw" and a.optimizer_state_bytes == 2 * 256
+    assert memory(run, dims={"batch": 4}).dims == {"batch": 4}  # a given symbol overrides the recorded one
+    with pytest.raises(AccountError, match="no input symbol 'bach'; its symbols: batch"):
+        memory(run, dims={"bach": 4})  # a typo is named, not ignored beside the recorded value
     meta["effective_options"]["memory_opt_level"] = 1
     (run / "meta.json").write_text(json.dumps(meta))
     assert memory(run).order == "memory_efficient"
@@ -389,6 +392,23 @@ def test_a_plan_that_moves_the_stash_saves_nothing(tmp_path):
                                                           "Add_output_0"]
     assert len(joined) == 4 and all("Dropout_output_0" in n for n in joined)
     assert a1.stashed_bytes == a0.stashed_bytes and a1.peak_activation_bytes == a0.peak_activation_bytes
+
+
+@pytest.mark.slow
+def test_a_dim_given_for_a_real_run_keeps_the_recorded_shapes(tmp_path, capsys):
+    """`ortlab memory RUN --dim idx_dim1=32`: the demo's recorded batch (idx_dim0 = 8) stays, only the sequence
+    length changes; the account at the shorter sequence is smaller."""
+    from ortlab.cli import main
+
+    run, _ = _burst({}, 0, tmp_path)
+    recorded = memory(run)
+    assert recorded.dims == {"idx_dim0": 8, "idx_dim1": 64}
+    shorter = memory(run, dims={"idx_dim1": 32})
+    assert shorter.dims == {"idx_dim0": 8, "idx_dim1": 32}
+    assert 0 < shorter.peak_activation_bytes < recorded.peak_activation_bytes
+    assert main(["memory", str(run), "--dim", "idx_dim1=32", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["dims"] == shorter.dims and data["peak_activation_bytes"] == shorter.peak_activation_bytes
 
 
 # --------------------------------------------------------------------------- where it shows: collector, summary

@@ -465,6 +465,19 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, tmp_path):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_cli_a_mode_without_stages_is_bad_input(built, capsys):
+    """`--mode inference` on an export with training stages only says so (exit 2), listing or not; --mode
+    picks what the listing shows."""
+    assert _cli(built, "--mode", "inference") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mode 'inference' has no stage files" in err and "modes here: training" in err
+    assert _cli(built, "--mode", "inference", "--stage", "execution_model") == 2
+    assert "mode 'inference'" in capsys.readouterr().err
+    assert _cli(built, "--mode", "training", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["modes"] == ["training"] and {r["mode"] for r in data["stages"]} == {"training"}
+
+
 def test_plain_functions_no_shadowed_modules_and_a_light_import():
     """`ortlab.graphs` is a package of modules; `load` (also `ortlab.load_graphs`) is a function, and stays
     one after every submodule is imported."""
