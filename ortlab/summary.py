@@ -25,9 +25,11 @@ class Comparison:
 
     @property
     def runs(self) -> list[Run]:
+        """The runs that exist, in the order of `backends`."""
         return [r for r in (self.run(b) for b in self.backends) if r is not None]
 
     def run(self, backend: str) -> Run | None:
+        """The run of `backend`, or None (not asked for, not run, or not a backend)."""
         return getattr(self, backend) if backend in ("pytorch", *OTHERS) else None
 
     @property
@@ -36,8 +38,8 @@ class Comparison:
         return [b for b in self.backends if b != "pytorch"]
 
     def losses(self):
-        """Loss per step, one column per backend, and each other backend's absolute difference from PyTorch
-        (`abs_diff`: ORTModule's, `compile_diff`: torch.compile's)."""
+        """The loss per step (DataFrame), one column per backend, and each other backend's absolute difference from
+        PyTorch (`abs_diff`: ORTModule's, `compile_diff`: torch.compile's)."""
         import pandas as pd
 
         columns = {}
@@ -73,6 +75,7 @@ class Comparison:
 
     @property
     def not_compared(self) -> str | None:
+        """Why ORTModule's run is not compared with PyTorch's (it fell back), or None."""
         return self.not_compared_of("ortmodule")
 
     def versus(self, backend: str) -> dict[str, Any]:
@@ -99,6 +102,8 @@ class Comparison:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The comparison as plain data: each backend's summary and path, each backend against PyTorch (`versus`),
+        ORTModule's figures at the top (`ortlab burst --json`)."""
         out: dict[str, Any] = {"backends": list(self.backends)}
         for backend in self.backends:
             run = self.run(backend)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+_NAMES_DEFAULT = re.compile(r"\bdefault[: ]")  # a help text that says its default itself: "(default: the demo)"
 
 
 def shown_default(action: argparse.Action) -> str | None:
@@ -20,7 +22,8 @@ def shown_default(action: argparse.Action) -> str | None:
     if isinstance(action, argparse.BooleanOptionalAction) and isinstance(default, bool):
         return "on" if default else "off"
     if (not action.option_strings or default is None or default is argparse.SUPPRESS or default is False
-            or default == [] or "default" in own_help(action) or isinstance(action, argparse._StoreConstAction)):
+            or default == [] or _NAMES_DEFAULT.search(own_help(action))
+            or isinstance(action, argparse._StoreConstAction)):
         return None
     return str(default)
 

@@ -106,8 +106,8 @@ def register(sub) -> None:
                        "Exit 1 when a run failed, fell back to PyTorch or diverged.")
     b.add_argument("--backend", default="both", type=backend_list, metavar="BACKEND[,BACKEND]",
                    help="pytorch, ortmodule, compile (torch.compile), both (= pytorch,ortmodule), all, or a comma "
-                   "list: several are compared with PyTorch, each judged against it (ortlab.burst() in Python "
-                   "runs one backend, ortmodule by default)")
+                   "list: several are compared with PyTorch, each judged against it (in Python, ortlab.burst() "
+                   "runs one backend, ortmodule unless told)")
     b.add_argument("--parity", action="store_true", help="same seeds, dropout 0, compute optimizer off, deterministic")
     add_burst_args(b)
     b.set_defaults(func=cmd_burst)
