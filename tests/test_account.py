@@ -535,6 +535,31 @@ def test_summary_reports_accounted_memory_beside_the_process(tmp_path):
         MemoryAccount.from_dict(graph.to_dict())
 
 
+def test_a_single_backend_prints_the_comparison_s_labelled_table(tmp_path):
+    """`ortlab burst --backend ortmodule` (or pytorch) prints the same labelled rows as a comparison, one column:
+    no raw summary keys, the rows aligned."""
+    from ortlab.run import load_run
+    from ortlab.summary import Comparison, run_text
+
+    graph = memory(recompute_graph(tmp_path / "m_execution_model_training.onnx"), order="default")
+    saved = torch_memory(torch_module(), torch_input())
+    pt = load_run(fake_run(tmp_path / "20260101-000000-pytorch", "pytorch", autograd_record(saved)))
+    ort = load_run(fake_run(tmp_path / "20260101-000001-ortmodule", "ortmodule", graph_record(graph),
+                            {"save_onnx": True}))
+    both = str(Comparison(pt, ort)).splitlines()
+    for run, column in ((pt, 1), (ort, 2)):
+        text = run_text(run)
+        assert "saved_for_backward_mb" not in text and "final_loss" not in text
+        lines = text.splitlines()
+        table = lines[:8]
+        assert table[0].split() == [run.backend] and [r.split()[:-1] for r in table[1:]] == [
+            r.split()[: -2] for r in both[1:8]]  # the comparison's labels, in its order
+        assert [r.split()[-1] for r in table[1:]] == [r.split()[column - 3] for r in both[1:8]]
+        assert len({len(r) for r in table}) == 1  # aligned: every row as wide
+        assert lines[-1].startswith("run: ") and lines[-1].endswith(run.path.name)
+        assert "accounted rows: activations only" in text
+
+
 def torch_module():
     import torch
 

@@ -36,7 +36,9 @@ def cmd_burst(args) -> int:
         if args.json:
             print_json({**run.summary(), "path": str(run.path), "error": run.error})
         else:
-            print(_single(run))
+            from ortlab.summary import run_text
+
+            print(run_text(run))
     return outcome([run], None, args.allow_fallback)
 
 
@@ -90,13 +92,6 @@ def collect_settings(args) -> dict[str, dict]:
     elif args.stats_modules or args.stats_samples is not None or args.stats_no_grads:
         raise CliError("--stats-modules, --stats-samples and --stats-no-grads need --collect stats")
     return collect
-
-
-def _single(run) -> str:
-    s = run.summary()
-    lines = [f"{k:<14} {v}" for k, v in s.items()]
-    lines.append(f"path           {run.path}")
-    return "\n".join(lines)
 
 
 def register(sub) -> None:
