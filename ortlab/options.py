@@ -409,12 +409,23 @@ def registry_table():
     return pd.DataFrame([s.to_dict() for s in REGISTRY])
 
 
+def by_area(specs: Iterable[OptionSpec] = REGISTRY) -> dict[str, list[OptionSpec]]:
+    """{area: its specs}, each area once, in the order its first option appears (the registry follows ORT's
+    source, where an area's options are spread over several places)."""
+    out: dict[str, list[OptionSpec]] = {}
+    for s in specs:
+        out.setdefault(s.area, []).append(s)
+    return out
+
+
 def registry_markdown() -> str:
     """The options reference page (docs/options.md), generated from the registry."""
     lines = [
         "# ORTModule options",
         "",
         "Generated from `ortlab.options.REGISTRY` by `ortlab options --markdown`; a test keeps this page equal to it.",
+        "`--option KEY=VALUE` (burst, compare, check, bisect) and `options=` in Python take either the option's name",
+        "(`memory_opt_level=1`) or its variable (`ORTMODULE_MEMORY_OPT_LEVEL=1`).",
         "Every `ORTMODULE_*` variable that onnxruntime-training 1.19.2 reads or its guidelines document, and the",
         "`DebugOptions` fields. **Read at** is taken from the 1.19.2 source (a test checks it against the AST):",
         "",
@@ -428,18 +439,19 @@ def registry_markdown() -> str:
         "**Graph**: a change alters the exported or optimized graph. **CUDA**: needs a GPU (disabled on the CPU).",
         "",
     ]
-    area = None
-    for s in REGISTRY:
-        if s.area != area:
-            area = s.area
-            header = "| option | variable | type | default | allowed | read at | graph | CUDA | description |"
-            lines += ["", f"## {area}", "", header,
-                      "|---|---|---|---|---|---|---|---|---|"]
-        default = "" if s.default == "" else f"`{s.default}`"
-        allowed = s.allowed().replace("|", "\\|")
-        notes = s.description + ("" if s.documented else " *(not in the guidelines)*")
-        variable = f"`{s.env}`" if s.env else "(DebugOptions)"
-        graph, cuda = ("yes" if s.changes_graph else ""), ("yes" if s.needs_cuda else "")
-        lines.append(f"| `{s.name}` | {variable} | {s.kind.value} | {default} | {allowed} "
-                     f"| {s.read_at.value} | {graph} | {cuda} | {notes} |")
+    header = "| option | variable | type | default | allowed | read at | graph | CUDA | description |"
+    for area, specs in by_area().items():
+        lines += ["", f"## {area}", "", header, "|---|---|---|---|---|---|---|---|---|"]
+        for s in specs:
+            lines.append(_markdown_row(s))
     return "\n".join(lines) + "\n"
+
+
+def _markdown_row(s: OptionSpec) -> str:
+    default = "" if s.default == "" else f"`{s.default}`"
+    allowed = s.allowed().replace("|", "\\|")
+    notes = s.description + ("" if s.documented else " *(not in the guidelines)*")
+    variable = f"`{s.env}`" if s.env else "(DebugOptions)"
+    graph, cuda = ("yes" if s.changes_graph else ""), ("yes" if s.needs_cuda else "")
+    return (f"| `{s.name}` | {variable} | {s.kind.value} | {default} | {allowed} "
+            f"| {s.read_at.value} | {graph} | {cuda} | {notes} |")
