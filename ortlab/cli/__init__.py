@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (InputError, WorkerError) as e:
-        print(f"{where}: {e}", file=sys.stderr)
+        print(f"{where}: {getattr(e, 'cli', None) or e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"{where}: interrupted", file=sys.stderr)
