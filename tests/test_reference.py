@@ -126,3 +126,51 @@ def test_architecture_names_every_module():
         if not named:
             unnamed.append(info.name)
     assert not unnamed, f"docs/architecture.md does not name: {', '.join(unnamed)}"
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+    """(file, command) of every `ortlab ...` command README.md and docs/ show: lines of code blocks and inline code
+    spans that start with `ortlab ` or `bin/ortlab `, without their comments; synopses ([--flag], A | B, ...) and
+    `--help` left out."""
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if path.name in ("cli.md", "api.md"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        blocks = [m.group(2) for m in re.finditer(r"```(\w*)\n(.*?)```", text, flags=re.S)
+                  if m.group(1) in ("", "bash", "sh", "console")]
+        candidates = [line for block in blocks for line in block.splitlines()]
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        candidates += [span for span in re.findall(r"`([^`\n]+)`", prose) if re.match(r"(bin/)?ortlab ", span)]
+        for line in candidates:
+            command = line.split("#", 1)[0].strip()
+            command = re.sub(r"^bin/ortlab\b", "ortlab", command)
+            if not command.startswith("ortlab ") or re.search(r"\[|\.\.\.|\||--help|COMMAND|&&", command):
+                continue
+            found.append((path.name, command))
+    return found
+
+
+def test_every_documented_command_parses_as_written():
+    """Every command README.md and docs/ show is one `ortlab` accepts: its subcommand, flags and choices exist."""
+    import contextlib
+    import io
+    import shlex
+
+    from ortlab.cli import build_parser
+
+    commands = _documented_commands()
+    assert len(commands) > 20  # the extraction finds the docs' commands
+    wrong = []
+    for where, command in commands:
+        err = io.StringIO()
+        if len(shlex.split(command)) == 2:  # a subcommand named in prose ("`ortlab diff` reads ..."): it exists
+            command += " --help"
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                build_parser().parse_args(shlex.split(command)[1:])
+        except SystemExit as e:
+            if command.endswith(" --help") and e.code == 0:
+                continue
+            wrong.append(f"{where}: {command}: {err.getvalue().strip()}")
+    assert not wrong, "\n".join(wrong)
