@@ -133,7 +133,7 @@ def add_burst_args(b) -> None:
     b.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")
     b.add_argument("--seed", type=seed, default=0, help="seeds the model's initial weights, the data and dropout")
     b.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="fp16: torch.autocast and a GradScaler")
+                   help="fp16: torch.autocast and a GradScaler (CUDA only)")
     b.add_argument("--device", default="auto", choices=DEVICES, help="auto: CUDA when there is a GPU, else the CPU")
     b.add_argument("--save-graphs", action="store_true",
                    help="save ORTModule's exported graphs into the run (the option save_onnx=true)")
