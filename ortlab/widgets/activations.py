@@ -69,7 +69,8 @@ class ActivationsPanel(W.VBox):
         self.b.value = (keep_b if keep_b in paths
                         else by_backend.get("ortmodule", paths[-1] if paths else None))
         if not runs and not self.diff:
-            self.status.value = "<i>no run with statistics yet: burst with collect={'stats': {}}</i>"
+            self.status.value = ("<i>no run with statistics yet: tick \"record activation statistics\" in the Burst "
+                                 "tab (in Python: collect={'stats': {}})</i>")
 
     def _source(self, path_box: W.Text, dropdown: W.Dropdown) -> str | None:
         return path_box.value.strip() or dropdown.value
