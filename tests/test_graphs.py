@@ -455,6 +455,10 @@ def test_cli(exported, capsys, tmp_path):
     assert _cli(run, "--stage", "nope") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ortlab graphs: stage 'nope' is not in")
+    assert _cli(exported["folder"], "--mode", "inference", "--json") == 0  # ran in eval mode too: that mode only
+    data = json.loads(capsys.readouterr().out)
+    assert data["modes"] == ["inference"] and {r["mode"] for r in data["stages"]} == {"inference"}
+    assert list(data["diffs"]) == ["inference"]
 
 
 def test_cli_bad_input_is_one_line_exit_2(capsys, tmp_path):
