@@ -76,7 +76,14 @@ def signature(obj: Any, name: str) -> str:
         return f"{name}(...)"
     params = [p.replace(annotation=_Plain(p.annotation)) if isinstance(p.annotation, str) else p
               for p in sig.parameters.values() if p.name not in ("self", "cls")]
+    if inspect.isclass(obj) and dataclasses.is_dataclass(obj):  # `= <factory>` as the factory's call, `list()`
+        factories = {f.name: f.default_factory for f in dataclasses.fields(obj)
+                     if f.default_factory is not dataclasses.MISSING}
+        params = [p.replace(default=_Plain(f"{factories[p.name].__name__}()")) if p.name in factories else p
+                  for p in params]
     result = sig.return_annotation
+    if inspect.isclass(obj):
+        result = inspect.Signature.empty  # a constructor returns the instance, not its __init__'s None
     sig = sig.replace(parameters=params, return_annotation=_Plain(result) if isinstance(result, str) else result)
     text = str(sig)
     return f"{name}{re.sub(r' at 0x[0-9a-f]+', '', text)}"
@@ -127,8 +134,11 @@ def _section(name: str, value: Any) -> list[str]:
     if what == "function":
         return [*lines, "```python", signature(value, name), "```", "", doc(value), "", f"*Defined in `{where}`.*"]
     bases = [b.__name__ for b in value.__bases__ if b is not object]
-    lines += ["```python", f"class {signature(value, name)}" + (f"  # {', '.join(bases)}" if bases else ""), "```",
-              "", doc(value), "", *_fields(value)]
+    if what == "exception":  # raised, not built: its place among the errors is what matters
+        head = f"class {name}({', '.join(bases)})"
+    else:
+        head = f"class {signature(value, name)}" + (f"  # {', '.join(bases)}" if bases else "")
+    lines += ["```python", head, "```", "", doc(value), "", *_fields(value)]
     for member_name, member in public_members(value):
         if isinstance(member, property):
             lines += [f"- **`.{member_name}`** (property): {_one_paragraph(doc(member))}"]
@@ -175,7 +185,7 @@ def render() -> str:
             lines += ["", f"## {title}"]
             for name in names:
                 lines += _section(name, values[name])
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

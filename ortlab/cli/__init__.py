@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     from ortlab.cli import activations, burst, check, compare, env, graphs, memory, options, plans, runs
 
     p = _Parser(prog="ortlab", description="Explore ONNX Runtime's ORTModule: options, bursts, runs, "
-                                "exported graphs, recompute plans, activation statistics.")
+                                "exported graphs, recompute plans, activation statistics.",
+                epilog="Each command's flags and defaults: ortlab COMMAND --help, all of them in docs/cli.md.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (env, options, check, burst, compare, runs, graphs, plans, memory, activations):
         module.register(sub)
