@@ -141,14 +141,15 @@ def _section(name: str, value: Any) -> list[str]:
     lines += ["```python", head, "```", "", doc(value), "", *_fields(value)]
     for member_name, member in public_members(value):
         if isinstance(member, property):
-            lines += [f"- **`.{member_name}`** (property): {_one_paragraph(doc(member))}"]
+            lines += [f"- **`.{member_name}`** (property): {_flat(doc(member))}"]
         else:
-            lines += [f"- **`{signature(_function(member), '.' + member_name)}`**: {_one_paragraph(doc(member))}"]
+            lines += [f"- **`{signature(_function(member), '.' + member_name)}`**: {_flat(doc(member))}"]
     return [*lines, "", f"*Defined in `{where}`.*"]
 
 
-def _one_paragraph(text: str) -> str:
-    return " ".join(text.split("\n\n")[0].split()) if text else ""
+def _flat(text: str) -> str:
+    """A docstring on one line (a list item's text)."""
+    return " ".join(text.split())
 
 
 SECTIONS = (("function", "Functions"), ("class", "Classes"), ("exception", "Errors"), ("data", "Data"),
@@ -175,10 +176,13 @@ def render() -> str:
         "|---|---|---|",
     ]
     order = [n for k, _ in SECTIONS for n in sorted(values, key=str.lower) if kind(values[n]) == k]
-    for name in order:
-        value = values[name]
+    seen: dict[str, int] = {}
+    for name in order:  # GitHub's heading anchors: `session` then `Session` are #ortlabsession, #ortlabsession-1
+        value, anchor = values[name], f"ortlab{name.lower()}"
+        seen[anchor] = seen.get(anchor, -1) + 1
+        anchor += f"-{seen[anchor]}" if seen[anchor] else ""
         summary = DATA.get(name, "") if kind(value) == "data" else first_sentence(doc(value))
-        lines.append(f"| [`{name}`](#ortlab{name.lower()}) | {kind(value)} | {summary.replace('|', chr(92) + '|')} |")
+        lines.append(f"| [`{name}`](#{anchor}) | {kind(value)} | {summary.replace('|', chr(92) + '|')} |")
     for section, title in SECTIONS:
         names = [n for n in order if kind(values[n]) == section]
         if names:
