@@ -174,3 +174,25 @@ def test_every_documented_command_parses_as_written():
                 continue
             wrong.append(f"{where}: {command}: {err.getvalue().strip()}")
     assert not wrong, "\n".join(wrong)
+
+
+def _anchors(page: Path) -> set[str]:
+    """The heading anchors GitHub makes for a page: lower case, punctuation but - and _ dropped, spaces as -,
+    a repeated one suffixed -1, -2, ..."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        anchors.add(slug + (f"-{seen[slug]}" if seen[slug] else ""))
+    return anchors
+
+
+def test_links_into_the_references_land_on_a_heading():
+    pages = {name: _anchors(ROOT / "docs" / name) for name in ("cli.md", "api.md")}
+    broken = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for name, anchor in re.findall(r"\((?:docs/)?(cli\.md|api\.md)#([^)]+)\)", path.read_text(encoding="utf-8")):
+            if anchor not in pages[name]:
+                broken.append(f"{path.name}: {name}#{anchor}")
+    assert not broken, f"links to no heading: {', '.join(broken)}"
