@@ -128,7 +128,9 @@ def register(sub) -> None:
     b.add_argument("--tolerance", type=tolerance,
                    help="relative tolerance, e.g. 1e-2, or mean=1e-2,std=1e-3 (default: 1e-3; nan and inf "
                         "counts and shapes exact)")
-    b.add_argument("--seed", type=seed, default=0, help="seeds the model's initial weights, the data and dropout")
+    b.add_argument("--seed", type=seed, default=0,
+                   help="seeds the burst's random numbers: dropout, a sampler's shuffle (the model starts from "
+                   "the session's snapshot)")
     add_out_arg(b)
     add_in_process_arg(b)
     add_json_arg(b)

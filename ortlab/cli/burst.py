@@ -131,7 +131,9 @@ def add_burst_args(b) -> None:
                    help="zero1: AdamW with its state sharded over the ranks (ZeRO stage 1, with --nproc > 1); "
                    "fused_adam needs CUDA")
     b.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")
-    b.add_argument("--seed", type=seed, default=0, help="seeds the model's initial weights, the data and dropout")
+    b.add_argument("--seed", type=seed, default=0,
+                   help="seeds the burst's random numbers: dropout, a sampler's shuffle (the model starts from "
+                   "the session's snapshot)")
     b.add_argument("--precision", default="fp32", choices=PRECISIONS,
                    help="fp16: torch.autocast and a GradScaler (CUDA only)")
     b.add_argument("--device", default="auto", choices=DEVICES, help="auto: CUDA when there is a GPU, else the CPU")
