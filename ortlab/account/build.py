@@ -105,8 +105,8 @@ def _values(g: ExecGraph, run: Any, dims: Mapping[str, int] | None,
     values: dict[str, int] = {}
     recorded = run.ort.get("input_shapes") if run is not None else None
     planned = (run.read_json("plans.json") or {}).get("dims") if run is not None and not recorded else None
-    if recorded:
-        values.update(dims_from_inputs(g, recorded))
+    if recorded:  # the inputs `input_shapes` names are its to give
+        values.update(dims_from_inputs(g, {k: v for k, v in recorded.items() if k not in (input_shapes or {})}))
     elif planned:
         values.update({str(k): int(v) for k, v in planned.items()})
     if input_shapes is not None:
