@@ -65,7 +65,8 @@ def setup(force: bool = False, log=print) -> dict[str, bool]:
 
     The stock installer also compiles the CUDA extensions whenever torch is a CUDA build, which fails on a
     machine without CUDA headers; here the CPU ones are always built and the CUDA ones only when a GPU and
-    a CUDA toolkit matching torch's are present. Idempotent: built extensions are left alone.
+    a CUDA toolkit matching torch's are present. Idempotent: built extensions are left alone. Returns
+    {extension: built} of every extension; a build that fails raises SetupError.
     """
     cpp_dir = torch_cpp_dir()
     if cpp_dir is None:

@@ -7,7 +7,12 @@ class OrtlabError(Exception):
 
 class InputError(OrtlabError, ValueError):
     """Bad input: an argument, a value, or a file that is missing, unreadable or damaged. The message names the
-    thing and what is allowed; the CLI prints it on one line and exits 2."""
+    thing and what is allowed; the CLI prints it on one line and exits 2. Where the fix is typed differently on
+    the command line (a flag where Python takes a keyword), `cli` is the same message in the CLI's words."""
+
+    def __init__(self, *args, cli: str | None = None):
+        super().__init__(*args)
+        self.cli = cli
 
 
 class OrtlabWarning(UserWarning):

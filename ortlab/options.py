@@ -41,6 +41,9 @@ class Kind(str, Enum):
 
 @dataclass(frozen=True)
 class OptionSpec:
+    """One ORTModule option as ortlab knows it: its name and variable, type, default, what it does, when ORT reads
+    it (1.19.2 source) and whether it changes the exported graph."""
+
     name: str
     env: str | None  # None: a DebugOptions field with no environment variable
     kind: Kind
@@ -58,6 +61,7 @@ class OptionSpec:
 
     @property
     def restart_note(self) -> str:
+        """What a change of this option costs, from when ORT reads it (a new worker, a re-wrap, nothing)."""
         return {
             ReadAt.IMPORT: "read once when onnxruntime is imported: a change starts a new worker "
                            "(in-process: restart the kernel)",
@@ -68,6 +72,7 @@ class OptionSpec:
         }[self.read_at]
 
     def to_dict(self) -> dict:
+        """The spec as plain data (`ortlab options --json`)."""
         d = asdict(self)
         d["kind"], d["read_at"] = self.kind.value, self.read_at.value
         d["choices"] = list(self.choices)
@@ -108,6 +113,7 @@ class OptionSpec:
                               f"allowed: {allowed}") from None
 
     def allowed(self) -> str:
+        """The values the option takes, in words (`true/false`, the choices, a range)."""
         if self.kind is Kind.BOOL:
             return "true/false (or 1/0)"
         if self.choices:
@@ -117,6 +123,7 @@ class OptionSpec:
         return "a path" if self.kind is Kind.PATH else "text"
 
     def to_env(self, value: Any) -> str:
+        """The environment-variable text of `value`."""
         if self.kind is Kind.BOOL:
             return "1" if value else "0"
         return str(value)
@@ -296,10 +303,12 @@ class Options(Mapping[str, Any]):
 
     @classmethod
     def parse(cls, assignments: Iterable[str]) -> Options:
+        """The Options of `KEY=VALUE` texts (an option name or its ORTMODULE_* variable), as `--option` takes them."""
         return cls(list(assignments))
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Options:
+        """The options the ORTMODULE_* variables of `environ` (default: this process's) set."""
         environ = os.environ if environ is None else environ
         return cls({k: v for k, v in environ.items() if k in _BY_ENV})
 
@@ -328,6 +337,7 @@ class Options(Mapping[str, Any]):
         return "Options(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
 
     def replace(self, **changes: Any) -> Options:
+        """These options with `changes` (option name=value) applied; a new Options."""
         return Options({**self._values, **changes})
 
     def overlaid(self, given: Options | Mapping[str, Any] | Iterable[str] | str | None) -> Options:
@@ -343,17 +353,19 @@ class Options(Mapping[str, Any]):
         return Options({**{k: v for k, v in self._values.items() if k not in named}, **chosen._values})
 
     def to_dict(self) -> dict[str, Any]:
+        """{option name: value} of the options that differ from ORT's defaults."""
         return dict(self._values)
 
     def env(self) -> dict[str, str]:
-        """Environment variables for these options (only the ones that differ from the defaults)."""
+        """The environment variables for these options (only the ones that differ from the defaults)."""
         return {SPECS[k].env: SPECS[k].to_env(v) for k, v in self._values.items() if SPECS[k].env}
 
     def export_lines(self) -> str:
-        """Shell lines that reproduce these options outside ortlab."""
+        """The shell lines that reproduce these options outside ortlab."""
         return "\n".join(f"export {k}={v}" for k, v in self.env().items())
 
     def with_read_at(self, read_at: ReadAt) -> dict[str, Any]:
+        """{option name: value} of these options that ORT reads at `read_at`."""
         return {k: v for k, v in self._values.items() if SPECS[k].read_at is read_at}
 
     def diff(self, other: Options) -> dict[str, tuple[Any, Any]]:
@@ -364,7 +376,7 @@ class Options(Mapping[str, Any]):
     @contextlib.contextmanager
     def applied(self, environ: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
         """Set exactly these options in the environment (unsetting every other registry variable) and restore
-        the environment as it was afterwards, also on exceptions and KeyboardInterrupt."""
+        the environment as it was afterwards, also on exceptions and KeyboardInterrupt. Yields the environment."""
         environ = os.environ if environ is None else environ
         saved = {name: environ.get(name) for name in _BY_ENV}
         try:
@@ -397,12 +409,23 @@ def registry_table():
     return pd.DataFrame([s.to_dict() for s in REGISTRY])
 
 
+def by_area(specs: Iterable[OptionSpec] = REGISTRY) -> dict[str, list[OptionSpec]]:
+    """{area: its specs}, each area once, in the order its first option appears (the registry follows ORT's
+    source, where an area's options are spread over several places)."""
+    out: dict[str, list[OptionSpec]] = {}
+    for s in specs:
+        out.setdefault(s.area, []).append(s)
+    return out
+
+
 def registry_markdown() -> str:
     """The options reference page (docs/options.md), generated from the registry."""
     lines = [
         "# ORTModule options",
         "",
         "Generated from `ortlab.options.REGISTRY` by `ortlab options --markdown`; a test keeps this page equal to it.",
+        "`--option KEY=VALUE` (burst, compare, check, bisect) and `options=` in Python take either the option's name",
+        "(`memory_opt_level=1`) or its variable (`ORTMODULE_MEMORY_OPT_LEVEL=1`).",
         "Every `ORTMODULE_*` variable that onnxruntime-training 1.19.2 reads or its guidelines document, and the",
         "`DebugOptions` fields. **Read at** is taken from the 1.19.2 source (a test checks it against the AST):",
         "",
@@ -416,18 +439,19 @@ def registry_markdown() -> str:
         "**Graph**: a change alters the exported or optimized graph. **CUDA**: needs a GPU (disabled on the CPU).",
         "",
     ]
-    area = None
-    for s in REGISTRY:
-        if s.area != area:
-            area = s.area
-            header = "| option | variable | type | default | allowed | read at | graph | CUDA | description |"
-            lines += ["", f"## {area}", "", header,
-                      "|---|---|---|---|---|---|---|---|---|"]
-        default = "" if s.default == "" else f"`{s.default}`"
-        allowed = s.allowed().replace("|", "\\|")
-        notes = s.description + ("" if s.documented else " *(not in the guidelines)*")
-        variable = f"`{s.env}`" if s.env else "(DebugOptions)"
-        graph, cuda = ("yes" if s.changes_graph else ""), ("yes" if s.needs_cuda else "")
-        lines.append(f"| `{s.name}` | {variable} | {s.kind.value} | {default} | {allowed} "
-                     f"| {s.read_at.value} | {graph} | {cuda} | {notes} |")
+    header = "| option | variable | type | default | allowed | read at | graph | CUDA | description |"
+    for area, specs in by_area().items():
+        lines += ["", f"## {area}", "", header, "|---|---|---|---|---|---|---|---|---|"]
+        for s in specs:
+            lines.append(_markdown_row(s))
     return "\n".join(lines) + "\n"
+
+
+def _markdown_row(s: OptionSpec) -> str:
+    default = "" if s.default == "" else f"`{s.default}`"
+    allowed = s.allowed().replace("|", "\\|")
+    notes = s.description + ("" if s.documented else " *(not in the guidelines)*")
+    variable = f"`{s.env}`" if s.env else "(DebugOptions)"
+    graph, cuda = ("yes" if s.changes_graph else ""), ("yes" if s.needs_cuda else "")
+    return (f"| `{s.name}` | {variable} | {s.kind.value} | {default} | {allowed} "
+            f"| {s.read_at.value} | {graph} | {cuda} | {notes} |")

@@ -152,28 +152,38 @@ def _read_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
 
 @dataclass
 class Run:
+    """One burst on disk (a run folder), read lazily: `meta` from meta.json, the rest on first use. Get one from
+    `ortlab.burst`, `Session.burst` or `load_run(folder)`."""
+
     path: Path
     meta: dict[str, Any]
     damaged_lines: list[int] = field(default_factory=list)  # metrics.jsonl lines that are not a step (after .metrics)
 
     @property
     def status(self) -> str:
+        """One of STATUSES (ok, fallback, failed, crashed, stopped, interrupted, running), as meta.json says; unknown
+        without."""
         return self.meta.get("status", "unknown")
 
     @property
     def backend(self) -> str:
+        """pytorch, ortmodule or compile."""
         return self.meta.get("backend", "?")
 
     @property
     def ok(self) -> bool:
+        """Whether the burst finished on its own backend (status ok)."""
         return self.status == "ok"
 
     @property
     def error(self) -> str | None:
+        """What failed, in one line, or None."""
         return self.meta.get("error")
 
     @property
     def metrics(self):
+        """One row per step (DataFrame): step, loss, step_time_s, samples_per_s, peak_mem_mb and what the collectors
+        add; damaged lines are skipped and named in `damaged_lines`."""
         import pandas as pd
 
         rows, self.damaged_lines = _read_metrics(self.path / "metrics.jsonl")
@@ -182,10 +192,12 @@ class Run:
 
     @property
     def losses(self) -> list[float]:
+        """The loss of every step, as a list."""
         return self.metrics["loss"].tolist() if len(self.metrics) else []
 
     @property
     def log(self) -> str:
+        """Everything the burst printed (log.txt), or an empty string."""
         path = self.path / "log.txt"
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
@@ -211,6 +223,7 @@ class Run:
 
     @property
     def transitions(self):
+        """Why ORTModule exported during the burst, one row per event (DataFrame)."""
         import pandas as pd
 
         return pd.DataFrame(self.read_json("transitions.json", []))
@@ -223,6 +236,8 @@ class Run:
         return [load_run(folder / str(r)) for r in found if (folder / str(r) / "meta.json").is_file()]
 
     def summary(self) -> dict[str, Any]:
+        """The figures a person compares first, as a dict: status, steps, final loss, median step, peak memory, ORT's
+        start-up, the memory account's rows, fixes, verdict, ranks."""
         m = self.metrics
         out = {"run": self.path.name, "backend": self.backend, "status": self.status, "steps": len(m)}
         if len(m):
@@ -278,7 +293,7 @@ def _number(value: Any) -> float | None:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read a run folder; reading never executes code from it."""
+    """The Run in folder `path` (RunError when it is not one); reading never executes code from it."""
     path = Path(path)
     meta_path = path / "meta.json"
     if not meta_path.is_file():

@@ -22,6 +22,7 @@ class Snapshot:
 
     @classmethod
     def take(cls, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> Snapshot:
+        """The snapshot of `model` (and `optimizer`) as they are now, on the CPU."""
         state, dtypes = {}, {}
         for name, tensor in model.state_dict().items():
             dtypes[name] = str(tensor.dtype).removeprefix("torch.")
@@ -44,6 +45,7 @@ class Snapshot:
             optimizer.load_state_dict(self.optimizer)
 
     def save(self, path: str | Path) -> Path:
+        """Write the snapshot to `path` (whole or not at all); returns the path."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         torch.save({"format": FORMAT, "model": self.model, "dtypes": self.dtypes, "optimizer": self.optimizer}, tmp)
@@ -52,8 +54,8 @@ class Snapshot:
 
     @classmethod
     def load(cls, path: str | Path) -> Snapshot:
-        """Load with `weights_only=True`: tensors and plain containers only, never code. A bare model state dict
-        (no optimizer state) loads too."""
+        """The Snapshot saved at `path`, loaded with `weights_only=True`: tensors and plain containers only, never
+        code. A bare model state dict (no optimizer state) loads too."""
         data = torch.load(Path(path), map_location="cpu", weights_only=True)
         if isinstance(data, dict) and data.get("format") == FORMAT:
             return cls(data["model"], data["dtypes"], data.get("optimizer"))

@@ -25,9 +25,11 @@ class Comparison:
 
     @property
     def runs(self) -> list[Run]:
+        """The runs that exist, in the order of `backends`."""
         return [r for r in (self.run(b) for b in self.backends) if r is not None]
 
     def run(self, backend: str) -> Run | None:
+        """The run of `backend`, or None (not asked for, not run, or not a backend)."""
         return getattr(self, backend) if backend in ("pytorch", *OTHERS) else None
 
     @property
@@ -36,8 +38,8 @@ class Comparison:
         return [b for b in self.backends if b != "pytorch"]
 
     def losses(self):
-        """Loss per step, one column per backend, and each other backend's absolute difference from PyTorch
-        (`abs_diff`: ORTModule's, `compile_diff`: torch.compile's)."""
+        """The loss per step (DataFrame), one column per backend, and each other backend's absolute difference from
+        PyTorch (`abs_diff`: ORTModule's, `compile_diff`: torch.compile's)."""
         import pandas as pd
 
         columns = {}
@@ -73,6 +75,7 @@ class Comparison:
 
     @property
     def not_compared(self) -> str | None:
+        """Why ORTModule's run is not compared with PyTorch's (it fell back), or None."""
         return self.not_compared_of("ortmodule")
 
     def versus(self, backend: str) -> dict[str, Any]:
@@ -99,6 +102,8 @@ class Comparison:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The comparison as plain data: each backend's summary and path, each backend against PyTorch (`versus`),
+        ORTModule's figures at the top (`ortlab burst --json`)."""
         out: dict[str, Any] = {"backends": list(self.backends)}
         for backend in self.backends:
             run = self.run(backend)
@@ -155,32 +160,7 @@ class Comparison:
             return "-" if value is None else format(value, spec)
 
         backends = list(self.backends)
-        rows = [("", *backends)]
-        process = "peak CUDA allocated (MB)" if self.pytorch.meta.get("device") == "cuda" else "peak resident set (MB)"
-        shown = [("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
-                 ("median step (ms)", "median_step_s", "ms"), (process, "peak_mem_mb", ".0f"),
-                 ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
-                 ("activation peak (MB)", "activation_peak_mb", ".2f")]
-        if len(backends) > 2 or "compile" in backends:
-            shown.insert(4, ("start-up (s)", "startup_s", ".2f"))
-        if "compile" in backends:
-            shown += [("graph breaks", "graph_breaks", "d"), ("recompiles", "recompiles", "d")]
-        for label, key, spec in shown:
-            vals = []
-            for backend in backends:
-                v = d[backend].get(key)
-                vals.append("-" if v is None else f"{v * 1000:.1f}" if spec == "ms" else format(v, spec))
-            rows.append((label, *vals))
-        if any(d[b].get("fixes") for b in backends):  # ortlab.compat fixes applied
-            rows.insert(2, ("fixes", *(", ".join(d[b].get("fixes") or []) or "-" for b in backends)))
-        if any(d[b].get("nproc") for b in backends):  # a distributed burst
-            rows.append(("ranks", *(_ranks_cell(d[b]) for b in backends)))
-        if any(d[b].get("imbalance") for b in backends):  # ranks (ortlab.balance)
-            for label, key, spec in (("load imbalance (max/mean)", "load", ".3f"),
-                                     ("ranks waited (of step)", "wait_share", ".1%")):
-                rows.append((label, *(fmt((d[b].get("imbalance") or {}).get(key), spec) for b in backends)))
-        width = max(len(r[0]) for r in rows)
-        lines = ["  ".join([f"{r[0]:<{width}}", *(f"{c:>12}" for c in r[1:])]) for r in rows]
+        lines = table(d, backends, cuda=self.pytorch.meta.get("device") == "cuda")
         from ortlab.verdict.judge import Verdict
 
         for backend in self.others:
@@ -212,6 +192,62 @@ class Comparison:
             lines.append(f"problem: {problem}")
         lines.append("runs: " + "\n      ".join(_shown(r.path) for r in self.runs))
         return "\n".join(lines)
+
+
+def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool = False) -> list[str]:
+    """The lines of the table every burst summary starts with: one labelled row per figure, one column per
+    backend (`summaries`: each backend's Run.summary()), for one backend or several alike."""
+
+    def fmt(value, spec=".4f"):
+        return "-" if value is None else format(value, spec)
+
+    d = summaries
+    rows = [("", *backends)]
+    process = "peak CUDA allocated (MB)" if cuda else "peak resident set (MB)"
+    shown = [("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
+             ("median step (ms)", "median_step_s", "ms"), (process, "peak_mem_mb", ".0f"),
+             ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
+             ("activation peak (MB)", "activation_peak_mb", ".2f")]
+    if len(backends) > 2 or "compile" in backends:
+        shown.insert(4, ("start-up (s)", "startup_s", ".2f"))
+    if "compile" in backends:
+        shown += [("graph breaks", "graph_breaks", "d"), ("recompiles", "recompiles", "d")]
+    for label, key, spec in shown:
+        vals = []
+        for backend in backends:
+            v = d[backend].get(key)
+            vals.append("-" if v is None else f"{v * 1000:.1f}" if spec == "ms" else format(v, spec))
+        rows.append((label, *vals))
+    if any(d[b].get("fixes") for b in backends):  # ortlab.compat fixes applied
+        rows.insert(2, ("fixes", *(", ".join(d[b].get("fixes") or []) or "-" for b in backends)))
+    if any(d[b].get("nproc") for b in backends):  # a distributed burst
+        rows.append(("ranks", *(_ranks_cell(d[b]) for b in backends)))
+    if any(d[b].get("imbalance") for b in backends):  # ranks (ortlab.balance)
+        for label, key, spec in (("load imbalance (max/mean)", "load", ".3f"),
+                                 ("ranks waited (of step)", "wait_share", ".1%")):
+            rows.append((label, *(fmt((d[b].get("imbalance") or {}).get(key), spec) for b in backends)))
+    width = max(len(r[0]) for r in rows)
+    return ["  ".join([f"{r[0]:<{width}}", *(f"{c:>12}" for c in r[1:])]) for r in rows]
+
+
+def run_text(run: Run) -> str:
+    """A burst of one backend as text: the same labelled table as a comparison's (one column), ORT's start-up,
+    what the memory rows count, problems, and the run folder."""
+    s = run.summary()
+    lines = table({run.backend: s}, [run.backend], cuda=run.meta.get("device") == "cuda")
+    if s.get("ort_init_s") is not None:
+        lines.append(f"ORT init overhead {s['ort_init_s']:.2f} s")
+    if s.get("verdict"):
+        lines.append(f"verdict: {s['verdict']}")
+    if s.get("hazards"):
+        lines.append(f"export hazards: {s['hazards']} (the exporter's warnings, in meta.json)")
+    if s.get("damaged_metrics_lines"):
+        lines.append(f"damaged metrics lines (skipped): {s['damaged_metrics_lines']}")
+    lines += _memory_lines({run.backend: s}, [run.backend])
+    if run.error or run.meta.get("warning"):
+        lines.append(f"problem: {run.error or run.meta['warning']}")
+    lines.append(f"run: {_shown(run.path)}")
+    return "\n".join(lines)
 
 
 def _shown(path) -> str:

@@ -69,10 +69,13 @@ class Workload:
         return [(k * self.batch_size + j) % n for j in range(self.batch_size)]
 
     def dataset_batch(self, k: int) -> tuple[Any, Any]:
+        """The batch of step `k` from `dataset` (the samples `step_indices(k)` picks, collated)."""
         return self.collate([self.dataset[i] for i in self.step_indices(k)])
 
     @classmethod
     def coerce(cls, made: Any, origin: str) -> Workload:
+        """The Workload a factory made (a Workload or a `(model, batch, loss)` tuple); else WorkloadError naming
+        `origin`."""
         if isinstance(made, Workload):
             return made
         if isinstance(made, tuple) and len(made) == 3:
@@ -84,6 +87,7 @@ class Workload:
         )
 
     def describe(self) -> dict[str, Any]:
+        """What the workload is, as a dict: name, model class, parameter counts, batch size."""
         params = sum(p.numel() for p in self.model.parameters())
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         return {"name": self.name or type(self.model).__name__, "class": type(self.model).__qualname__,

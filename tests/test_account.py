@@ -197,6 +197,9 @@ def test_run_folder_uses_recorded_shapes_options_and_optimizer(tmp_path):
     a = memory(run)
     assert a.run == run.name and a.dims == {"batch": 2} and a.device == "cpu" and a.order == "default"
     assert a.peak_activation_bytes == 256 and a.optimizer == "adamw" and a.optimizer_state_bytes == 2 * 256
+    assert memory(run, dims={"batch": 4}).dims == {"batch": 4}  # a given symbol overrides the recorded one
+    with pytest.raises(AccountError, match="no input symbol 'bach'; its symbols: batch"):
+        memory(run, dims={"bach": 4})  # a typo is named, not ignored beside the recorded value
     meta["effective_options"]["memory_opt_level"] = 1
     (run / "meta.json").write_text(json.dumps(meta))
     assert memory(run).order == "memory_efficient"
@@ -391,6 +394,23 @@ def test_a_plan_that_moves_the_stash_saves_nothing(tmp_path):
     assert a1.stashed_bytes == a0.stashed_bytes and a1.peak_activation_bytes == a0.peak_activation_bytes
 
 
+@pytest.mark.slow
+def test_a_dim_given_for_a_real_run_keeps_the_recorded_shapes(tmp_path, capsys):
+    """`ortlab memory RUN --dim idx_dim1=32`: the demo's recorded batch (idx_dim0 = 8) stays, only the sequence
+    length changes; the account at the shorter sequence is smaller."""
+    from ortlab.cli import main
+
+    run, _ = _burst({}, 0, tmp_path)
+    recorded = memory(run)
+    assert recorded.dims == {"idx_dim0": 8, "idx_dim1": 64}
+    shorter = memory(run, dims={"idx_dim1": 32})
+    assert shorter.dims == {"idx_dim0": 8, "idx_dim1": 32}
+    assert 0 < shorter.peak_activation_bytes < recorded.peak_activation_bytes
+    assert main(["memory", str(run), "--dim", "idx_dim1=32", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["dims"] == shorter.dims and data["peak_activation_bytes"] == shorter.peak_activation_bytes
+
+
 # --------------------------------------------------------------------------- where it shows: collector, summary
 
 
@@ -513,6 +533,31 @@ def test_summary_reports_accounted_memory_beside_the_process(tmp_path):
     assert MemoryAccount.from_dict(ort.memory).steps == graph.steps
     with pytest.raises(AccountError, match="timeline"):
         MemoryAccount.from_dict(graph.to_dict())
+
+
+def test_a_single_backend_prints_the_comparison_s_labelled_table(tmp_path):
+    """`ortlab burst --backend ortmodule` (or pytorch) prints the same labelled rows as a comparison, one column:
+    no raw summary keys, the rows aligned."""
+    from ortlab.run import load_run
+    from ortlab.summary import Comparison, run_text
+
+    graph = memory(recompute_graph(tmp_path / "m_execution_model_training.onnx"), order="default")
+    saved = torch_memory(torch_module(), torch_input())
+    pt = load_run(fake_run(tmp_path / "20260101-000000-pytorch", "pytorch", autograd_record(saved)))
+    ort = load_run(fake_run(tmp_path / "20260101-000001-ortmodule", "ortmodule", graph_record(graph),
+                            {"save_onnx": True}))
+    both = str(Comparison(pt, ort)).splitlines()
+    for run, column in ((pt, 1), (ort, 2)):
+        text = run_text(run)
+        assert "saved_for_backward_mb" not in text and "final_loss" not in text
+        lines = text.splitlines()
+        table = lines[:8]
+        assert table[0].split() == [run.backend] and [r.split()[:-1] for r in table[1:]] == [
+            r.split()[: -2] for r in both[1:8]]  # the comparison's labels, in its order
+        assert [r.split()[-1] for r in table[1:]] == [r.split()[column - 3] for r in both[1:8]]
+        assert len({len(r) for r in table}) == 1  # aligned: every row as wide
+        assert lines[-1].startswith("run: ") and lines[-1].endswith(run.path.name)
+        assert "accounted rows: activations only" in text
 
 
 def torch_module():

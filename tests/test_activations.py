@@ -78,6 +78,23 @@ def test_bad_input_errors_are_input_errors():
     assert str(e) == "a/step_0/X_forward:3: expected 'nan: .., inf: ..'"
 
 
+def test_a_run_without_statistics_says_how_to_collect_them_where_it_is_read(tmp_path, capsys):
+    """In Python the fix is a keyword (collect={'stats': {}}), on the command line a flag (--collect stats)."""
+    import json
+
+    from ortlab.activations import StatsFileError, compare
+    from ortlab.cli import main
+
+    run = tmp_path / "20260101-000000-pytorch"
+    run.mkdir()
+    (run / "meta.json").write_text(json.dumps({"status": "ok", "backend": "pytorch"}))
+    with pytest.raises(StatsFileError, match=r"collect=\{'stats': \{\}\}"):
+        compare(run, run)
+    assert main(["diff", str(run), str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(burst with --collect stats)" in err and "collect={" not in err
+
+
 @slow
 def test_both_backends_record_the_same_tensors_in_the_same_order(parity_pair):
     c = parity_pair

@@ -57,7 +57,7 @@ def test_errors_stay_inside_the_panel(tmp_path, capsys):
     assert "#c00" in panel.status.value and "does not exist" in panel.status.value
     assert capsys.readouterr().err == ""
     empty = ActivationsPanel()
-    assert "no run with statistics yet" in empty.status.value
+    assert "no run with statistics yet" in empty.status.value and "record activation statistics" in empty.status.value
     empty.compare_button.click()
     assert "choose two runs" in empty.status.value
     assert repr(empty) == "ActivationsPanel(runs=0, first divergence: not compared)"

@@ -21,6 +21,13 @@ def test_options_json_lists_the_registry():
 def test_options_table():
     r = ortlab("options", "--area", "triton")
     assert r.returncode == 0 and "ORTMODULE_USE_TRITON" in r.stdout and "ORTMODULE_LOG_LEVEL" not in r.stdout
+    every = ortlab("options").stdout
+    row = next(line for line in every.splitlines() if "ORTMODULE_MEMORY_OPT_LEVEL" in line)
+    assert row.split()[:2] == ["memory_opt_level", "ORTMODULE_MEMORY_OPT_LEVEL"]  # the key --option takes, beside
+    from ortlab.options import REGISTRY
+
+    areas = [line for line in every.splitlines() if line.startswith("ORTMODULE/")]
+    assert sorted(areas) == sorted({s.area for s in REGISTRY})  # each area once, with all its options
 
 
 def test_bad_option_is_one_line_exit_2(tmp_path):
@@ -72,7 +79,8 @@ def test_burst_both_json(tmp_path):
 def test_burst_table(tmp_path):
     r = ortlab("burst", "--steps", "3", "--backend", "ortmodule", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert "final_loss" in r.stdout and "ort_init_s" in r.stdout and "activation_peak_mb" in r.stdout
+    assert "final loss" in r.stdout and "ORT init overhead" in r.stdout and "activation peak (MB)" in r.stdout
+    assert "final_loss" not in r.stdout  # the labelled table of a comparison, one column
 
 
 def test_options_reference_page_is_generated_from_the_registry():
@@ -83,6 +91,8 @@ def test_options_reference_page_is_generated_from_the_registry():
     page = Path(__file__).resolve().parents[1] / "docs" / "options.md"
     assert page.read_text(encoding="utf-8") == registry_markdown(), \
         "regenerate: ortlab options --markdown > docs/options.md"
+    headings = [line for line in registry_markdown().splitlines() if line.startswith("## ")]
+    assert len(headings) == len(set(headings))  # an area's options under one heading
 
 
 def test_setup_failure_says_what_is_missing():

@@ -455,6 +455,10 @@ def test_cli(exported, capsys, tmp_path):
     assert _cli(run, "--stage", "nope") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ortlab graphs: stage 'nope' is not in")
+    assert _cli(exported["folder"], "--mode", "inference", "--json") == 0  # ran in eval mode too: that mode only
+    data = json.loads(capsys.readouterr().out)
+    assert data["modes"] == ["inference"] and {r["mode"] for r in data["stages"]} == {"inference"}
+    assert list(data["diffs"]) == ["inference"]
 
 
 def test_cli_bad_input_is_one_line_exit_2(capsys, tmp_path):
@@ -463,6 +467,19 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, tmp_path):
     assert err.count("\n") == 1 and err.startswith(f"ortlab graphs: no ORTModule stage files in {tmp_path}")
     assert _cli(tmp_path / "missing") == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_a_mode_without_stages_is_bad_input(built, capsys):
+    """`--mode inference` on an export with training stages only says so (exit 2), listing or not; --mode
+    picks what the listing shows."""
+    assert _cli(built, "--mode", "inference") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mode 'inference' has no stage files" in err and "modes here: training" in err
+    assert _cli(built, "--mode", "inference", "--stage", "execution_model") == 2
+    assert "mode 'inference'" in capsys.readouterr().err
+    assert _cli(built, "--mode", "training", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["modes"] == ["training"] and {r["mode"] for r in data["stages"]} == {"training"}
 
 
 def test_plain_functions_no_shadowed_modules_and_a_light_import():

@@ -37,9 +37,10 @@ def memory(source: Any, *, dims: Mapping[str, int] | None = None,
     """The activation-memory account of an ORTModule training graph.
 
     `source`: a Run, a run folder (a burst with option save_onnx), a folder of ORTModule stage files, or an
-    execution model `.onnx`. `dims` ({symbol: value}) or `input_shapes` ({graph input: shape}) give the shapes
-    to evaluate at (default: what the run recorded). `order`: "auto" (the one ORT used: memory_efficient when
-    the memory optimizer is on), "default" or "memory_efficient". `prefix` picks one export of several.
+    execution model `.onnx`. `dims` ({symbol: value}) and `input_shapes` ({graph input:
+    shape}) give the shapes to evaluate at; what the run recorded fills in every symbol they leave out. `order`:
+    "auto" (the one ORT used: memory_efficient when the memory optimizer is on), "default" or "memory_efficient".
+    `prefix` picks one export of several. Returns a MemoryAccount; bad input raises AccountError.
     """
     _check_order(order)
     path, run = _locate(source, prefix)
@@ -99,26 +100,30 @@ def _locate(source: Any, prefix: str | None) -> tuple[Path, Any]:
 
 def _values(g: ExecGraph, run: Any, dims: Mapping[str, int] | None,
             input_shapes: Mapping[str, Any] | None) -> dict[str, int]:
-    """Values of the graph's symbolic input dimensions: given, or as the run recorded them."""
+    """Values of the graph's symbolic input dimensions: the run's recorded ones, then `input_shapes`, then `dims`,
+    each overriding only the symbols it names (so `--dim` changes one symbol and keeps the rest)."""
     values: dict[str, int] = {}
-    if run is not None and dims is None and input_shapes is None:
-        recorded = run.ort.get("input_shapes")
-        if recorded:
-            values.update(dims_from_inputs(g, recorded))
-        else:
-            planned = (run.read_json("plans.json") or {}).get("dims") or {}
-            values.update({str(k): int(v) for k, v in planned.items()})
+    recorded = run.ort.get("input_shapes") if run is not None else None
+    planned = (run.read_json("plans.json") or {}).get("dims") if run is not None and not recorded else None
+    if recorded:  # the inputs `input_shapes` names are its to give
+        values.update(dims_from_inputs(g, {k: v for k, v in recorded.items() if k not in (input_shapes or {})}))
+    elif planned:
+        values.update({str(k): int(v) for k, v in planned.items()})
     if input_shapes is not None:
         values.update(dims_from_inputs(g, input_shapes))
+    needed = input_symbols(g)
     for name, value in (dims or {}).items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise AccountError(f"dims[{name!r}] = {value!r}: allowed is a whole number >= 0")
+        if str(name) not in needed:  # a typo would otherwise leave the recorded value in place, silently
+            raise AccountError(f"dims[{name!r}]: {g.path.name} has no input symbol {name!r}; its symbols: "
+                               f"{', '.join(sorted(needed)) or 'none'}")
         values[str(name)] = value
-    needed = input_symbols(g)
     missing = sorted(set(needed) - set(values))
     if missing:
         where = "; ".join(f"{s} (axis {a} of {n})" for s in missing for n, a in needed[s][:1])
-        told = "the run recorded no input shapes (ort.json input_shapes, plans.json dims); " if run else ""
+        told = ("the run recorded no input shapes (ort.json input_shapes, plans.json dims); "
+                if run is not None and not recorded and not planned else "")
         example = ", ".join(repr(s) + ": ..." for s in missing)
         raise AccountError(f"{g.path.name}: the shapes use symbols without a value: {where}; {told}pass "
                            f"dims={{{example}}} or input_shapes={{input name: shape}} "

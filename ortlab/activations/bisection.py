@@ -63,7 +63,8 @@ def bisect(model: Any = None, model_kwargs: dict | None = None, *, steps: int = 
            in_process: bool = False, **burst_kwargs: Any) -> BisectResult:
     """Find the first divergence between PyTorch and ORTModule (or take `divergence`), then toggle one option
     at a time. `candidates`: option names (toggled from `options`), a dict of option -> value, or None for
-    default_candidates; "parity" also tries parity mode when `parity` is off."""
+    default_candidates; "parity" also tries parity mode when `parity` is off. Returns a BisectResult: which option
+    (or parity) makes the difference."""
     from ortlab.engine import Session
     from ortlab.options import Options
 

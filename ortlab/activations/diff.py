@@ -77,7 +77,8 @@ def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None 
     NoiseFloor, whose run-to-run differences (times `noise_factor`) raise the tolerance per tensor and step.
     `model`: the nn.Module of an ORT dump, to name its tensors by module path. `steps`: only these steps.
     Against a noise floor, each tensor's tolerance becomes the larger of `tolerances` and `noise_factor` times
-    that tensor's run-to-run difference."""
+    that tensor's run-to-run difference. Returns an ActivationDiff: per tensor and step, what differs, and the
+    first divergence."""
     if ranks is not None:
         if b is not None:
             raise ActivationsError("compare takes two sources or one distributed run with ranks=(i, j), not both")

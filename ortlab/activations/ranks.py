@@ -76,8 +76,8 @@ def rank_lines(diff) -> list[str]:
              f"(expected, not a divergence: {differ} of {data['name'].nunique()} tensors differ beyond tolerance)"]
     params = t[t["phase"] == PARAM_GRAD]
     if not len(params):
-        lines.append("parameter gradients: none recorded (ranks record them with collect={'stats': {}}), so "
-                     "nothing that must be equal was compared")
+        lines.append("parameter gradients: none recorded (ranks record them when the burst collects statistics: "
+                     "--collect stats, collect={'stats': {}}), so nothing that must be equal was compared")
     elif not params["diverged"].any():
         rel = np.nan_to_num(params[[f"rel_{m}" for m in METRICS]].to_numpy(float))
         how = "within tolerance" if rel.any() else "equal"

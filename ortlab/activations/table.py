@@ -35,8 +35,9 @@ def stats_path(source: Any) -> Path:
     if path.is_dir():
         path = path / STATS_FILE
     if not path.is_file():
-        raise StatsFileError(f"{path} does not exist: the run did not collect statistics "
-                             "(burst with collect={'stats': {}})")
+        why = f"{path} does not exist: the run did not collect statistics"
+        raise StatsFileError(f"{why} (burst with collect={{'stats': {{}}}})",
+                             cli=f"{why} (burst with --collect stats)")
     return path
 
 

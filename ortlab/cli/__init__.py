@@ -6,14 +6,53 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+_NAMES_DEFAULT = re.compile(r"\bdefault[: ]")  # a help text that says its default itself: "(default: the demo)"
+
+
+def shown_default(action: argparse.Action) -> str | None:
+    """An option's default as `--help` and docs/cli.md show it, or None when there is nothing to show: a switch
+    that is off, an empty list, no value (the help then says what happens without it), or a help text that
+    already names its default."""
+    default = action.default
+    if isinstance(action, argparse.BooleanOptionalAction) and isinstance(default, bool):
+        return "on" if default else "off"
+    if (not action.option_strings or default is None or default is argparse.SUPPRESS or default is False
+            or default == [] or _NAMES_DEFAULT.search(own_help(action))
+            or isinstance(action, argparse._StoreConstAction)):
+        return None
+    return str(default)
+
+
+def own_help(action: argparse.Action) -> str:
+    """The help text as written (without the "(default: ...)" BooleanOptionalAction appends by itself)."""
+    return (action.help or "").removesuffix(" (default: %(default)s)")
+
+
+def help_line(action: argparse.Action) -> str:
+    """An argument's help with its default, as `--help` and docs/cli.md show it."""
+    shown = shown_default(action)
+    return own_help(action) if shown is None else f"{own_help(action)} (default: {shown})".lstrip()
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Every option's default in its help line, only where it says something (see `shown_default`)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return help_line(action).replace("%", "%%")
 
 
 class _Parser(argparse.ArgumentParser):
-    """Bad arguments in one line naming the flag (`ortlab burst: argument --seed: ...`), exit 2; `-h` for usage."""
+    """Bad arguments in one line naming the flag (`ortlab burst: argument --seed: ...`), exit 2; `-h` for usage.
+    Subcommands' parsers are made by this class too, so every `--help` shows the defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
@@ -23,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     from ortlab.cli import activations, burst, check, compare, env, graphs, memory, options, plans, runs
 
     p = _Parser(prog="ortlab", description="Explore ONNX Runtime's ORTModule: options, bursts, runs, "
-                                "exported graphs, recompute plans, activation statistics.")
+                                "exported graphs, recompute plans, activation statistics.",
+                epilog="Each command's flags and defaults: ortlab COMMAND --help, all of them in docs/cli.md.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (env, options, check, burst, compare, runs, graphs, plans, memory, activations):
         module.register(sub)
@@ -64,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (InputError, WorkerError) as e:
-        print(f"{where}: {e}", file=sys.stderr)
+        print(f"{where}: {getattr(e, 'cli', None) or e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"{where}: interrupted", file=sys.stderr)

@@ -98,7 +98,8 @@ def register(sub) -> None:
                    help="compare two ranks of the distributed run A (RUN/ranks/I and RUN/ranks/J): activations "
                         "may differ by data, parameter gradients after all-reduce must be equal")
     d.add_argument("--tolerance", type=tolerance,
-                   help="relative tolerance for every statistic (default 1e-3), or mean=..,std=..")
+                   help="relative tolerance for every statistic, e.g. 1e-2, or per statistic, e.g. "
+                        "mean=1e-2,std=1e-3 (default: 1e-3; nan and inf counts and shapes exact)")
     d.add_argument("--top", type=positive_int, default=10, help="how many of the largest differences to list")
     add_json_arg(d)
     d.set_defaults(func=cmd_diff)
@@ -113,7 +114,9 @@ def register(sub) -> None:
     m.set_defaults(func=cmd_merge)
 
     b = sub.add_parser("bisect",
-                       help="toggle ORTModule options one at a time to find what causes a divergence")
+                       help="toggle ORTModule options one at a time to find what causes a divergence",
+                       description="Burst PyTorch and ORTModule with the options that diverge, then toggle "
+                       "them one at a time (and parity) to find which one makes the difference.")
     add_model_args(b)
     b.add_argument("--steps", type=positive_int, default=10, help="burst length for finding the divergence")
     b.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -122,8 +125,12 @@ def register(sub) -> None:
                    help="comma-separated options to toggle (default: every graph-changing option)")
     b.add_argument("--no-parity", action="store_true",
                    help="keep dropout and the compute optimizer (also tries parity)")
-    b.add_argument("--tolerance", type=tolerance, help="relative tolerance (default 1e-3)")
-    b.add_argument("--seed", type=seed, default=0)
+    b.add_argument("--tolerance", type=tolerance,
+                   help="relative tolerance, e.g. 1e-2, or mean=1e-2,std=1e-3 (default: 1e-3; nan and inf "
+                        "counts and shapes exact)")
+    b.add_argument("--seed", type=seed, default=0,
+                   help="seeds the burst's random numbers: dropout, a sampler's shuffle (the model starts from "
+                   "the session's snapshot)")
     add_out_arg(b)
     add_in_process_arg(b)
     add_json_arg(b)

@@ -36,7 +36,9 @@ def cmd_burst(args) -> int:
         if args.json:
             print_json({**run.summary(), "path": str(run.path), "error": run.error})
         else:
-            print(_single(run))
+            from ortlab.summary import run_text
+
+            print(run_text(run))
     return outcome([run], None, args.allow_fallback)
 
 
@@ -92,18 +94,15 @@ def collect_settings(args) -> dict[str, dict]:
     return collect
 
 
-def _single(run) -> str:
-    s = run.summary()
-    lines = [f"{k:<14} {v}" for k, v in s.items()]
-    lines.append(f"path           {run.path}")
-    return "\n".join(lines)
-
-
 def register(sub) -> None:
-    b = sub.add_parser("burst", help="train N steps on PyTorch, ORTModule and/or torch.compile and print a summary")
+    b = sub.add_parser("burst", help="train N steps on PyTorch, ORTModule and/or torch.compile and print a summary",
+                       description="Train N steps of the model on each backend asked for, from one snapshot, and "
+                       "print a summary: one column per backend, and a verdict on each backend against PyTorch. "
+                       "Exit 1 when a run failed, fell back to PyTorch or diverged.")
     b.add_argument("--backend", default="both", type=backend_list, metavar="BACKEND[,BACKEND]",
                    help="pytorch, ortmodule, compile (torch.compile), both (= pytorch,ortmodule), all, or a comma "
-                   "list: several are compared with PyTorch, each judged against it")
+                   "list: several are compared with PyTorch, each judged against it (in Python, ortlab.burst() "
+                   "runs one backend, ortmodule unless told)")
     b.add_argument("--parity", action="store_true", help="same seeds, dropout 0, compute optimizer off, deterministic")
     add_burst_args(b)
     b.set_defaults(func=cmd_burst)
@@ -118,7 +117,7 @@ def add_burst_args(b) -> None:
     from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS, SAMPLERS
 
     add_model_args(b)
-    b.add_argument("--steps", type=positive_int, default=20)
+    b.add_argument("--steps", type=positive_int, default=20, help="training steps per backend")
     b.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="ORTModule option, e.g. memory_opt_level=1 or ORTMODULE_LOG_LEVEL=INFO (repeatable)")
     b.add_argument("--fix", default="none", metavar="auto|none|NAME[,NAME]",
@@ -128,28 +127,32 @@ def add_burst_args(b) -> None:
     b.add_argument("--allow-fallback", action="store_true",
                    help="exit 0 even when ORTModule fell back to PyTorch (the run's status stays 'fallback')")
     add_compile_args(b)
-    b.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
-    b.add_argument("--lr", type=positive_float, default=1e-3)
-    b.add_argument("--seed", type=seed, default=0)
-    b.add_argument("--precision", default="fp32", choices=PRECISIONS)
-    b.add_argument("--device", default="auto", choices=DEVICES)
+    b.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+                   help="zero1: AdamW with its state sharded over the ranks (ZeRO stage 1, with --nproc > 1); "
+                   "fused_adam needs CUDA")
+    b.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")
+    b.add_argument("--seed", type=seed, default=0,
+                   help="seeds the burst's random numbers: dropout, a sampler's shuffle (the model starts from "
+                   "the session's snapshot)")
+    b.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="fp16: torch.autocast and a GradScaler (CUDA only)")
+    b.add_argument("--device", default="auto", choices=DEVICES, help="auto: CUDA when there is a GPU, else the CPU")
     b.add_argument("--save-graphs", action="store_true",
                    help="save ORTModule's exported graphs into the run (the option save_onnx=true)")
     b.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="account activation memory per backend (memory.json; ORTModule bursts then save their "
-                   "graphs): what autograd saves for backward, and ORT's execution graph step by step "
-                   "(default: on)")
+                   "graphs): what autograd saves for backward, and ORT's execution graph step by step")
     b.add_argument("--collect", action="append", default=[], choices=sorted(COLLECTORS),
                    help="record per-burst data: stats = activation statistics (for ortlab diff), plans = "
                    "the memory optimizer's recompute plans, memory = the activation-memory account (on by "
                    "default: --memory) (repeatable)")
     b.add_argument("--stats-modules", action="append", metavar="GLOB",
-                   help="with --collect stats: only modules whose name matches (repeatable; default all)")
+                   help="with --collect stats: only modules whose name matches (repeatable; default: all)")
     b.add_argument("--stats-samples", type=non_negative_int, metavar="N",
-                   help="with --collect stats: values sampled per tensor (default 8)")
+                   help="with --collect stats: values sampled per tensor (default: 8)")
     b.add_argument("--stats-no-grads", action="store_true", help="with --collect stats: no gradient statistics")
     d = b.add_argument_group("several processes and machines (ranks started by torch's elastic launcher)")
-    d.add_argument("--nproc", type=positive_int, default=1, help="ranks on this machine (default 1: one process)")
+    d.add_argument("--nproc", type=positive_int, default=1, help="ranks on this machine (1: one process)")
     d.add_argument("--nnodes", type=positive_int, default=1, help="machines in the job (start the same command "
                    "on each, with its --node-rank)")
     d.add_argument("--node-rank", type=non_negative_int, default=0, help="this machine's index, 0 to nnodes - 1")
@@ -184,7 +187,8 @@ def add_compile_args(p) -> None:
     from ortlab.engine.backends.compiled import SETTINGS
 
     c = p.add_argument_group("torch.compile (the compile backend)")
-    c.add_argument("--compile-mode", default=SETTINGS["mode"][0], choices=SETTINGS["mode"])
+    c.add_argument("--compile-mode", default=SETTINGS["mode"][0], choices=SETTINGS["mode"],
+                   help="torch.compile's mode")
     c.add_argument("--compile-backend", default=SETTINGS["backend"][0], choices=SETTINGS["backend"],
                    help="inductor generates code; aot_eager and eager help debug a divergence")
     c.add_argument("--compile-dynamic", default="auto", choices=("auto", "true", "false"),

@@ -30,7 +30,7 @@ def register(sub) -> None:
                    f"({', '.join(FIXES)})")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="ORTModule option, e.g. onnx_opset_version=17 (repeatable)")
-    add_out_arg(c, help="folder for the check's folder (<stamp>-check: check.json, log.txt; default ./runs)")
+    add_out_arg(c, help="folder for the check's folder (<stamp>-check: check.json, log.txt)")
     add_in_process_arg(c)
     add_json_arg(c)
     c.set_defaults(func=cmd_check)

@@ -49,7 +49,7 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_out_arg(p: argparse.ArgumentParser, default: str = "runs",
-                help: str = "folder for run folders (default ./runs)") -> None:
+                help: str = "folder for run folders") -> None:
     p.add_argument("--out", default=default, help=help)
 
 

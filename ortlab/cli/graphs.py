@@ -16,6 +16,9 @@ def cmd_graphs(args) -> int:
     if Path(args.run).is_file() and not (args.search or args.diff or args.stage):  # one stage file: that stage
         picked = stage_file_of(Path(args.run))
         args.stage, args.mode = picked.stage, picked.mode
+    modes = g.modes if args.mode is None else [args.mode]
+    g.stages(modes[0])  # a mode without stage files is bad input (GraphsError naming the modes there)
+    args.mode = args.mode or "training"
     if args.search:
         df = g.search(args.search, args.stage, args.mode)
         data = _records(df)
@@ -31,7 +34,10 @@ def cmd_graphs(args) -> int:
         text = _stage_text(st)
     else:
         data = {**g.to_dict(), "transitions": _records(g.transitions)}
-        text = _graphs_text(g)
+        if modes != g.modes:
+            data = {**data, "modes": modes, "stages": [r for r in data["stages"] if r.get("mode") in modes],
+                    "diffs": {m: data["diffs"][m] for m in modes}}
+        text = _graphs_text(g, modes)
     if args.json:
         print_json(data)
     else:
@@ -44,7 +50,7 @@ def _records(df) -> list[dict]:
     return df.astype(object).where(df.notna(), None).to_dict(orient="records")
 
 
-def _graphs_text(g) -> str:
+def _graphs_text(g, modes: list[str]) -> str:
     cols = ["stage", "nodes", "forward", "gradient", "recompute", "op_types", "user_inputs", "parameters",
             "outputs"]
     lines = [f"{g.folder}  (prefix {g.prefix!r})"]
@@ -52,7 +58,7 @@ def _graphs_text(g) -> str:
         from ortlab.graphs.ranks import describe
 
         lines.append(describe(g.rank_graphs))
-    for mode in g.modes:
+    for mode in modes:
         lines += ["", f"{mode}:", g.summary(mode)[cols].to_string(index=False), "",
                   "what each stage changed:"]
         d = g.diffs(mode)
@@ -95,6 +101,8 @@ def register(sub) -> None:
     p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="what changed from stage A to stage B")
     p.add_argument("--search", metavar="TEXT",
                    help="nodes by name, op type or module scope (in --stage, default: the execution model)")
-    p.add_argument("--mode", choices=MODES, default="training")
+    p.add_argument("--mode", choices=MODES,
+                   help="training or inference stages (default: every mode listed; training for --stage, "
+                        "--diff and --search)")
     p.add_argument("--prefix", help="which export, when the folder holds several")
     p.set_defaults(func=cmd_graphs)

@@ -62,13 +62,14 @@ def register(sub) -> None:
                    help="a run folder, a folder of ORTModule stage files, or an execution model .onnx")
     add_json_arg(p)
     p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=VALUE",
-                   help="value of a symbolic dimension, e.g. idx_dim0=8 (repeatable; default: what the run "
-                        "recorded)")
+                   help="value of a symbolic dimension of the graph inputs, e.g. idx_dim0=8; the run's "
+                        "recorded shapes give the symbols not named (repeatable)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=SHAPE",
-                   help="shape of a graph input, e.g. input_ids=2x128 (repeatable)")
+                   help="shape of a graph input, e.g. input_ids=2x128; the run's recorded shapes give the "
+                        "others (repeatable)")
     p.add_argument("--order", choices=ORDER_CHOICES, default="auto",
-                   help="execution order to walk (default auto: the one ORT used)")
+                   help="execution order to walk (auto: the one ORT used)")
     p.add_argument("--prefix", help="which export, when the folder holds several")
-    p.add_argument("--top", type=positive_int, default=10, help="largest tensors to list (default 10)")
+    p.add_argument("--top", type=positive_int, default=10, help="largest tensors to list")
     p.add_argument("--timeline", action="store_true", help="with --json: include the per-step timeline")
     p.set_defaults(func=cmd_memory)

@@ -6,7 +6,7 @@ from ortlab.cli.common import CliError, add_json_arg, print_json
 
 
 def cmd_options(args) -> int:
-    from ortlab.options import REGISTRY, registry_markdown
+    from ortlab.options import REGISTRY, by_area, registry_markdown
 
     if args.markdown:
         print(registry_markdown(), end="")
@@ -18,20 +18,20 @@ def cmd_options(args) -> int:
     if args.json:
         print_json([s.to_dict() for s in specs])
         return 0
-    labels = {s.name: s.env or f"{s.name} (DebugOptions)" for s in specs}
-    width = max(map(len, labels.values()))
-    area = None
-    for s in specs:
-        if s.area != area:
-            area = s.area
-            print(f"\n{area}")
-        flags = [s.read_at.value]
-        if s.needs_cuda:
-            flags.append("CUDA")
-        if s.changes_graph:
-            flags.append("graph")
-        print(f"  {labels[s.name]:<{width}}  default {s.default!r:<10} [{', '.join(flags)}]  {s.description}")
-    print("\nread at: import = new worker, construction/export = new wrap; graph = changes the exported graph")
+    width = max(len(s.name) for s in specs)
+    variable = max(len(s.env or "(DebugOptions)") for s in specs)
+    for area, members in by_area(specs).items():
+        print(f"\n{area}")
+        for s in members:
+            flags = [s.read_at.value]
+            if s.needs_cuda:
+                flags.append("CUDA")
+            if s.changes_graph:
+                flags.append("graph")
+            print(f"  {s.name:<{width}}  {s.env or '(DebugOptions)':<{variable}}  default {s.default!r:<10} "
+                  f"[{', '.join(flags)}]  {s.description}")
+    print("\n--option KEY=VALUE takes the name (first column) or the variable; read at: import = new worker, "
+          "construction/export = new wrap; graph = changes the exported graph")
     return 0
 
 

@@ -72,6 +72,6 @@ def register(sub) -> None:
     add_json_arg(p)
     p.add_argument("--sweep", action="store_true", help="measure plan sets (none, top plans, level 1, 2...)")
     p.add_argument("--steps", type=positive_int, default=None,
-                   help="steps per burst (default 1; with --sweep 6)")
+                   help="steps per burst (default: 1; with --sweep: 6)")
     add_out_arg(p)
     p.set_defaults(func=cmd_plans)

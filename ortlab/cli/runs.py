@@ -25,7 +25,7 @@ def cmd_runs(args) -> int:
 
 def register(sub) -> None:
     r = sub.add_parser("runs", help="list the runs in a folder")
-    r.add_argument("folder", nargs="?", default="runs")
+    r.add_argument("folder", nargs="?", default="runs", help="a folder of run folders (default: ./runs)")
     add_json_arg(r)
     r.set_defaults(func=cmd_runs)
 

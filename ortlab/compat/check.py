@@ -88,6 +88,7 @@ class CheckReport:
 
     @property
     def verdict(self) -> str:
+        """The outcome in words: trains as it is, with which fixes, or what blocks it."""
         if self.status == "ok":
             return "trains on ORTModule as it is"
         if self.status == "fixed":
@@ -113,6 +114,7 @@ class CheckReport:
                                            "left after fixes"])
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (check.json, `ortlab check --json`)."""
         return {"model": self.model, "status": self.status, "verdict": self.verdict,
                 "blockers": [b.to_dict() for b in self.blockers], "fixes": self.fixes,
                 "remaining": [b.to_dict() for b in self.remaining], "trains": self.trains, "seconds": self.seconds,
@@ -121,6 +123,7 @@ class CheckReport:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CheckReport:
+        """The report `to_dict` wrote, read back."""
         return cls(d["model"], [Blocker.from_dict(b) for b in d["blockers"]], list(d["fixes"]),
                    [Blocker.from_dict(b) for b in d["remaining"]], d["trains"], d.get("seconds", {}),
                    d.get("versions", {}), d.get("hazards", []), d.get("unchecked", []), d.get("path"))

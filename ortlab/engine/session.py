@@ -138,9 +138,10 @@ class Session:
 
     def compare(self, steps: int = 20, options: Options | dict | None = None, *,
                 backends: Any = ("pytorch", "ortmodule"), **kwargs) -> Comparison:
-        """PyTorch and the other `backends` ("ortmodule", "compile"; or "both", "all", or "a,b,c") from the same
-        snapshot, their differences, and the verdict on each against PyTorch (Session.judge: agree or diverged,
-        the evidence and the causes). A Stop (or Ctrl-C) ends the comparison: the bursts after it do not start."""
+        """The Comparison of PyTorch and the other `backends` ("ortmodule", "compile"; or "both", "all", or
+        "a,b,c") from the same snapshot: their differences, and the verdict on each against PyTorch (Session.judge:
+        agree or diverged, the evidence and the causes). A Stop (or Ctrl-C) ends the comparison: the bursts after
+        it do not start."""
         from ortlab.summary import Comparison
 
         chosen = parse_backends(backends)
@@ -171,9 +172,9 @@ class Session:
                                                    "checking the model"))
 
     def judge(self, pytorch: Run, ortmodule: Run, **_: Any):
-        """Did the other backend (ORTModule, torch.compile) train the same model as PyTorch? The Verdict on two runs
-        of this session from the same snapshot (ortlab.verdict): their first step's gradients compared (dropout
-        off), in parity mode their losses and end states against a PyTorch pair from a start 1e-7 away (the
+        """Did the other backend (ORTModule, torch.compile) train the same model as PyTorch? Returns the Verdict on
+        two runs of this session from the same snapshot (ortlab.verdict): their first step's gradients compared
+        (dropout off), in parity mode their losses and end states against a PyTorch pair from a start 1e-7 away (the
         PyTorch burst again, perturbed), and, when they diverge, the causes `check` names (ORTModule) or else one
         step of statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs
         are not added to `runs`."""
@@ -334,6 +335,7 @@ class Session:
 
     @property
     def transitions(self):
+        """Why ORTModule exported, re-wrapped, or a new worker started, over every burst of this session (DataFrame)."""
         import pandas as pd
 
         columns = ["run", "step", "action", "reason", "changes", "ort_exported"]
@@ -341,9 +343,11 @@ class Session:
 
     @property
     def worker_pid(self) -> int | None:
+        """The worker process's id while it runs, else None."""
         return self._worker.proc.pid if self._worker and self._worker.proc.poll() is None else None
 
     def close(self) -> None:
+        """End the worker process (also at the end of a `with` block); the runs stay on disk."""
         w, self._worker = self._worker, None
         if w is None:
             return

@@ -60,7 +60,7 @@ def plan_sweep(session_or_model=None, steps: int = 6, sets: Mapping[str, Any] | 
                options: Mapping[str, Any] | None = None, model_kwargs: Mapping[str, Any] | None = None,
                out: str | Path = "runs", in_process: bool = False, parity: bool = False,
                rtol: float = LOSS_RTOL, progress: bool = False, **burst_kwargs: Any) -> Sweep:
-    """Short ORTModule bursts for several plan sets; per set: median step time, the accounted activation peak
+    """A Sweep of short ORTModule bursts for several plan sets; per set: median step time, the accounted activation peak
     and stash of its execution graph, ORT's predicted saving beside the accounted one, recompute nodes in the
     graph, and whether the loss equals the no-plan burst's.
 

@@ -37,16 +37,20 @@ class Verdict:
 
     @property
     def diverged(self) -> bool:
+        """Whether the two backends train different models."""
         return self.status == DIVERGED
 
     def to_dict(self) -> dict[str, Any]:
+        """The verdict as plain data (verdict.json)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        """The verdict `to_dict` wrote, read back (unknown keys ignored)."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def lines(self) -> list[str]:
+        """The headline, then one line per cause and note, as a summary prints them."""
         out = [self.headline]
         out += [f"  cause: {c['text']}" for c in self.causes]
         out += [f"  note: {n}" for n in self.notes]
@@ -60,7 +64,8 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
           found: list[dict[str, Any]] | None = None) -> Verdict:
     """Judge an ORTModule run against the PyTorch run of the same snapshot (Runs). `gradients`: the first-step
     gradient check (GradientCheck.to_dict()); `noise`: the PyTorch run from a perturbed start (parity mode);
-    `found`: causes named by looking further (what `ortlab check` finds, where statistics first differ)."""
+    `found`: causes named by looking further (what `ortlab check` finds, where statistics first differ). Returns
+    the Verdict: agree, diverged or not judged, with the evidence and the causes."""
     from ortlab.verdict import state as states
 
     if ortmodule is None or ortmodule.status != "ok" or pytorch.status != "ok":

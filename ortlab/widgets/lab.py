@@ -52,6 +52,7 @@ class Lab(W.Tab):
 
     @property
     def runs(self) -> list:
+        """Every run the Lab's session made, oldest first."""
         return self.session.runs
 
     def compare(self, steps: int = 20, **kwargs):
@@ -62,6 +63,7 @@ class Lab(W.Tab):
         return comparison
 
     def burst(self, backend: str = "ortmodule", steps: int = 20, **kwargs):
+        """One burst with the Options tab's options, shown in the Lab's panels; returns the Run."""
         run = self.session.burst(backend, steps, self.options_panel.options, **kwargs)
         self._after_burst([run])
         return run
