@@ -97,3 +97,19 @@ def test_the_environment_script_names_the_pythons_it_needs(tmp_path):
     assert r.returncode != 0
     assert "needs Python 3.10 or 3.11 (found: python3=3.12)" in r.stderr, r.stderr
     assert "ships no wheel for Python 3.12" in r.stderr and "ORTLAB_PYTHON" in r.stderr
+
+
+def test_saved_notebook_outputs_hold_no_machine_paths():
+    """A notebook's saved outputs are what a reader sees on GitHub or Binder: no path of the machine it last ran
+    on (a home, a checkout, a cache folder). Run folders are shown relative to the notebook."""
+    import json
+    import re
+
+    machine_path = re.compile(r"(?<![\w.~])/(?:home|root|tmp|work|Users|mnt|srv|var/folders)/[^\s'\"\\]+")
+    found = []
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        for number, cell in enumerate(cells):
+            for output in cell.get("outputs", []):
+                found += [f"{notebook.name} cell {number}: {m}" for m in machine_path.findall(json.dumps(output))]
+    assert not found, "machine paths in saved outputs (re-run the notebook):\n" + "\n".join(found[:20])
