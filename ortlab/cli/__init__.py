@@ -20,12 +20,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ortlab.cli import activations, burst, check, compare, env, graphs, memory, options, plans, runs
+    from ortlab.cli import activations, burst, check, compare, env, graphs, memory, options, plans, runs, time
 
     p = _Parser(prog="ortlab", description="Explore ONNX Runtime's ORTModule: options, bursts, runs, "
                                 "exported graphs, recompute plans, activation statistics.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (env, options, check, burst, compare, runs, graphs, plans, memory, activations):
+    for module in (env, options, check, burst, compare, runs, graphs, plans, memory, time, activations):
         module.register(sub)
     return p
 
