@@ -1,0 +1,152 @@
+"""The collector "time" and its tables: real bursts of the demo profiled (torch.profiler, ORT's profiler), the
+parts of a step adding up to it, the demo's modules on both backends, the trace file, the CLI, bad input."""
+
+import json
+
+import pytest
+
+from ortlab.errors import InputError
+from ortlab.timing.collector import FILE, TRACE, profiled_steps
+from ortlab.timing.errors import TimeError
+from ortlab.timing.profile import NONE, ROOT, module_of
+
+DEMO_MODULES = ("blocks.0.attn.qkv", "blocks.1.attn.proj", "blocks.0.mlp.0", "blocks.1.ln1")
+
+
+def _burst(engine, tmp_path, backend, steps=7, **settings):
+    from ortlab.engine import BurstConfig
+    from ortlab.run import load_run
+
+    cfg = BurstConfig(backend=backend, steps=steps, out=str(tmp_path), collect={"time": settings})
+    return load_run(engine.run(cfg))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from ortlab.engine import Engine
+    from ortlab.workload import ModelRef
+
+    return Engine(ModelRef.of())
+
+
+def _check_run(run, modules=DEMO_MODULES):
+    """What every profiled run must hold: its phases add up to each step, kernels inside their phase, the steps
+    the engine measured, the cost said, the demo's modules, a trace Perfetto opens."""
+    assert run.ok, run.error
+    data = json.loads((run.path / FILE).read_text())
+    assert data["steps"] == [2, 3, 4] and "error" not in data
+    metrics = {r["step"]: r["step_time_s"] for r in run.metrics.to_dict("records")}
+    for row in data["step_rows"]:
+        phases = [row[f"{p}_s"] for p in ("forward", "backward", "optimizer")]
+        assert sum(phases) == pytest.approx(row["step_s"])
+        for p in ("forward", "backward", "optimizer"):
+            assert 0 <= row[f"{p}_kernels_s"] <= row[f"{p}_s"]
+        # the same interval the engine timed, less one loop over the collectors
+        assert row["step_s"] == pytest.approx(metrics[row["step"]], rel=0.02, abs=2e-4)
+    assert sum(p["s"] for p in data["parts"]) == pytest.approx(data["step_s"])
+    assert data["cost"]["unprofiled_steps"] == 2 and data["cost"]["ratio"] > 0
+    seen = {m["module"] for m in data["modules"] if m["s"] > 0}
+    assert set(modules) <= seen, seen
+    trace = json.loads((run.path / TRACE).read_text())
+    assert trace["traceEvents"] and all("ph" in e and "ts" in e for e in trace["traceEvents"][:50])
+    return data
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("steps", [[0, 2], [2, 7], [2, 2], [], "2", [1.0], 3])
+def test_bad_steps_are_refused_before_the_burst(steps):
+    from ortlab.engine import BurstConfig
+
+    with pytest.raises(TimeError, match="time steps .* not allowed; allowed: a list of distinct steps from 1 to 6"):
+        BurstConfig(backend="pytorch", steps=7, collect={"time": {"steps": steps}})
+
+
+def test_defaults_and_other_bad_settings():
+    from ortlab.engine import BurstConfig
+
+    assert profiled_steps({}, 20) == [2, 3, 4] and profiled_steps(None, 4) == [1, 2, 3]
+    assert profiled_steps({}, 2) == [1] and profiled_steps({"steps": [5, 1]}, 6) == [1, 5]
+    with pytest.raises(InputError, match="allowed: {'steps'"):
+        BurstConfig(backend="pytorch", steps=7, collect={"time": {"step": [2]}})
+    with pytest.raises(InputError, match="at least 2 steps"):
+        BurstConfig(backend="pytorch", steps=1, collect={"time": {}})
+
+
+def test_module_paths_from_exported_node_names():
+    modules = {"blocks", "blocks.1", "blocks.1.mlp", "blocks.1.mlp.0", "tok"}
+    assert module_of("/_original_module/blocks/blocks.1/mlp/mlp.0/MatMul_Grad/Gemm_5/Fusion/", modules) \
+        == "blocks.1.mlp.0"
+    assert module_of("/_original_module/tok/ATen", modules) == "tok"
+    assert module_of("/_original_module/Shape", modules) == ROOT
+    assert module_of("BiasGelu_token_1_Grad/BiasGeluGrad_dX_0", modules) == NONE
+
+
+def test_a_run_without_time_data_says_how_to_collect_it(tmp_path, capsys, engine):
+    from ortlab.cli import main
+    from ortlab.engine import BurstConfig
+    from ortlab.run import load_run
+    from ortlab.timing.table import time
+
+    run = load_run(engine.run(BurstConfig(backend="pytorch", steps=1, out=str(tmp_path))))
+    with pytest.raises(TimeError, match="has no time data .*--collect time"):
+        time(run)
+    with pytest.raises(TimeError, match="at least one run"):
+        time()
+    assert main(["time", str(run.path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ortlab time: ") and "--collect time" in err and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- real bursts
+
+
+def test_pytorch_burst_is_profiled_per_module_and_op(tmp_path, engine):
+    run = _burst(engine, tmp_path, "pytorch")
+    data = _check_run(run, ("blocks.0.attn.qkv", "blocks.1.mlp.0", "(optimizer)"))
+    ops = {o["op"] for o in data["ops"]}
+    assert "aten::addmm" in ops and any(o.endswith("(autograd)") for o in ops)  # forward and backward
+    backward = {m["module"] for m in data["modules"] if m["phase"] == "backward" and m["s"] > 0}
+    assert "blocks.0.attn.qkv" in backward  # backward ops follow their forward op's module
+    assert not data["nodes"]
+    names = {e.get("name") for e in json.loads((run.path / TRACE).read_text())["traceEvents"]}
+    assert "ortlab: step 3 backward" in names and "module: blocks.0.attn" in names
+
+
+@pytest.mark.slow
+def test_ortmodule_beside_pytorch(tmp_path, engine, capsys):
+    from ortlab.cli import main
+    from ortlab.timing.table import time
+
+    pt = _burst(engine, tmp_path, "pytorch")
+    ort = _burst(engine, tmp_path, "ortmodule")
+    data = _check_run(ort)
+    assert data["nodes"] and {"op", "module", "node"} <= set(data["nodes"][0])
+    assert any(n["phase"] == "backward" for n in data["nodes"])
+    outside = [p for p in data["parts"] if p["kind"] == "outside" and p["phase"] != "optimizer"]
+    assert all(p["s"] > 0 for p in outside) and "outside ORT's kernels" in outside[0]["part"]
+    assert not list(ort.path.glob("ort_profile_*.json"))  # ORT's own files read into time.json and trace.json
+    cats = {e.get("cat") for e in json.loads((ort.path / TRACE).read_text())["traceEvents"]}
+    assert {"Node", "ortlab"} <= cats
+
+    tables = time(pt, ort)
+    assert tables.labels == ["pytorch", "ortmodule"]
+    for module in DEMO_MODULES:
+        assert tables.modules.loc[module].notna().all(), module
+    assert tables.parts.loc[("step", "")].tolist() == pytest.approx([pt_s * 1e3 for pt_s in (
+        json.loads((pt.path / FILE).read_text())["step_s"], data["step_s"])])
+    diff = tables.difference["difference ms"].tolist()
+    assert diff == sorted(diff, reverse=True) and set(tables.difference["run"]) == {"ortmodule"}
+    assert tables.figure().axes[0].get_legend() is not None
+
+    assert main(["time", str(pt.path), str(ort.path), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "outside" in out and "slower (+)" in out and "ORT graph nodes" in out and "blocks." in out
+    assert main(["time", str(pt.path), str(ort.path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert set(got["runs"]) == {"pytorch", "ortmodule"} and got["difference"] and got["nodes"]
+
+    again = _burst(engine, tmp_path, "ortmodule")  # a later burst exports anew: its own session, profiled
+    assert json.loads((again.path / FILE).read_text())["nodes"]
+    assert time(ort, again).labels == [f"ortmodule ({ort.path.name})", f"ortmodule ({again.path.name})"]
