@@ -59,7 +59,7 @@ def _check_run(run, modules=DEMO_MODULES):
 def test_bad_steps_are_refused_before_the_burst(steps):
     from ortlab.engine import BurstConfig
 
-    with pytest.raises(TimeError, match="time steps .* not allowed; allowed: a list of distinct steps from 1 to 6"):
+    with pytest.raises(TimeError, match=r"time steps .* not allowed; allowed: a list of distinct steps from 1 to 6"):
         BurstConfig(backend="pytorch", steps=7, collect={"time": {"steps": steps}})
 
 
@@ -68,7 +68,7 @@ def test_defaults_and_other_bad_settings():
 
     assert profiled_steps({}, 20) == [2, 3, 4] and profiled_steps(None, 4) == [1, 2, 3]
     assert profiled_steps({}, 2) == [1] and profiled_steps({"steps": [5, 1]}, 6) == [1, 5]
-    with pytest.raises(InputError, match="allowed: {'steps'"):
+    with pytest.raises(InputError, match=r"allowed: \{'steps'"):
         BurstConfig(backend="pytorch", steps=7, collect={"time": {"step": [2]}})
     with pytest.raises(InputError, match="at least 2 steps"):
         BurstConfig(backend="pytorch", steps=1, collect={"time": {}})
@@ -90,7 +90,7 @@ def test_a_run_without_time_data_says_how_to_collect_it(tmp_path, capsys, engine
     from ortlab.timing.table import time
 
     run = load_run(engine.run(BurstConfig(backend="pytorch", steps=1, out=str(tmp_path))))
-    with pytest.raises(TimeError, match="has no time data .*--collect time"):
+    with pytest.raises(TimeError, match=r"has no time data .*--collect time"):
         time(run)
     with pytest.raises(TimeError, match="at least one run"):
         time()
