@@ -113,6 +113,25 @@ def test_pytorch_burst_is_profiled_per_module_and_op(tmp_path, engine):
     names = {e.get("name") for e in json.loads((run.path / TRACE).read_text())["traceEvents"]}
     assert "ortlab: step 3 backward" in names and "module: blocks.0.attn" in names
 
+    from ortlab.widgets.time import TimePanel
+
+    panel = TimePanel(lambda: [run])
+    assert bytes(panel.figure.value[:4]) == b"\x89PNG" and "blocks.0.attn.qkv" in panel.tables.value
+    assert panel.tables_of.labels == ["pytorch"]
+
+
+def test_the_lab_has_a_time_tab_and_switch(tmp_path):
+    from ortlab import Lab
+    from ortlab.widgets.time import TimePanel
+
+    lab = Lab(out=tmp_path, in_process=True, cuda_available=False)
+    try:
+        assert "Time" in lab.titles and isinstance(lab.extra_panels["Time"], TimePanel)
+        assert lab.burst_panel.profile_time.value is False
+        assert "--collect time" in lab.extra_panels["Time"].status.value
+    finally:
+        lab.close()
+
 
 @pytest.mark.slow
 def test_ortmodule_beside_pytorch(tmp_path, engine, capsys):
