@@ -13,11 +13,13 @@ from ortlab.timing.profile import NONE, ROOT, module_of
 DEMO_MODULES = ("blocks.0.attn.qkv", "blocks.1.attn.proj", "blocks.0.mlp.0", "blocks.1.ln1")
 
 
-def _burst(engine, tmp_path, backend, steps=7, **settings):
+def _burst(engine, tmp_path, backend, steps=7, options=None, **settings):
     from ortlab.engine import BurstConfig
+    from ortlab.options import Options
     from ortlab.run import load_run
 
-    cfg = BurstConfig(backend=backend, steps=steps, out=str(tmp_path), collect={"time": settings})
+    cfg = BurstConfig(backend=backend, steps=steps, out=str(tmp_path), collect={"time": settings},
+                      options=Options(options or {}))
     return load_run(engine.run(cfg))
 
 
@@ -166,6 +168,18 @@ def test_ortmodule_beside_pytorch(tmp_path, engine, capsys):
     got = json.loads(capsys.readouterr().out)
     assert set(got["runs"]) == {"pytorch", "ortmodule"} and got["difference"] and got["nodes"]
 
-    again = _burst(engine, tmp_path, "ortmodule")  # a later burst exports anew: its own session, profiled
-    assert json.loads((again.path / FILE).read_text())["nodes"]
+    # a later burst exports anew (its own session, profiled); with its graphs saved, the Graphs tab's node view
+    # shows a node's kernel time
+    again = _burst(engine, tmp_path, "ortmodule", options={"save_onnx": True})
+    top = json.loads((again.path / FILE).read_text())["nodes"][0]
     assert time(ort, again).labels == [f"ortmodule ({ort.path.name})", f"ortmodule ({again.path.name})"]
+    from ortlab.widgets.graphs import GraphsPanel
+
+    panel = GraphsPanel(lambda: [again])
+    try:
+        panel.search_box.value = top["node"]
+        panel.matches.value = top["node"]
+        panel._show_neighbourhood()
+        assert "ORT kernel time" in panel.node_time.value and top["op"] in panel.node_time.value
+    finally:
+        panel.close()

@@ -103,6 +103,19 @@ def load(run: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def node_times(run: Any) -> dict[str, list[dict[str, Any]]]:
+    """A profiled ORTModule run's top nodes: node name -> [{phase, op, ms}] ({} for a run without time data)."""
+    path = Path(getattr(run, "path", run)) / FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for n in data.get("nodes", []):
+        out.setdefault(n["node"], []).append({"phase": n["phase"], "op": n["op"], "ms": n["s"] * 1e3})
+    return out
+
+
 def time(*runs: Any) -> TimeTables:
     """Where the time of a step goes in each run (folders or Runs with time data), side by side."""
     import pandas as pd
