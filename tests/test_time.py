@@ -183,3 +183,22 @@ def test_ortmodule_beside_pytorch(tmp_path, engine, capsys):
         assert "ORT kernel time" in panel.node_time.value and top["op"] in panel.node_time.value
     finally:
         panel.close()
+
+
+@pytest.mark.slow
+def test_two_ranks_are_profiled_each_with_their_wait(tmp_path):
+    """Under nproc 2 each rank writes its own time data; the tables show one column per rank, the wait for the
+    slowest rank apart from the backward's rest, the parts still adding up to each rank's step."""
+    from ortlab import Session
+    from ortlab.timing.table import time
+
+    with Session(out=tmp_path, in_process=True) as s:
+        run = s.burst("pytorch", 7, nproc=2, progress=False, collect={"time": {}})
+    assert run.ok, run.error
+    assert len(run.ranks) == 2 and all((r.path / FILE).is_file() and (r.path / TRACE).is_file() for r in run.ranks)
+    for rank in run.ranks:
+        data = _check_run(rank, ("blocks.0.attn.qkv",))
+        assert [p for p in data["parts"] if p["kind"] == "wait"][0]["s"] >= 0
+    tables = time(run)
+    assert tables.labels == ["pytorch rank 0", "pytorch rank 1"]
+    assert ("backward", "wait") in tables.parts.index

@@ -186,6 +186,7 @@ class TimeCollector(Collector):
             write_json(run_dir / FILE, data)
             return
         walls = {s: _phases(self._marks[s]) for s in self.steps}
+        waits = _waits(run_dir, self.steps)
         if cfg.backend == "ortmodule":
             path, start_ns = self._ort_profile or (None, 0)
             if path is None:
@@ -201,7 +202,7 @@ class TimeCollector(Collector):
             data.update(profile.breakdown(rows, walls, kernels="ORT's kernels",
                                           outside="outside ORT's kernels (ORTModule's Python, input/output "
                                                   "handling, DLPack, PythonOp callbacks, the loss)",
-                                          python_ops=self._python_ops))
+                                          python_ops=self._python_ops, waits=waits))
             data["tool"] = "ORT's profiler (ORT's kernels) and the step's wall clock"
             data["note"] = (f"ORT's profiler starts with ORTModule's session: it also ran, discarded, in steps 0 to "
                             f"{self.steps[0] - 1}; the optimizer is PyTorch's")
@@ -210,7 +211,8 @@ class TimeCollector(Collector):
             trace = json.loads((run_dir / TRACE).read_text())
             rows = profile.torch_rows(trace.get("traceEvents", []), compiled=cfg.backend == "compile")
             data.update(profile.breakdown(rows, walls, kernels="PyTorch's ops",
-                                          outside="outside PyTorch's ops (Python, hooks, the autograd engine)"))
+                                          outside="outside PyTorch's ops (Python, hooks, the autograd engine)",
+                                          waits=waits))
             data["tool"] = "torch.profiler (record_shapes off) and the step's wall clock"
             if cfg.backend == "compile":
                 data["note"] = ("torch.compile fuses operators across modules: its kernels are not attributed "
@@ -233,6 +235,15 @@ class TimeCollector(Collector):
         else:
             out["reason"] = "no step ran after the profiled ones: run more steps to measure what profiling cost"
         return out
+
+
+def _waits(run_dir: Path, steps: list[int]) -> dict[int, float] | None:
+    """A rank's wait for the slowest rank in each profiled step (its metrics' wait_s, ortlab.balance); None for a
+    single process."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    waits = {r["step"]: r["wait_s"] for r in rows if r.get("step") in steps and r.get("wait_s") is not None}
+    return waits or None
 
 
 def _next(phase: str) -> str:

@@ -138,10 +138,15 @@ def _op_name(name: str) -> str:
     return f"{tail} (autograd)" if sep and head.startswith("autograd::") else name
 
 
+WAIT = ("waiting for the slowest rank (its lead on the forward, as ortlab.balance measures it; DDP's gradient "
+        "all-reduce makes the ranks wait in the backward)")
+
+
 def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str, outside: str,
-              python_ops: dict[str, str] | None = None) -> dict[str, Any]:
+              python_ops: dict[str, str] | None = None, waits: dict[int, float] | None = None) -> dict[str, Any]:
     """One profiled step on average: its phases (wall clock), each split into the profiler's kernel time and
-    the rest (`outside`, named), and the kernel time per module, op type and node. Seconds per step."""
+    the rest (`outside`, named), and the kernel time per module, op type and node. Seconds per step. A rank of a
+    distributed burst: `waits` (step -> its wait for the slowest rank) is taken out of the backward's outside."""
     n = len(walls) or 1
     inside: dict[tuple[int, str], float] = collections.defaultdict(float)
     modules: dict[tuple[str, str], float] = collections.defaultdict(float)
@@ -168,7 +173,10 @@ def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str,
         wall = sum(w[phase] for w in walls.values()) / n
         kernel = sum(inside[s, phase] for s in walls) / n
         parts.append({"phase": phase, "part": kernels, "kind": "kernels", "s": kernel})
-        parts.append({"phase": phase, "part": outside, "kind": "outside", "s": wall - kernel})
+        wait = min(sum((waits or {}).get(s, 0.0) for s in walls) / n, wall - kernel) if phase == "backward" else 0
+        parts.append({"phase": phase, "part": outside, "kind": "outside", "s": wall - kernel - wait})
+        if waits is not None and phase == "backward":
+            parts.append({"phase": phase, "part": WAIT, "kind": "wait", "s": wait})
     top = sorted(nodes.items(), key=lambda kv: -kv[1][2])
     python = python_ops or {}
     return {

@@ -13,7 +13,8 @@ from ortlab.timing.errors import TimeError
 
 KINDS = ("kernels: ORT's kernels (ORTModule), PyTorch's ops (PyTorch, torch.compile); outside: the rest of the "
          "phase (ORTModule: its Python, input/output handling, DLPack, PythonOp callbacks, the loss; PyTorch: "
-         "Python, hooks, the autograd engine); ORTModule's optimizer is PyTorch's, outside ORT")
+         "Python, hooks, the autograd engine); ORTModule's optimizer is PyTorch's, outside ORT; wait (ranks of a "
+         "distributed burst): the wait for the slowest rank, taken out of the backward's outside")
 HOW = ("collect it with `ortlab burst --collect time` (Python: collect={'time': {}}; the Lab: the Burst panel's "
        "'time' switch)")
 
@@ -173,17 +174,20 @@ def _sum(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
 
 
 def _difference(modules, labels: list[str], datas: list[dict[str, Any]]):
-    """Each non-PyTorch run against the first PyTorch run, module by module: the difference in ms, slower first."""
+    """Each non-PyTorch run against the first PyTorch run (a rank against PyTorch's same rank), module by module:
+    the difference in ms, slower first."""
     import pandas as pd
 
     columns = ["module", "run", "pytorch ms", "ms", "difference ms"]
-    base = next((label for label, d in zip(labels, datas, strict=True) if d["backend"] == "pytorch"), None)
-    if base is None:
+    bases = [label for label, d in zip(labels, datas, strict=True) if d["backend"] == "pytorch"]
+    if not bases:
         return pd.DataFrame(columns=columns)
     rows = []
     for label, d in zip(labels, datas, strict=True):
         if d["backend"] == "pytorch":
             continue
+        rank = label.rpartition(" rank ")[2] if " rank " in label else None
+        base = next((b for b in bases if rank is not None and b.endswith(f" rank {rank}")), bases[0])
         both = modules[[base, label]].fillna(0.0)
         for module, (mine_base, mine) in both.iterrows():
             rows.append({"module": module, "run": label, "pytorch ms": mine_base, "ms": mine,
