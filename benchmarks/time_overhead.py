@@ -51,7 +51,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--backend", default="pytorch,ortmodule")
+    parser.add_argument("--backend", default="pytorch,ortmodule", help="backends of part 1 (none: skip it)")
     parser.add_argument("--gpt2", action="store_true", help="also time `ortlab time` on GPT-2 small's shape")
     args = parser.parse_args()
     torch.set_num_threads(1)  # two cores: keep the measurement off the other one
@@ -60,7 +60,7 @@ def main() -> int:
     print(f"{'backend':<10} {'without (ms)':>12} {'with (ms)':>10} {'ratio':>7} {'rounds':>12}   (median step "
           f"after the profiled steps {PROFILED}, {args.steps} steps, median of {args.rounds} paired rounds)")
     with tempfile.TemporaryDirectory() as out:
-        for backend in args.backend.split(","):
+        for backend in [b for b in args.backend.split(",") if b not in ("", "none")]:
             plain = BurstConfig(backend=backend, steps=args.steps, out=out)
             timed = BurstConfig(backend=backend, steps=args.steps, out=out, collect={"time": {"steps": PROFILED}})
             engine.run(BurstConfig(backend=backend, steps=2, out=out))  # warm up

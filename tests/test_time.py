@@ -198,7 +198,7 @@ def test_two_ranks_are_profiled_each_with_their_wait(tmp_path):
     assert len(run.ranks) == 2 and all((r.path / FILE).is_file() and (r.path / TRACE).is_file() for r in run.ranks)
     for rank in run.ranks:
         data = _check_run(rank, ("blocks.0.attn.qkv",))
-        assert [p for p in data["parts"] if p["kind"] == "wait"][0]["s"] >= 0
+        assert next(p for p in data["parts"] if p["kind"] == "wait")["s"] >= 0
     tables = time(run)
     assert tables.labels == ["pytorch rank 0", "pytorch rank 1"]
     assert ("backward", "wait") in tables.parts.index

@@ -15,6 +15,7 @@ from typing import Any
 ROOT = "(root)"  # the model's own ops, in no submodule
 NONE = "(not in a module)"  # the loss, nodes whose names carry no scope
 OPTIMIZER = "(optimizer)"
+COLLECTIVES = "(collectives)"  # torch.distributed's ops (c10d::...): a rank's exchanges with the others
 COMPILED = "(compiled graph: modules fused)"
 TOP_NODES = 300  # nodes kept per run (the rest are summed in the module and op type rows)
 
@@ -128,7 +129,11 @@ def torch_rows(events: list[dict[str, Any]], compiled: bool = False) -> list[Row
         lo, _hi, words = spans[i]
         if start >= lo:
             phase = words[3]
-            rows.append((int(words[2]), phase, OPTIMIZER if phase == "optimizer" else module, op, "", seconds))
+            if op.startswith("c10d::"):
+                module = COLLECTIVES
+            elif phase == "optimizer":
+                module = OPTIMIZER
+            rows.append((int(words[2]), phase, module, op, "", seconds))
     return rows
 
 
