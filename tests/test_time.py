@@ -202,3 +202,55 @@ def test_two_ranks_are_profiled_each_with_their_wait(tmp_path):
     tables = time(run)
     assert tables.labels == ["pytorch rank 0", "pytorch rank 1"]
     assert ("backward", "wait") in tables.parts.index
+
+
+def _recorded_loop(tmp_path, wrap=None, steps=7):
+    import torch
+
+    import ortlab
+    from ortlab.demo import gpt
+
+    torch.manual_seed(0)
+    w = gpt(n_layer=1, d_model=32)
+    model = wrap(w.model) if wrap else w.model
+    optimizer = torch.optim.AdamW(w.model.parameters(), lr=1e-3)
+    with ortlab.record(model, out=tmp_path, collect={"time": {}}) as rec:
+        for step in range(steps):
+            x, y = w.batch(step)
+            loss = w.loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            rec.step(loss=loss)
+    from ortlab.run import load_run
+
+    return load_run(rec.path)
+
+
+def _check_recorded(run, modules):
+    assert run.ok, run.error
+    data = json.loads((run.path / FILE).read_text())
+    assert data["steps"] == [2, 3, 4] and "error" not in data, data.get("error")
+    assert {p["phase"] for p in data["parts"]} == {"loop"}  # the user's loop: one phase, its whole iteration
+    assert sum(p["s"] for p in data["parts"]) == pytest.approx(data["step_s"])
+    for row in data["step_rows"]:
+        assert 0 < row["loop_kernels_s"] <= row["loop_s"] == pytest.approx(row["step_s"])
+    assert set(modules) <= {m["module"] for m in data["modules"]}
+    assert json.loads((run.path / TRACE).read_text())["traceEvents"]
+    return data
+
+
+def test_a_recorded_loop_is_profiled(tmp_path):
+    import ortlab
+
+    _check_recorded(_recorded_loop(tmp_path), ("blocks.0.attn.qkv",))
+    with pytest.raises(TimeError, match="from 1 "):
+        ortlab.record(__import__("torch").nn.Linear(2, 2), out=tmp_path, collect={"time": {"steps": [0]}})
+
+
+@pytest.mark.slow
+def test_a_recorded_ortmodule_loop_is_profiled(tmp_path):
+    from onnxruntime.training.ortmodule import ORTModule
+
+    data = _check_recorded(_recorded_loop(tmp_path, ORTModule), ("blocks.0.attn.qkv",))
+    assert data["nodes"] and data["backend"] == "ortmodule"

@@ -26,27 +26,29 @@ from ortlab.timing.errors import TimeError
 FILE = "time.json"
 TRACE = "trace.json"
 ORT_PREFIX = "ort_profile"  # ORT writes <prefix>_<time>.json; read into time.json and trace.json, then removed
-PHASES = ("forward", "backward", "optimizer")
 
 
-def profiled_steps(settings: dict[str, Any] | None, burst_steps: int) -> list[int]:
+def profiled_steps(settings: dict[str, Any] | None, burst_steps: int | None) -> list[int]:
     """The steps to profile: `steps` as given (distinct, from 1 to the last step), or by default 2, 3 and 4
-    (1, 2, 3 in a burst of fewer than 6 steps; fewer in a shorter one). Step 0 exports and warms up."""
+    (1, 2, 3 in a burst of fewer than 6 steps; fewer in a shorter one). Step 0 exports and warms up.
+    `burst_steps` None: a recorded loop, whose length is not known."""
     settings = settings or {}
     if not isinstance(settings, dict) or set(settings) - {"steps"}:
         raise TimeError(f"time settings {settings!r} are not allowed; allowed: {{'steps': [2, 3, 4]}} or {{}}")
     steps = settings.get("steps")
-    if burst_steps < 2:
+    last = burst_steps if burst_steps is not None else 10**9
+    if last < 2:
         raise TimeError("the time collector needs a burst of at least 2 steps: step 0 exports and warms up, a "
                         "later step is profiled")
     if steps is None:
-        first = 2 if burst_steps >= 6 else 1
-        return list(range(first, min(first + 3, burst_steps)))
+        first = 2 if last >= 6 else 1
+        return list(range(first, min(first + 3, last)))
     ok = (isinstance(steps, list | tuple) and len(steps) > 0 and all(type(s) is int for s in steps)
-          and len(set(steps)) == len(steps) and all(1 <= s < burst_steps for s in steps))
+          and len(set(steps)) == len(steps) and all(1 <= s < last for s in steps))
     if not ok:
-        raise TimeError(f"time steps {steps!r} are not allowed; allowed: a list of distinct steps from 1 to "
-                        f"{burst_steps - 1} (step 0 exports and warms up), e.g. [2, 3, 4]")
+        upto = f"from 1 to {last - 1}" if burst_steps is not None else "from 1"
+        raise TimeError(f"time steps {steps!r} are not allowed; allowed: a list of distinct steps {upto} (step 0 "
+                        "exports and warms up), e.g. [2, 3, 4]")
     return sorted(steps)
 
 
@@ -94,7 +96,7 @@ class TimeCollector(Collector):
 
     def phase(self, step: int, name: str) -> None:
         now = time.perf_counter_ns()
-        if name == "forward":
+        if name in ("forward", "loop"):
             self._started = now
         elif name == "end":
             self._walls[step] = (now - self._started) / 1e9
@@ -162,7 +164,8 @@ class TimeCollector(Collector):
             self._profiler.__exit__(None, None, None)
             self._stopped, self._profiler = self._profiler, None
         elif self._backend == "ortmodule" and self._ort_profile is None:
-            internals = self._engine.wrapper.internals()
+            wrapper = getattr(self._engine, "wrapper", None)  # a recorded loop: the user's own ORTModule
+            internals = wrapper.internals() if wrapper is not None else _ort_wrap(self._engine.ort_module)
             if internals is not None:
                 self._ort_profile = internals.end_profiling()
                 self._python_ops = internals.python_ops()
@@ -191,11 +194,12 @@ class TimeCollector(Collector):
             path, start_ns = self._ort_profile or (None, 0)
             if path is None:
                 data["error"] = ("ORT's profiler did not run: ORTModule did not create a session in this burst "
-                                 "(it fell back to PyTorch, or failed before)")
+                                 "(it fell back to PyTorch, or failed before; a recorded loop: the recorder must "
+                                 "start before the ORTModule's first step)")
                 write_json(run_dir / FILE, data)
                 return
             events = json.loads(path.read_text())
-            windows = {s: {p: (m[p][1], m[_next(p)][1]) for p in PHASES} for s, m in self._marks.items()}
+            windows = {s: _windows(m, 1) for s, m in self._marks.items()}
             rows, trace = profile.ort_rows(events, start_ns, windows, self._modules)
             for other in run_dir.glob(f"{ORT_PREFIX}_*.json"):  # also the sessions ORTModule made and dropped
                 other.unlink()
@@ -237,6 +241,12 @@ class TimeCollector(Collector):
         return out
 
 
+def _ort_wrap(ort_module):
+    from ortlab import _ort
+
+    return _ort.Wrap(ort_module, True)
+
+
 def _waits(run_dir: Path, steps: list[int]) -> dict[int, float] | None:
     """A rank's wait for the slowest rank in each profiled step (its metrics' wait_s, ortlab.balance); None for a
     single process."""
@@ -246,10 +256,13 @@ def _waits(run_dir: Path, steps: list[int]) -> dict[int, float] | None:
     return waits or None
 
 
-def _next(phase: str) -> str:
-    return {"forward": "backward", "backward": "optimizer", "optimizer": "end"}[phase]
+def _windows(marks: dict[str, tuple[int, int]], clock: int) -> dict[str, tuple[int, int]]:
+    """A step's phases as (start, end) on one of the marks' clocks (0: perf_counter_ns, 1: epoch ns): each phase
+    lasts until the next mark, the last until "end"."""
+    ordered = sorted(marks.items(), key=lambda kv: kv[1][0])
+    return {name: (at[clock], ordered[i + 1][1][clock]) for i, (name, at) in enumerate(ordered[:-1])}
 
 
 def _phases(marks: dict[str, tuple[int, int]]) -> dict[str, float]:
     """A profiled step's phases in seconds, from its marks (they add up to the step's time)."""
-    return {p: (marks[_next(p)][0] - marks[p][0]) / 1e9 for p in PHASES}
+    return {p: (hi - lo) / 1e9 for p, (lo, hi) in _windows(marks, 0).items()}

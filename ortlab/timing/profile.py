@@ -174,7 +174,7 @@ def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str,
             row[f"{phase}_kernels_s"] = inside[step, phase]
         step_rows.append(row)
     parts = []
-    for phase in ("forward", "backward", "optimizer"):
+    for phase in dict.fromkeys(p for w in walls.values() for p in w):  # forward, backward, optimizer; or loop
         wall = sum(w[phase] for w in walls.values()) / n
         kernel = sum(inside[s, phase] for s in walls) / n
         parts.append({"phase": phase, "part": kernels, "kind": "kernels", "s": kernel})
