@@ -118,6 +118,7 @@ def test_pytorch_burst_is_profiled_per_module_and_op(tmp_path, engine):
     from ortlab.widgets.time import TimePanel
 
     panel = TimePanel(lambda: [run])
+    panel.top.value = 200  # every module
     assert bytes(panel.figure.value[:4]) == b"\x89PNG" and "blocks.0.attn.qkv" in panel.tables.value
     assert panel.tables_of.labels == ["pytorch"]
 
