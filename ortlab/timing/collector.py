@@ -174,7 +174,6 @@ class TimeCollector(Collector):
 
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
         from ortlab.run import write_json
-        from ortlab.timing import profile
 
         if cfg.backend == "ortmodule":
             from ortlab import _ort
@@ -183,49 +182,52 @@ class TimeCollector(Collector):
         self._stop()
         done = [s for s in self.steps if "end" in self._marks.get(s, {})]
         data: dict[str, Any] = {"backend": cfg.backend, "steps": self.steps, "cost": self._cost()}
-        if len(done) < len(self.steps):
-            data["error"] = (f"the burst ended ({status}) after {len(self._walls)} steps, before its profiled "
-                             f"steps {self.steps} were done")
-            write_json(run_dir / FILE, data)
-            return
-        walls = {s: _phases(self._marks[s]) for s in self.steps}
-        waits = _waits(run_dir, self.steps)
-        if cfg.backend == "ortmodule":
-            path, start_ns = self._ort_profile or (None, 0)
-            if path is None:
-                data["error"] = ("ORT's profiler did not run: ORTModule did not create a session in this burst "
-                                 "(it fell back to PyTorch, or failed before; a recorded loop: the recorder must "
-                                 "start before the ORTModule's first step)")
-                write_json(run_dir / FILE, data)
-                return
-            events = json.loads(path.read_text())
-            windows = {s: _windows(m, 1) for s, m in self._marks.items()}
-            rows, trace = profile.ort_rows(events, start_ns, windows, self._modules)
-            for other in run_dir.glob(f"{ORT_PREFIX}_*.json"):  # also the sessions ORTModule made and dropped
+        try:
+            if len(done) < len(self.steps):
+                data["error"] = (f"the burst ended ({status}) after {len(self._walls)} steps, before its profiled "
+                                 f"steps {self.steps} were done")
+            elif cfg.backend == "ortmodule":
+                data.update(self._ort_result(run_dir))
+            else:
+                data.update(self._torch_result(run_dir, cfg.backend == "compile"))
+        finally:
+            for other in run_dir.glob(f"{ORT_PREFIX}_*.json"):  # ORT's own files, read into time.json and trace.json
                 other.unlink()
-            data.update(profile.breakdown(rows, walls, kernels="ORT's kernels",
-                                          outside="outside ORT's kernels (ORTModule's Python, input/output "
-                                                  "handling, DLPack, PythonOp callbacks, the loss)",
-                                          python_ops=self._python_ops, waits=waits))
-            data["tool"] = "ORT's profiler (ORT's kernels) and the step's wall clock"
-            data["note"] = (f"ORT's profiler starts with ORTModule's session: it also ran, discarded, in steps 0 to "
-                            f"{self.steps[0] - 1}; the optimizer is PyTorch's")
-        else:
-            self._stopped.export_chrome_trace(str(run_dir / TRACE))
-            trace = json.loads((run_dir / TRACE).read_text())
-            rows = profile.torch_rows(trace.get("traceEvents", []), compiled=cfg.backend == "compile")
-            data.update(profile.breakdown(rows, walls, kernels="PyTorch's ops",
-                                          outside="outside PyTorch's ops (Python, hooks, the autograd engine)",
-                                          waits=waits))
-            data["tool"] = "torch.profiler (record_shapes off) and the step's wall clock"
-            if cfg.backend == "compile":
-                data["note"] = ("torch.compile fuses operators across modules: its kernels are not attributed "
-                                "to modules")
-            trace = None
-        if trace is not None:
-            write_json(run_dir / TRACE, trace)
-        data["trace"] = TRACE
         write_json(run_dir / FILE, data)
+
+    def _ort_result(self, run_dir: Path) -> dict[str, Any]:
+        from ortlab.run import write_json
+        from ortlab.timing import profile
+
+        path, start_ns = self._ort_profile or (None, 0)
+        if path is None:
+            return {"error": "ORT's profiler did not run: ORTModule did not create a session in this burst (it fell "
+                             "back to PyTorch, or failed before; a recorded loop: the recorder must start before the "
+                             "ORTModule's first step)"}
+        windows = {s: _windows(m, 1) for s, m in self._marks.items()}
+        rows, trace = profile.ort_rows(json.loads(path.read_text()), start_ns, windows, self._modules)
+        write_json(run_dir / TRACE, trace)
+        return {**profile.breakdown(rows, {s: _phases(self._marks[s]) for s in self.steps}, kernels="ORT's kernels",
+                                    outside="outside ORT's kernels (ORTModule's Python, input/output handling, "
+                                            "DLPack, PythonOp callbacks, the loss)",
+                                    python_ops=self._python_ops, waits=_waits(run_dir, self.steps)),
+                "tool": "ORT's profiler (ORT's kernels) and the step's wall clock", "trace": TRACE,
+                "note": (f"ORT's profiler starts with ORTModule's session: it also ran, discarded, in steps 0 to "
+                         f"{self.steps[0] - 1}; the optimizer is PyTorch's")}
+
+    def _torch_result(self, run_dir: Path, compiled: bool) -> dict[str, Any]:
+        from ortlab.timing import profile
+
+        self._stopped.export_chrome_trace(str(run_dir / TRACE))
+        events = json.loads((run_dir / TRACE).read_text()).get("traceEvents", [])
+        out = {**profile.breakdown(profile.torch_rows(events, compiled=compiled),
+                                   {s: _phases(self._marks[s]) for s in self.steps}, kernels="PyTorch's ops",
+                                   outside="outside PyTorch's ops (Python, hooks, the autograd engine)",
+                                   waits=_waits(run_dir, self.steps)),
+               "tool": "torch.profiler (record_shapes off) and the step's wall clock", "trace": TRACE}
+        if compiled:
+            out["note"] = "torch.compile fuses operators across modules: its kernels are not attributed to modules"
+        return out
 
     def _cost(self) -> dict[str, Any]:
         """What profiling cost: the profiled steps' median time against the median of the steps after them."""
