@@ -39,7 +39,8 @@ class Collector:
 
     def phase(self, step: int, name: str) -> None:
         """With times_phases: "forward", "backward", "optimizer" as each begins, "end" once the step's loss is
-        read (the step's time as the engine measures it ends there)."""
+        read (the step's time as the engine measures it ends there); a recorded loop (ortlab.record): "loop" as
+        each iteration begins, "end" at its rec.step()."""
 
     def finish(self, engine: Engine, cfg: BurstConfig, run_dir: Path, status: str) -> None:
         """Always called (also after a failure): write results into run_dir and undo any global change."""

@@ -71,8 +71,11 @@ def ort_rows(events: list[dict[str, Any]], start_ns: int, windows: dict[int, dic
             cache[node] = (module_of(node, modules), (e.get("args") or {}).get("op_name", "?"))
         module, op = cache[node]
         rows.append((spans[i][2], spans[i][3], module, op, node, float(e.get("dur", 0)) / 1e6))
+    pid = next((e["pid"] for e in kept if isinstance(e.get("pid"), int)), 0)  # ORT's process: ortlab's on tid 0
+    kept.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": 0, "ts": 0,
+                 "args": {"name": "ortlab: step phases"}})
     for lo, hi, step, phase in spans:
-        kept.append({"name": f"step {step} {phase}", "cat": "ortlab", "ph": "X", "pid": "ortlab", "tid": "steps",
+        kept.append({"name": f"step {step} {phase}", "cat": "ortlab", "ph": "X", "pid": pid, "tid": 0,
                      "ts": (lo - first) / 1000, "dur": (hi - lo) / 1000})
     return rows, {"traceEvents": kept, "displayTimeUnit": "ms"}
 
