@@ -255,3 +255,19 @@ def test_a_recorded_ortmodule_loop_is_profiled(tmp_path):
 
     data = _check_recorded(_recorded_loop(tmp_path, ORTModule), ("blocks.0.attn.qkv",))
     assert data["nodes"] and data["backend"] == "ortmodule"
+
+
+@pytest.mark.slow
+def test_pythonops_are_listed_with_the_function_they_run(tmp_path, engine):
+    """The stats collector taps a module's output through a PythonOp (an autograd.Function) under ORTModule: the
+    time data lists it, forward and backward, with the function's name."""
+    from ortlab.engine import BurstConfig
+    from ortlab.run import load_run
+
+    cfg = BurstConfig(backend="ortmodule", steps=6, out=str(tmp_path),
+                      collect={"time": {}, "stats": {"modules": "blocks.0.attn"}})
+    run = load_run(engine.run(cfg))
+    assert run.ok, run.error
+    ops = json.loads((run.path / FILE).read_text())["python_ops"]
+    assert {p["phase"] for p in ops} == {"forward", "backward"}
+    assert {p["function"] for p in ops} == {"ortlab.activations.pythonop.Tap"}

@@ -202,8 +202,9 @@ def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str,
 
 
 def _function(node: str, python_ops: dict[str, str]) -> str | None:
-    """The autograd.Function a PythonOp (or its gradient node, named after it) runs."""
+    """The autograd.Function a PythonOp (or its gradient node, named after it) runs: ORT names PythonOps of the
+    execution graph `<function>_id_<n>`, the export names them by scope."""
     for name, function in python_ops.items():
-        if node == name or node.startswith(name + "_Grad") or node.startswith(name + "/"):
+        if node == name or node.startswith((name + "_Grad", name + "/", function + "_id_")):
             return function
     return None
