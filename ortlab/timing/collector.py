@@ -5,11 +5,13 @@ trace.json (a Chrome/Perfetto trace) in the run folder.
 ORTModule: ORT's own profiler (every node's kernel time), switched on as ORTModule creates its session at step 0
 (ortlab._ort.profile_sessions; so a burst with this collector exports anew) and ended after the last profiled
 step: ORT cannot start it later, so it also runs, discarded, in the steps before the first profiled one. The
-rest of each phase is outside ORT's kernels: ORTModule's Python, input and output handling, DLPack, PythonOp
-callbacks, the loss. PyTorch and torch.compile: torch.profiler on the profiled steps only (record_shapes off),
-with a record_function range per module (forward hooks, PyTorch only: hooks added to a compiled module would
-recompile it) and per phase. Steps after the last profiled one run without any of it: their median against
-the profiled steps' is what profiling cost.
+rest of each phase is outside ORT's kernels: ORTModule's Python, input and output handling, DLPack, the loss
+(a PythonOp's call back into PyTorch runs inside its node: ORT's kernel time, listed apart with its function).
+
+PyTorch and torch.compile: torch.profiler on the profiled steps only (record_shapes off), with a record_function
+range per module (forward hooks, PyTorch only: hooks added to a compiled module would recompile it) and per phase.
+Steps after the last profiled one run without any of it: their median against the profiled steps' is what
+profiling cost.
 """
 
 from __future__ import annotations
@@ -209,7 +211,7 @@ class TimeCollector(Collector):
         write_json(run_dir / TRACE, trace)
         return {**profile.breakdown(rows, {s: _phases(self._marks[s]) for s in self.steps}, kernels="ORT's kernels",
                                     outside="outside ORT's kernels (ORTModule's Python, input/output handling, "
-                                            "DLPack, PythonOp callbacks, the loss)",
+                                            "DLPack, the loss)",
                                     python_ops=self._python_ops, waits=_waits(run_dir, self.steps)),
                 "tool": "ORT's profiler (ORT's kernels) and the step's wall clock", "trace": TRACE,
                 "note": (f"ORT's profiler starts with ORTModule's session: it also ran, discarded, in steps 0 to "

@@ -12,8 +12,9 @@ from ortlab.timing.collector import FILE
 from ortlab.timing.errors import TimeError
 
 KINDS = ("kernels: ORT's kernels (ORTModule), PyTorch's ops (PyTorch, torch.compile); outside: the rest of the "
-         "phase (ORTModule: its Python, input/output handling, DLPack, PythonOp callbacks, the loss; PyTorch: "
-         "Python, hooks, the autograd engine); ORTModule's optimizer is PyTorch's, outside ORT; wait (ranks of a "
+         "phase (ORTModule: its Python, input/output handling, DLPack, the loss; PyTorch: "
+         "Python, hooks, the autograd engine); ORTModule's optimizer is PyTorch's, outside ORT; PythonOps call back "
+         "into PyTorch inside their node (ORT's kernels); wait (ranks of a "
          "distributed burst): the wait for the slowest rank, taken out of the backward's outside")
 HOW = ("collect it with `ortlab burst --collect time` (Python: collect={'time': {}}; the Lab: the Burst panel's "
        "'time' switch)")
