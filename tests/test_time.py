@@ -271,3 +271,20 @@ def test_pythonops_are_listed_with_the_function_they_run(tmp_path, engine):
     ops = json.loads((run.path / FILE).read_text())["python_ops"]
     assert {p["phase"] for p in ops} == {"forward", "backward"}
     assert {p["function"] for p in ops} == {"ortlab.activations.pythonop.Tap"}
+
+
+def test_cli_burst_collects_time_and_says_how_to_see_it(tmp_path, capsys):
+    from ortlab.cli import main
+
+    args = ["burst", "--backend", "pytorch", "--steps", "4", "--out", str(tmp_path), "--in-process", "--no-memory"]
+    assert main([*args, "--collect", "time", "--time-steps", "2"]) == 0
+    hint = capsys.readouterr().err.strip().splitlines()[-1]
+    assert hint.startswith("where the time goes: ortlab time ")
+    path = hint.rpartition(" ")[2]
+    assert json.loads((tmp_path / path.rpartition("/")[2] / FILE).read_text())["steps"] == [2]
+    assert main(["time", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == {"pytorch": path}
+    assert main([*args, "--time-steps", "2"]) == 2
+    assert "--time-steps needs --collect time" in capsys.readouterr().err
+    assert main([*args, "--collect", "time", "--time-steps", "4"]) == 2  # step 4 is not in a burst of 4 steps
+    assert "from 1 to 3" in capsys.readouterr().err

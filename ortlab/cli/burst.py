@@ -31,13 +31,21 @@ def cmd_burst(args) -> int:
         if len(backends) > 1:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)
             print_json(comparison.to_dict()) if args.json else print(comparison)
+            _time_hint(comparison.runs, kwargs)
             return outcome(comparison.runs, comparison, args.allow_fallback)
         run = session.burst(backends[0], args.steps, options, **kwargs)
         if args.json:
             print_json({**run.summary(), "path": str(run.path), "error": run.error})
         else:
             print(_single(run))
+        _time_hint([run], kwargs)
     return outcome([run], None, args.allow_fallback)
+
+
+def _time_hint(runs, kwargs) -> None:
+    """With --collect time: the command that shows where the time went (on stderr, with the other hints)."""
+    if "time" in (kwargs.get("collect") or {}):
+        print(f"where the time goes: ortlab time {' '.join(str(r.path) for r in runs)}", file=sys.stderr)
 
 
 def burst_kwargs(args) -> tuple[dict, object]:
