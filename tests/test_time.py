@@ -288,3 +288,19 @@ def test_cli_burst_collects_time_and_says_how_to_see_it(tmp_path, capsys):
     assert "--time-steps needs --collect time" in capsys.readouterr().err
     assert main([*args, "--collect", "time", "--time-steps", "4"]) == 2  # step 4 is not in a burst of 4 steps
     assert "from 1 to 3" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_torch_compile_burst_is_profiled(tmp_path, engine):
+    """torch.compile (aot_eager: its graphs without inductor's code generation, seconds to compile): the same
+    split, no hooks on the compiled module, its ops under the compiled graph."""
+    from ortlab.engine import BurstConfig
+    from ortlab.run import load_run
+    from ortlab.timing.profile import COMPILED
+
+    cfg = BurstConfig(backend="compile", steps=7, out=str(tmp_path), collect={"time": {}},
+                      compile={"backend": "aot_eager"})
+    run = load_run(engine.run(cfg))
+    data = _check_run(run, (COMPILED,))
+    assert "fuses operators" in data["note"]
+    assert {m["module"] for m in data["modules"]} <= {COMPILED, NONE, "(optimizer)"}  # no hooks: no module ranges

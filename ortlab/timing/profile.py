@@ -83,7 +83,7 @@ def ort_rows(events: list[dict[str, Any]], start_ns: int, windows: dict[int, dic
 def torch_rows(events: list[dict[str, Any]], compiled: bool = False) -> list[Row]:
     """torch.profiler's Chrome trace events -> rows of each op's self time inside the `ortlab: step S PHASE`
     ranges, attributed to the innermost `module: PATH` range (a backward op: to its forward op's module, by
-    autograd sequence number)."""
+    autograd sequence number; `compiled`: what runs inside torch.compile's graphs to COMPILED)."""
     spans = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"].split()) for e in events
                    if e.get("ph") == "X" and str(e.get("name", "")).startswith("ortlab: step "))
     by_thread: dict[Any, list[dict[str, Any]]] = collections.defaultdict(list)
@@ -111,7 +111,9 @@ def torch_rows(events: list[dict[str, Any]], compiled: bool = False) -> list[Row
             else:
                 if stack and stack[-1][2].get("cat") == "cpu_op":
                     stack[-1][3] += e.get("dur", 0)
-                if name.startswith("autograd::engine::evaluate_function") and seq is not None:
+                if compiled and name.startswith(("Torch-Compiled Region", "CompiledFunction")):
+                    module = COMPILED  # what torch.compile runs: its graphs, forward and backward
+                elif name.startswith("autograd::engine::evaluate_function") and seq is not None:
                     module = forward_module.get(seq, module)
                 elif seq is not None and module != NONE:
                     forward_module.setdefault(seq, module)
@@ -119,8 +121,7 @@ def torch_rows(events: list[dict[str, Any]], compiled: bool = False) -> list[Row
         done.extend(stack)
         for _end, module, e, children in done:
             if e.get("cat") == "cpu_op":
-                ops.append((e["ts"], max(e.get("dur", 0) - children, 0) / 1e6,
-                            COMPILED if compiled and module == NONE else module, _op_name(e["name"])))
+                ops.append((e["ts"], max(e.get("dur", 0) - children, 0) / 1e6, module, _op_name(e["name"])))
     ops.sort()
     rows: list[Row] = []
     i = 0
