@@ -157,7 +157,7 @@ def add_burst_args(b) -> None:
                    "default: --memory), time = where a step's time goes (profiled steps: time.json, trace.json; "
                    "ortlab time RUN...) (repeatable)")
     b.add_argument("--time-steps", type=positive_int, nargs="+", metavar="STEP",
-                   help="with --collect time: the steps to profile (default 2 3 4; step 0 exports)")
+                   help="with --collect time: the steps to profile (default: 2 3 4; step 0 exports)")
     b.add_argument("--stats-modules", action="append", metavar="GLOB",
                    help="with --collect stats: only modules whose name matches (repeatable; default all)")
     b.add_argument("--stats-samples", type=non_negative_int, metavar="N",

@@ -28,5 +28,5 @@ def register(sub) -> None:
                        description=description)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders burst with --collect time")
     add_json_arg(p)
-    p.add_argument("--top", type=positive_int, default=10, help="rows per table (default 10)")
+    p.add_argument("--top", type=positive_int, default=10, help="rows per table (default: 10)")
     p.set_defaults(func=cmd_time)

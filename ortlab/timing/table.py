@@ -37,11 +37,14 @@ class TimeTables:
     notes: dict[str, str] = field(default_factory=dict)
 
     def figure(self, top: int = 12):
+        """The modules' figure: bars per module (the `top` costliest), one per run side by side."""
         from ortlab.timing.figures import modules_figure
 
         return modules_figure(self.modules, top)
 
     def to_dict(self, top: int = 20) -> dict[str, Any]:
+        """The tables as plain data (JSON-ready; `top` rows of the long ones): what `ortlab time --json` prints."""
+
         def records(df, index=True):
             return json.loads((df.reset_index() if index else df).to_json(orient="records"))
 
@@ -52,6 +55,7 @@ class TimeTables:
                 "notes": self.notes}
 
     def report(self, top: int = 10) -> str:
+        """The tables as text (`top` rows each): what `ortlab time` prints."""
         import pandas as pd
 
         with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_colwidth", 60,
