@@ -45,6 +45,7 @@ _EXPORTS = {
     "load_graphs": "ortlab.graphs:load",
     "memory": "ortlab.account:memory",
     "torch_memory": "ortlab.account:torch_memory",
+    "time": "ortlab.timing.table",
     "record": "ortlab.recorder",
     "Recorder": "ortlab.recorder",
     "doctor": "ortlab.environment",

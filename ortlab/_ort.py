@@ -181,6 +181,33 @@ class Wrap:
         """The exception that made ORTModule fall back to PyTorch, if it did."""
         return getattr(getattr(self.ort_module, "_fallback_manager", None), "_exception", None)
 
+    def end_profiling(self) -> tuple[Path | None, int]:
+        """Stop ORT's profiler of this wrap's session (switched on by `profile_sessions` when ORTModule created
+        it): (its JSON file, or None when the session did not profile; the profiler's start in ns since the
+        epoch, the base of the file's microsecond timestamps). ORT cannot restart it for this session."""
+        agent = _get(self.manager, "_execution_agent", "execution agent of the execution manager")
+        if agent is None:
+            return None, 0
+        session = _get(agent, "_inference_session", "the execution agent's InferenceSession")
+        if not session.get_session_options().enable_profiling:
+            return None, 0
+        start = int(session.get_profiling_start_time_ns())
+        path = session.end_profiling()
+        return (Path(path) if path else None), start
+
+    def python_ops(self) -> dict[str, str]:
+        """The exported graph's PythonOp nodes: node name -> the autograd.Function it runs (func_name)."""
+        model = getattr(self.exported_model(), "exported_model", None)
+        if model is None:
+            return {}
+        out = {}
+        for node in model.graph.node:
+            if node.op_type == "PythonOp":
+                for a in node.attribute:
+                    if a.name == "func_name":
+                        out[node.name] = a.s.decode()
+        return out
+
     def memory_observer(self) -> MemoryObserver:
         inspector = _get(self.manager, "_runtime_inspector", "runtime inspector")
         observer = _get(inspector, "memory_ob", "memory observer")
@@ -209,6 +236,36 @@ def exporting_flag() -> list:
         return _private("onnxruntime.training.utils.hooks._subscriber_manager", "ORT_NO_INCREASE_GLOBAL_STEP")
     except OrtInternalsError:
         return [False]
+
+
+_PROFILE_PREFIX: list[str | None] = [None]  # where sessions ORTModule creates now write ORT's profile (None: off)
+
+
+def profile_sessions(prefix: str | None) -> None:
+    """Sessions ORTModule creates from now on run ORT's profiler (every node's kernel time), writing into
+    `<prefix>_<time>.json`; None: sessions created later do not. ORTModule builds its session options in one
+    private method (`_get_session_config` of its graph execution manager), patched here once per process."""
+    if prefix is not None:
+        _patch_session_config()
+    _PROFILE_PREFIX[0] = prefix
+
+
+@functools.cache
+def _patch_session_config() -> None:
+    manager = _private("onnxruntime.training.ortmodule._graph_execution_manager", "GraphExecutionManager")
+    original = manager.__dict__.get("_get_session_config")
+    if original is None:
+        raise _missing("GraphExecutionManager._get_session_config")
+
+    @functools.wraps(original)
+    def session_config(self):
+        options, providers, provider_options = original(self)
+        if _PROFILE_PREFIX[0] is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = _PROFILE_PREFIX[0]
+        return options, providers, provider_options
+
+    manager._get_session_config = session_config
 
 
 KNOWN_BUG_LABEL_HOOK = (

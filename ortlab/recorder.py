@@ -38,6 +38,7 @@ class _Host:
     """What a collector sees of the process that trains: the user's torch module."""
 
     model: Any
+    ort_module: Any = None  # the user's ORTModule, when the loop trains one
 
 
 def _in_jupyter_kernel() -> bool:
@@ -63,8 +64,13 @@ class Recorder:
                               "fills the kernel's pipe); build it with DebugOptions(log_level=LogLevel.WARNING), or "
                               "run the loop as a script, or use ortlab.Session bursts (they run in a worker)")
         collect = dict(collect or {})
-        if set(collect) - {"stats"}:
-            raise RecordError(f"collect {sorted(collect)} is not allowed for a recorded loop; allowed: 'stats'")
+        if set(collect) - {"stats", "time"}:
+            raise RecordError(f"collect {sorted(collect)} is not allowed for a recorded loop; allowed: 'stats', "
+                              "'time'")
+        if "time" in collect:
+            from ortlab.timing.collector import profiled_steps
+
+            profiled_steps(collect["time"], None)
         from ortlab._dynamo import compiled_inner
         from ortlab.engine.config import BurstConfig
 
@@ -109,13 +115,21 @@ class Recorder:
         self._export = _ort.Wrap(self.model, True).exported_model() if self.ortmodule else None
         self._started = time.time()
         for c in self.collectors.values():
-            c.start(_Host(self.inner), self.cfg, self.path)
+            c.start(self._host(), self.cfg, self.path)
             c.step_begin(0)
+        self.timers = [c for c in self.collectors.values() if c.times_phases]  # one phase: the loop's iteration
+        for c in self.timers:
+            c.phase(0, "loop")
         self._last = time.perf_counter()
         return self
 
+    def _host(self) -> _Host:
+        return _Host(self.inner, self.model if self.ortmodule else None)
+
     def step(self, loss: Any = None, **metrics: Any) -> None:
         """One training step ended: its loss (a tensor or a number) and any other numbers to keep."""
+        for c in self.timers:
+            c.phase(self.steps, "end")
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
         row: dict[str, Any] = {"step": self.steps, "loss": _number(loss), "step_time_s": elapsed,
@@ -130,6 +144,8 @@ class Recorder:
         self.steps += 1
         for c in self.collectors.values():
             c.step_begin(self.steps)
+        for c in self.timers:
+            c.phase(self.steps, "loop")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         status = "ok" if exc_type is None else "interrupted" if exc_type is KeyboardInterrupt else "failed"
@@ -138,7 +154,7 @@ class Recorder:
             extra["error"] = f"the recorded loop ended at step {self.steps} with {type(exc).__name__}: {exc}"
         for c in self.collectors.values():
             try:
-                c.finish(_Host(self.inner), self.cfg, self.path, status)
+                c.finish(self._host(), self.cfg, self.path, status)
             except Exception as e:  # a collector must not lose the run
                 extra.setdefault("collector_errors", []).append(f"{type(c).__name__}: {e}")
         logging.getLogger("orttraining").removeHandler(self._log)

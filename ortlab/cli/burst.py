@@ -31,6 +31,7 @@ def cmd_burst(args) -> int:
         if len(backends) > 1:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)
             print_json(comparison.to_dict()) if args.json else print(comparison)
+            _time_hint(comparison.runs, kwargs)
             return outcome(comparison.runs, comparison, args.allow_fallback)
         run = session.burst(backends[0], args.steps, options, **kwargs)
         if args.json:
@@ -39,7 +40,14 @@ def cmd_burst(args) -> int:
             from ortlab.summary import run_text
 
             print(run_text(run))
+        _time_hint([run], kwargs)
     return outcome([run], None, args.allow_fallback)
+
+
+def _time_hint(runs, kwargs) -> None:
+    """With --collect time: the command that shows where the time went (on stderr, with the other hints)."""
+    if "time" in (kwargs.get("collect") or {}):
+        print(f"where the time goes: ortlab time {' '.join(str(r.path) for r in runs)}", file=sys.stderr)
 
 
 def burst_kwargs(args) -> tuple[dict, object]:
@@ -91,6 +99,10 @@ def collect_settings(args) -> dict[str, dict]:
             collect["stats"]["grads"] = False
     elif args.stats_modules or args.stats_samples is not None or args.stats_no_grads:
         raise CliError("--stats-modules, --stats-samples and --stats-no-grads need --collect stats")
+    if args.time_steps:
+        if "time" not in collect:
+            raise CliError("--time-steps needs --collect time")
+        collect["time"]["steps"] = list(args.time_steps)
     return collect
 
 
@@ -145,7 +157,10 @@ def add_burst_args(b) -> None:
     b.add_argument("--collect", action="append", default=[], choices=sorted(COLLECTORS),
                    help="record per-burst data: stats = activation statistics (for ortlab diff), plans = "
                    "the memory optimizer's recompute plans, memory = the activation-memory account (on by "
-                   "default: --memory) (repeatable)")
+                   "default: --memory), time = where a step's time goes (profiled steps: time.json, trace.json; "
+                   "ortlab time RUN...) (repeatable)")
+    b.add_argument("--time-steps", type=positive_int, nargs="+", metavar="STEP",
+                   help="with --collect time: the steps to profile (default: 2 3 4; step 0 exports)")
     b.add_argument("--stats-modules", action="append", metavar="GLOB",
                    help="with --collect stats: only modules whose name matches (repeatable; default: all)")
     b.add_argument("--stats-samples", type=non_negative_int, metavar="N",

@@ -95,6 +95,10 @@ class BurstConfig:
         unknown = sorted(set(self.collect) - set(COLLECTORS))
         if unknown:
             raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")
+        if "time" in self.collect:  # its steps must lie inside the burst: said before anything starts
+            from ortlab.timing.collector import profiled_steps
+
+            profiled_steps(self.collect["time"], self.steps)
         self._check_ranks()
 
     @property

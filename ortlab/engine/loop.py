@@ -48,6 +48,7 @@ class _Burst:
     writer: RunWriter
     optimizer: Any
     collectors: dict[str, Collector]
+    timers: list[Collector]  # the collectors told each step's phases (Collector.times_phases)
     memory: PeakMemory
     feed: Feed
     backend: Backend
@@ -197,7 +198,8 @@ class Engine:
         })
         scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.model.train()
-        return _Burst(cfg, options, device, path, writer, optimizer, collectors, PeakMemory(device), feed,
+        timers = [c for c in collectors.values() if c.times_phases]
+        return _Burst(cfg, options, device, path, writer, optimizer, collectors, timers, PeakMemory(device), feed,
                       self.backend(cfg.backend), scaler, runner=self.model)
 
     def _feed(self, cfg: BurstConfig) -> Feed:
@@ -237,6 +239,8 @@ class Engine:
         for c in b.collectors.values():
             c.step_begin(step)
         started = time.perf_counter()
+        for c in b.timers:
+            c.phase(step, "forward")
         b.stage = "forward"
         # no autocast context at all in fp32: even a disabled one sets the device's autocast dtype and nesting,
         # which cost 1-3% of an ORTModule step in benchmarks/distributed_overhead.py
@@ -250,8 +254,12 @@ class Engine:
             torch.cuda.synchronize()  # the forward's kernels are asynchronous
         b.forward_s = time.perf_counter() - started
         loss = self._before_backward(b, step, loss)
+        for c in b.timers:
+            c.phase(step, "backward")
         b.stage = "backward"
         (b.scaler.scale(loss) if b.scaler else loss).backward()
+        for c in b.timers:
+            c.phase(step, "optimizer")
         b.stage = "optimizer"
         if b.scaler:
             b.scaler.step(b.optimizer)
@@ -261,6 +269,8 @@ class Engine:
         b.optimizer.zero_grad(set_to_none=True)
         loss_value = float(loss.detach())  # waits for the device
         elapsed = time.perf_counter() - started
+        for c in b.timers:
+            c.phase(step, "end")
         row = {"step": step, "loss": loss_value, "step_time_s": elapsed,
                "samples_per_s": (self.workload.batch_size or 1) / elapsed if elapsed > 0 else None,
                "peak_mem_mb": b.memory.peak_mb()}

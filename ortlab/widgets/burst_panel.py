@@ -102,6 +102,9 @@ class BurstPanel(W.VBox):
         self.account_memory = W.Checkbox(value=True, description="account activation memory",
                                          tooltip="what autograd saves for backward (PyTorch) and ORT's execution "
                                          "graph step by step (ORTModule; saves its graphs): the Memory tab")
+        self.profile_time = W.Checkbox(value=False, description="profile where the time goes",
+                                       tooltip="steps 2-4 profiled (ORT's profiler, torch.profiler): forward, "
+                                       "backward, optimizer, modules, operators, ORT nodes: the Time tab")
         from ortlab.compat.registry import FIXES
 
         choices = [("none", "none"), ("auto: what Check finds", "auto"), *((n, n) for n in FIXES)]
@@ -130,7 +133,8 @@ class BurstPanel(W.VBox):
         super().__init__([
             self.backend, W.HBox([self.steps, self.seed, self.parity]),
             W.HBox([self.optimizer, self.precision, self.nproc]),
-            W.HBox([self.record_stats, self.save_graphs, self.account_memory]), W.HBox([self.fixes, self.check_button]),
+            W.HBox([self.record_stats, self.save_graphs, self.account_memory, self.profile_time]),
+            W.HBox([self.fixes, self.check_button]),
             self.check_result, W.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.plot,
             W.HTML("<b>Results</b>"), self.results, W.HTML("<b>Why ORTModule exported (transitions)</b>"),
             self.transitions])
@@ -198,7 +202,8 @@ class BurstPanel(W.VBox):
             if self.save_graphs.value:
                 options = options.replace(save_onnx=True)
             collect = {name: {} for name, on in (("stats", self.record_stats.value),
-                                                 ("memory", self.account_memory.value)) if on} or None
+                                                 ("memory", self.account_memory.value),
+                                                 ("time", self.profile_time.value)) if on} or None
             for backend in backends:
                 self.status.value = f"running {backend}..."
                 run = self.session.burst(

@@ -77,6 +77,8 @@ class GraphsPanel(W.VBox):
         self.hops = W.BoundedIntText(value=1, min=1, max=6, description="hops",
                                      layout=W.Layout(width="140px"))
         self.neighbourhood = W.HTML()
+        self.node_time = W.HTML()  # the picked node's kernel time, when the run was profiled (collector "time")
+        self._node_times: dict[str, list[dict]] = {}
         self.transitions = W.HTML()
         self.netron_button = W.Button(description="Open in netron", icon="external-link", button_style="info")
         self.netron_stop_button = W.Button(description="Stop netron", icon="stop", disabled=True)
@@ -85,7 +87,7 @@ class GraphsPanel(W.VBox):
             self.summary,
             W.VBox([self.compare_picker, self.chart, self.diff_table]),
             W.VBox([W.HBox([self.search_box, self.search_by, self.search_button]), self.matches, self.hops,
-                    self.neighbourhood]),
+                    self.node_time, self.neighbourhood]),
             self.transitions,
             W.VBox([W.HBox([self.netron_button, self.netron_stop_button]), self.netron_frame]),
         ], titles=_TABS)
@@ -231,6 +233,9 @@ class GraphsPanel(W.VBox):
             self._clear(str(e), error=True)
             return
         self.graphs = g
+        from ortlab.timing.table import node_times
+
+        self._node_times = node_times(run)
         self.transitions.value = _table(g.transitions)
         stages = [(m, s) for m in g.modes for s in g.stages(m)]
         options = [(s if len(g.modes) == 1 else f"{m}/{s}", (m, s)) for m, s in stages]
@@ -326,7 +331,18 @@ class GraphsPanel(W.VBox):
             self.neighbourhood.value = ""
             return
         nb = stage.neighbourhood(self.matches.value, hops=self.hops.value)
+        self.node_time.value = self._time_of(self.matches.value)
         self.neighbourhood.value = f"<div style='overflow:auto;max-height:700px'>{nb.svg()}</div>"
+
+    def _time_of(self, node: str) -> str:
+        """The node's ORT kernel time per step in this run, if it was profiled (`ortlab.time`)."""
+        if not self._node_times:
+            return ""
+        rows = self._node_times.get(node)
+        if not rows:
+            return "<i>ORT kernel time: not among the run's profiled top nodes</i>"
+        return "<b>ORT kernel time</b>: " + ", ".join(
+            f"{r['ms']:.3f} ms per step ({html.escape(r['phase'])}, {html.escape(r['op'])})" for r in rows)
 
     def __repr__(self) -> str:
         stage = "/".join(self.stage_picker.value) if self.stage_picker.value else None

@@ -18,6 +18,7 @@ _VIEW_TABS = (
     ("Recompute", "ortlab.widgets.recompute", "RecomputePanel", "session"),
     ("Activations", "ortlab.widgets.activations", "ActivationsPanel", "runs"),
     ("Memory", "ortlab.widgets.memory", "MemoryPanel", "runs"),
+    ("Time", "ortlab.widgets.time", "TimePanel", "runs"),
 )
 
 

@@ -1,0 +1,82 @@
+"""Time panel: where a step's time goes in the latest runs burst with the collector "time" (the Burst tab's
+'profile where the time goes'), one column per backend: the step's parts, the modules (and a figure of them),
+where ORTModule is slower or faster than PyTorch, the top ORT nodes. Thin over ortlab.timing.table."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as W
+
+from ortlab.timing.collector import FILE
+from ortlab.widgets.images import figure_area
+
+HOW = ("burst with 'profile where the time goes' on (the Burst tab; in code collect={'time': {}}; CLI "
+       "--collect time)")
+
+
+def latest(runs: list) -> list:
+    """The newest run with time data of each backend, PyTorch first (what the tab compares)."""
+    found: dict[str, Any] = {}
+    for run in reversed(runs):
+        has = (run.path / FILE).is_file() or any((r.path / FILE).is_file() for r in run.ranks)
+        if has and run.backend not in found:
+            found[run.backend] = run
+    order = {"pytorch": 0, "ortmodule": 1, "compile": 2}
+    return sorted(found.values(), key=lambda r: order.get(r.backend, 3))
+
+
+class TimePanel(W.VBox):
+    """`TimePanel(runs)`: `runs()` lists the runs (the Lab passes its session's)."""
+
+    def __init__(self, runs: Callable[[], list] | None = None):
+        self.get_runs = runs or (lambda: [])
+        self.top = W.BoundedIntText(value=10, min=1, max=200, description="rows", layout=W.Layout(width="160px"))
+        self.status = W.HTML()
+        self.figure = figure_area()
+        self.tables = W.HTML()
+        self.tables_of: Any = None  # the TimeTables shown
+        self.top.observe(lambda change: self.refresh(), names="value")
+        super().__init__([self.top, self.status, self.figure, self.tables])
+        self.refresh()
+
+    def refresh(self) -> None:
+        from ortlab.plots import figure_png
+        from ortlab.timing.table import KINDS, time
+
+        runs = latest(list(self.get_runs() or []))
+        if not runs:
+            self.status.value = f"<p>No run with time data yet: {html.escape(HOW)}.</p>"
+            self.figure.value, self.tables.value, self.tables_of = b"", "", None
+            return
+        try:
+            t = self.tables_of = time(*runs)
+        except Exception as e:  # a damaged time.json: said in the tab
+            self.status.value = f"<p><b>Could not read the time data:</b> {html.escape(str(e))}</p>"
+            self.figure.value, self.tables.value, self.tables_of = b"", "", None
+            return
+        n = self.top.value
+        self.status.value = ("<p>milliseconds per profiled step: " + ", ".join(
+            f"<b>{html.escape(label)}</b> <code>{html.escape(path)}</code> (trace.json opens in Perfetto)"
+            for label, path in zip(t.labels, t.paths, strict=True)) + "</p>")
+        self.figure.value = figure_png(t.figure(n))
+        parts = [_section("The step, part by part", t.parts, KINDS),
+                 _section(f"Modules (kernel time, forward + backward), top {n}", t.modules.head(n))]
+        if len(t.difference):
+            parts.append(_section("Where a backend is slower (+) or faster (-) than PyTorch, by module",
+                                  t.difference.head(n), index=False))
+        parts.append(_section(f"Op types, top {n}", t.ops.head(n)))
+        if len(t.nodes):
+            parts.append(_section(f"ORT graph nodes, top {n}", t.nodes.head(n), index=False))
+        if len(t.python_ops):
+            parts.append(_section("PythonOps", t.python_ops, index=False))
+        parts.append(_section("What profiling cost (profiled steps' median against the steps after them)", t.cost))
+        parts += [f"<p>{html.escape(label)}: {html.escape(note)}</p>" for label, note in t.notes.items()]
+        self.tables.value = "".join(parts)
+
+
+def _section(title: str, frame, note: str = "", index: bool = True) -> str:
+    table = frame.to_html(index=index, float_format=lambda v: f"{v:.3f}", na_rep="-", border=0)
+    return f"<h4>{html.escape(title)}</h4>{table}" + (f"<p><small>{html.escape(note)}</small></p>" if note else "")
