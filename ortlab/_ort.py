@@ -241,6 +241,9 @@ def exporting_flag() -> list:
 _PROFILE_PREFIX: list[str | None] = [None]  # where sessions ORTModule creates now write ORT's profile (None: off)
 
 
+_SESSION_THREADS: list[int | None] = [None]  # intra-op threads of the sessions ORTModule creates (session_threads)
+
+
 def profile_sessions(prefix: str | None) -> None:
     """Sessions ORTModule creates from now on run ORT's profiler (every node's kernel time), writing into
     `<prefix>_<time>.json`; None: sessions created later do not. ORTModule builds its session options in one
@@ -248,6 +251,14 @@ def profile_sessions(prefix: str | None) -> None:
     if prefix is not None:
         _patch_session_config()
     _PROFILE_PREFIX[0] = prefix
+
+
+def session_threads(threads: int | None) -> None:
+    """Sessions ORTModule creates from now on use `threads` intra-op threads (None: ORT's default, its count of
+    physical cores, which ignores a CPU affinity or a container's quota: its pool then spins against torch's)."""
+    if threads is not None:
+        _patch_session_config()
+    _SESSION_THREADS[0] = threads
 
 
 @functools.cache
@@ -263,6 +274,8 @@ def _patch_session_config() -> None:
         if _PROFILE_PREFIX[0] is not None:
             options.enable_profiling = True
             options.profile_file_prefix = _PROFILE_PREFIX[0]
+        if _SESSION_THREADS[0] is not None and not options.intra_op_num_threads:
+            options.intra_op_num_threads = _SESSION_THREADS[0]
         return options, providers, provider_options
 
     manager._get_session_config = session_config

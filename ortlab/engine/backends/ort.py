@@ -6,6 +6,7 @@ transitions.json)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,6 +55,12 @@ class OrtBackend(Backend):
 
         onnxruntime.set_seed(b.cfg.seed)
         b.state = OrtState()
+        from ortlab import _ort
+        from ortlab.engine.machine import available_cores
+
+        cores = available_cores()  # ORT's own default counts the host's cores, not the ones this process gets
+        with contextlib.suppress(_ort.OrtInternalsError):
+            _ort.session_threads(cores if cores < (os.cpu_count() or cores) else None)
 
     def wrap(self, engine: Engine, b: _Burst, inputs: Any) -> Any:
         """The ORTModule for this burst's options and fixes (new, re-wrapped or reused), and the transition row
