@@ -25,6 +25,13 @@ FIXES: dict[str, str] = {
     "global-avg-pool": "ortlab.compat.fixes.pooling",
     "graph-per-value": "ortlab.compat.fixes.per_value",
     "pytorch-buffers": "ortlab.compat.fixes.buffers",
+    "activations": "ortlab.compat.fixes.activations",
+    "pixel-shuffle": "ortlab.compat.fixes.pixel_shuffle",
+    "instance-norm": "ortlab.compat.fixes.instance_norm",
+    "rms-norm": "ortlab.compat.fixes.rms_norm",
+    "bidirectional-rnn": "ortlab.compat.fixes.rnn",
+    "explicit-attention": "ortlab.compat.fixes.multihead_attention",
+    "embedding-bag": "ortlab.compat.fixes.embedding_bag",
 }
 AUTO, NONE = "auto", "none"
 
