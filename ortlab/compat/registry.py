@@ -32,6 +32,8 @@ FIXES: dict[str, str] = {
     "bidirectional-rnn": "ortlab.compat.fixes.rnn",
     "explicit-attention": "ortlab.compat.fixes.multihead_attention",
     "embedding-bag": "ortlab.compat.fixes.embedding_bag",
+    "conv-transpose": "ortlab.compat.fixes.conv_transpose",
+    "linear-interpolation": "ortlab.compat.fixes.interpolate",
 }
 AUTO, NONE = "auto", "none"
 
