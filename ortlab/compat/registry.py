@@ -34,6 +34,8 @@ FIXES: dict[str, str] = {
     "embedding-bag": "ortlab.compat.fixes.embedding_bag",
     "conv-transpose": "ortlab.compat.fixes.conv_transpose",
     "linear-interpolation": "ortlab.compat.fixes.interpolate",
+    "feature-dropout": "ortlab.compat.fixes.feature_dropout",
+    "label-smoothing": "ortlab.compat.fixes.label_smoothing",
 }
 AUTO, NONE = "auto", "none"
 
