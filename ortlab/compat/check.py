@@ -10,6 +10,7 @@ parameters restored after), which also meets what only the whole graph shows. No
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from ortlab.compat.blockers import (
     model_line,
     module_path,
 )
-from ortlab.compat.errors import failure_stage, read_error, root_message
+from ortlab.compat.errors import FORWARD_ONLY, failure_stage, read_error, root_message
 
 # ORTModule trains, but not the model PyTorch trains
 DIVERGING = (WRONG_GRADIENT, BAKED_INPUT, FROZEN_FLOW, BUFFER_UPDATE)
@@ -193,10 +194,14 @@ def _export_failure(e: BaseException) -> Blocker:
 
 def recommend(blockers: list[Blocker], model: Any) -> list[str]:
     """Attach to each blocker the fixes that remove it (or a remedy in words); the fixes, in registry order."""
+    from ortlab.compat.known import known
+
     chosen: list[str] = []
     for b in blockers:
         b.fixes = registry.for_blocker(b, model)
-        b.remedy = None if b.fixes else REMEDIES.get(b.kind)
+        found = known(b.op)
+        b.cuda = found.cuda if found else b.cuda
+        b.remedy = None if b.fixes else (f"no ortlab fix: {found.alternative}" if found else REMEDIES.get(b.kind))
         chosen += [f for f in b.fixes if f not in chosen]
     return [f for f in registry.FIXES if f in chosen]
 
@@ -412,14 +417,19 @@ def _step_failure(e: BaseException, exported: Any) -> Blocker:
     message = root_message(e)
     read = read_error(message)
     lowered = message.lower()
-    kind = (INVALID_TYPE if "type error" in lowered else NO_KERNEL if "could not find an implementation" in lowered
+    kind = (INVALID_TYPE if "type error" in lowered else NO_GRADIENT_KERNEL if FORWARD_ONLY in message
+            else NO_KERNEL if "could not find an implementation" in lowered
             else NO_GRADIENT if "gradient" in lowered else UNSUPPORTED_OP if "exporting the operator" in lowered
             else ORT_FAILED)
     node = _node(exported, read.node)
     stack = frames(node.doc_string) if node is not None else []
-    return Blocker(kind, read.op or (node.op_type if node is not None else type(e).__name__), message,
-                   failure_stage(e) or "training step", read.node, module_path(read.node or ""), model_line(stack),
-                   stack, [read.dtype] if read.dtype else [])
+    stage = failure_stage(e) or "training step"
+    inferring = re.search(r"inferring an? (\w+) node", stage)  # a bare assertion in ORT's shape inference
+    op = read.op or (node.op_type if node is not None else inferring[1] if inferring else type(e).__name__)
+    if message == type(e).__name__:
+        message = f"{message} in {stage}"
+    return Blocker(kind, op, message, stage, read.node, module_path(read.node or ""), model_line(stack), stack,
+                   [read.dtype] if read.dtype else [])
 
 
 def _node(exported: Any, name: str | None) -> Any:

@@ -1,10 +1,11 @@
-"""EmbeddingBag (sum, mean, max) computed as an embedding lookup and the reduction over each bag: for a 2-D input
-each row is a bag; for a 1-D input with offsets a one-hot bag-membership matrix sums (or masks, for max) the rows
-of each bag. padding_idx entries count for nothing, per_sample_weights scale each row (mode sum), an empty bag is
-zeros, and max takes the first of equal rows as torch does (its gradient goes to that one). The exporter writes
-embedding_bag as an ONNX Loop, and ORT 1.19.2 fails to build the gradient graph of that Loop ("... name which does
-not exist"): recommender and fastText-style models do not train. max_norm, scale_grad_by_freq and sparse
-gradients are left to torch's function."""
+"""EmbeddingBag (sum, mean, max) computed as an embedding lookup and the reduction over each bag: a bag-membership
+matrix (each row of a 2-D input a bag; for a 1-D input, the positions from one offset to the next) sums, or masks
+for max, the rows of each bag. padding_idx entries count for nothing, per_sample_weights scale each row (mode
+sum), an empty bag is zeros, and max takes the first of equal rows as torch does (its gradient goes to that one).
+The exporter writes embedding_bag as an ONNX Loop, and ORT 1.19.2 fails to build the gradient graph of that Loop
+("... name which does not exist"); with padding_idx the exporter has no symbolic for it at all: recommender and
+fastText-style models do not train. max_norm, scale_grad_by_freq and sparse gradients are left to torch's
+function."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from ortlab.compat.blockers import NO_GRADIENT, ORT_FAILED
+from ortlab.compat.blockers import NO_GRADIENT, ORT_FAILED, UNSUPPORTED_OP
 from ortlab.compat.fixes._patch import functional
 from ortlab.compat.registry import Fix
 
@@ -68,5 +69,6 @@ def uses_embedding_bag(model: Any) -> bool:
 
 
 FIX = Fix("embedding-bag", "F.embedding_bag computed as an embedding lookup and each bag's sum, mean or max",
-          "module", removes=lambda b: b.kind in (ORT_FAILED, NO_GRADIENT) and b.op == "Loop", apply=_apply,
+          "module", removes=lambda b: (b.kind in (ORT_FAILED, NO_GRADIENT) and b.op == "Loop") or (
+              b.kind == UNSUPPORTED_OP and b.op == "aten::embedding_bag"), apply=_apply,
           applies_to=uses_embedding_bag)

@@ -76,7 +76,7 @@ def _apply(model: Any) -> Iterator[None]:
 
 def _removes(blocker: Any) -> bool:
     return blocker.kind in (EXPORT_FAILED, UNSUPPORTED_OP) and (
-        blocker.op in OPS or "dropout" in blocker.message and "training mode" in blocker.message)
+        blocker.op in OPS or ("dropout" in blocker.message and "training mode" in blocker.message))
 
 
 FIX = Fix("feature-dropout", "F.dropout1d/2d/3d, alpha_dropout and feature_alpha_dropout in training as the input "

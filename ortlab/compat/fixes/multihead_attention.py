@@ -5,8 +5,9 @@ attention mask (bool or float, 2-D or per head), key_padding_mask, batch_first (
 functional call), need_weights and average_attn_weights, bias_k/bias_v and add_zero_attn as torch has them.
 torch's own `F.multi_head_attention_forward` computes its head split from sizes it reads at run time
 (`view(tgt_len, bsz * num_heads, head_dim)`), and ORT 1.19.2's symbolic shape inference fails on the Reshape
-that makes of it (an AssertionError while ORTModule builds its graph): ViT and every nn.Transformer model do not
-train. Static k/v (`static_k`, `static_v`) are left to torch's function."""
+that makes of it (an AssertionError while ORTModule builds its graph), and with dropout it passes the attention
+dropout to scaled_dot_product_attention, whose ONNX Dropout lacks the mask ORT's Dropout gradient needs: ViT and
+every nn.Transformer model do not train. Static k/v (`static_k`, `static_v`) are left to torch's function."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from ortlab.compat.blockers import EXPORT_FAILED, ORT_FAILED
+from ortlab.compat.blockers import EXPORT_FAILED, NO_GRADIENT, ORT_FAILED
 from ortlab.compat.fixes._patch import functional
 from ortlab.compat.registry import Fix
 
@@ -100,9 +101,11 @@ def uses_attention(model: Any) -> bool:
 
 
 def _removes(blocker: Any) -> bool:
-    """ORT's failure inside its symbolic shape inference of the head split, seen on models that hold
-    nn.MultiheadAttention (applies_to narrows it to them)."""
-    return blocker.kind in (ORT_FAILED, EXPORT_FAILED) and blocker.op in ("Reshape", "AssertionError")
+    """ORT's failure inside its symbolic shape inference of the head split, and the attention dropout that torch's
+    function passes to scaled_dot_product_attention (exported as a Dropout without its mask output, which ORT's
+    Dropout gradient needs), on models that hold nn.MultiheadAttention (applies_to narrows it to them)."""
+    return (blocker.kind in (ORT_FAILED, EXPORT_FAILED) and blocker.op in ("Reshape", "AssertionError")) or (
+        blocker.kind == NO_GRADIENT and blocker.op == "Dropout")
 
 
 @contextlib.contextmanager

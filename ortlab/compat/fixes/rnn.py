@@ -101,10 +101,7 @@ def forward(self: Any, input: Any, hx: Any = None, *, original: Any) -> Any:
         x = torch.cat(outs, dim=-1) if directions == 2 else outs[0]
         if self.dropout and self.training and layer < self.num_layers - 1:
             x = F.dropout(x, self.dropout, True)
-    if lstm:
-        h_n = (torch.stack([h for h, _ in finals]), torch.stack([c for _, c in finals]))
-    else:
-        h_n = torch.stack(finals)
+    h_n = (torch.stack([h for h, _ in finals]), torch.stack([c for _, c in finals])) if lstm else torch.stack(finals)
     if self.batch_first and batched:
         x = x.transpose(0, 1)
     if not batched:
