@@ -114,10 +114,14 @@ def module_path(node_name: str) -> str | None:
     if not node_name or not node_name.startswith("/"):
         return None
     parts = node_name.strip("/").split("/")[:-1]
-    if parts and parts[0] == "_original_module":
-        parts = parts[1:]
-    # the exporter's scope of a child of the root module carries the wrapper's name ("_original_module.1")
-    return ".".join(p.removeprefix("_original_module.") for p in parts)
+    # a called container's children carry its name again ("/stem/stem.2/HardSwish": module stem.2); the root's
+    # carry the name of ORTModule's wrapper ("/_original_module/_original_module.1/...": module 1)
+    out = []
+    for before, part in zip(["", *parts], parts, strict=False):
+        out.append(part.removeprefix(f"{before}.") if before else part)
+    if out and out[0] == "_original_module":
+        out = out[1:]
+    return ".".join(out)
 
 
 def merge(blockers: list[Blocker]) -> list[Blocker]:

@@ -120,8 +120,9 @@ def pixel_shuffle() -> Workload:
 
 
 def instance_norm() -> Workload:
-    return _image(_conv_block(nn.InstanceNorm2d(CHANNELS, affine=True), nn.ReLU()), "InstanceNorm2d",
-                  (CHANNELS, SIZE, SIZE))
+    model = nn.Sequential(nn.Conv2d(CHANNELS, CHANNELS, 3, padding=1, bias=False),  # a bias the norm removes
+                          nn.InstanceNorm2d(CHANNELS, affine=True), nn.ReLU())
+    return _image(model, "InstanceNorm2d", (CHANNELS, SIZE, SIZE))
 
 
 def conv_transpose() -> Workload:
@@ -306,3 +307,83 @@ LAYERS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     multihead_attention, transformer_encoder_layer, embedding_bag, conv_transpose, upsample_bilinear,
     conv1d_bn, conv3d, hardsigmoid, elu, prelu, dropout, dropout2d, alpha_dropout, softmax, upsample_nearest,
     lstm_bidirectional, rnn, transformer, embedding_max_norm, cross_entropy_smoothing, ctc)}
+
+
+# ---------------------------------------------------------------- whole models made of the layers above
+
+class _SqueezeExcite(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.reduce = nn.Conv2d(channels, channels // 4, 1)
+        self.expand = nn.Conv2d(channels // 4, channels, 1)
+
+    def forward(self, x):
+        return x * F.hardsigmoid(self.expand(F.relu(self.reduce(self.pool(x)))))
+
+
+class _InvertedResidual(nn.Module):
+    """MobileNetV3's block: 1x1 expansion, depthwise 3x3, squeeze-and-excitation, 1x1 projection, Hardswish."""
+
+    def __init__(self, channels: int, expanded: int):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv2d(channels, expanded, 1, bias=False), nn.BatchNorm2d(expanded), nn.Hardswish(),
+            nn.Conv2d(expanded, expanded, 3, padding=1, groups=expanded, bias=False), nn.BatchNorm2d(expanded),
+            nn.Hardswish(), _SqueezeExcite(expanded), nn.Conv2d(expanded, channels, 1, bias=False),
+            nn.BatchNorm2d(channels))
+
+    def forward(self, x):
+        return x + self.block(x)
+
+
+class MobileNetV3Small(nn.Module):
+    """A small MobileNetV3: Hardswish stem, two inverted residual blocks with squeeze-and-excitation, a
+    Hardswish classifier head."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16),
+                                  nn.Hardswish())
+        self.blocks = nn.Sequential(_InvertedResidual(16, 32), _InvertedResidual(16, 48))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 32), nn.Hardswish(),
+                                  nn.Dropout(0.2), nn.Linear(32, classes))
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)))
+
+
+class ViT(nn.Module):
+    """A small vision transformer: patch embedding by a strided convolution, a class token, learned positions,
+    pre-norm TransformerEncoderLayers (nn.MultiheadAttention inside), a LayerNorm and a linear head."""
+
+    def __init__(self, image: int = 16, patch: int = 4, width: int = 32, depth: int = 2, classes: int = 10):
+        super().__init__()
+        self.patches = nn.Conv2d(3, width, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, width))
+        self.positions = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(width, 4, 2 * width, dropout=0.1, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = self.patches(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.positions
+        return self.head(self.norm(self.encoder(x))[:, 0])
+
+
+def _classify(model: nn.Module, name: str, image: int) -> Workload:
+    def batch(step: int):
+        return _randn(step, BATCH * 2, 3, image, image), _ints(step, 10, BATCH * 2)
+
+    return Workload(model, batch, F.cross_entropy, name=name, batch_size=BATCH * 2)
+
+
+def mobilenet() -> Workload:
+    return _classify(MobileNetV3Small(), "MobileNetV3-style (small)", 32)
+
+
+def vit() -> Workload:
+    return _classify(ViT(), "ViT-style (small)", 16)

@@ -69,9 +69,8 @@ def multi_head_attention_forward(query: Any, key: Any, value: Any, embed_dim_to_
     q = q.reshape(tgt_len, bsz, num_heads, head_dim).permute(1, 2, 0, 3)
     k = k.reshape(k.shape[0], bsz, num_heads, head_dim).permute(1, 2, 0, 3)
     v = v.reshape(v.shape[0], bsz, num_heads, head_dim).permute(1, 2, 0, 3)
-    if add_zero_attn:
-        zeros = torch.zeros((bsz, num_heads, 1, head_dim), dtype=k.dtype, device=k.device)
-        k, v = torch.cat([k, zeros], dim=2), torch.cat([v, zeros], dim=2)
+    if add_zero_attn:  # one more key and value of zeros (padded: ORT's gradient of one shared zeros tensor fails)
+        k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
         attn_mask = None if attn_mask is None else F.pad(attn_mask, (0, 1))
         key_padding_mask = None if key_padding_mask is None else F.pad(key_padding_mask, (0, 1))
     scores = torch.matmul(q * (1.0 / math.sqrt(head_dim)), k.transpose(-2, -1))  # (N, H, L, S)
