@@ -178,8 +178,9 @@ def _layers(rows: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if r["status"] == "blocked":
-            cell = "blocked by " + "; ".join(f"{b['kind']} `{b['op']}`: {b['remedy']}" for b in r["remaining"])
+        if r["status"] in ("blocked", "diverges"):
+            cell = ("blocked by " if r["status"] == "blocked" else "trains another model than PyTorch: ") + "; ".join(
+                f"{b['kind']} `{b['op']}`: {b['remedy']}" for b in r["remaining"])
         else:
             cell = "trains" if r["status"] == "ok" else f"trains with {', '.join(f'`{f}`' for f in r['fixes'])}"
         stops = "; ".join(f"{b['kind']} `{b['op']}`" for b in r["blockers"]) or "nothing"
@@ -189,7 +190,7 @@ def _layers(rows: list[dict]) -> list[str]:
         agree = ("" if not parity else f"{parity['max_loss_diff']:.1e}" + ("" if parity["agree"] else " NOT met"))
         gradient = "" if r["gradient"] is None else f"{r['gradient']:.1e}"
         lines.append(f"| {r['model']} (`{r['layer']}`) | {cell} | {stops} | {cuda} | {gradient} | {agree} |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _cell(row: dict | None) -> str:

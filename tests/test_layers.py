@@ -225,10 +225,13 @@ def test_each_layer_trains_as_the_compatibility_page_says():
             f"{row['layer']}: {row['status']} {row['fixes']}, the page says {want['status']} {want['fixes']}: "
             "python scripts/compatibility.py layers")
         assert [(b["kind"], b["op"]) for b in row["blockers"]] == [(b["kind"], b["op"]) for b in want["blockers"]]
-        if row["status"] != "blocked":
+        if row["status"] in ("ok", "fixed"):
             assert row["parity"]["pytorch"] == row["parity"]["ortmodule"] == "ok", row
             assert row["parity"]["agree"] and row["gradient"] <= script.PARITY, row
-    assert expected["ctc"]["status"] == "blocked"  # the one layer no fix keeps the math of
+    # the two layers no fix keeps the math of: a CTC loss inside forward (no export), and Embedding's max_norm,
+    # which renormalizes its weight in place in forward (ORT's graph does not: the runs part after the first step)
+    assert expected["ctc"]["status"] == "blocked" and expected["embedding_max_norm"]["status"] == "diverges"
+    assert not expected["embedding_max_norm"]["parity"]["agree"]
 
 
 @slow

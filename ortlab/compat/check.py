@@ -58,6 +58,8 @@ REMEDIES = {
                  ".item()/int(), or move the decision out of the model's forward",
     BUFFER_UPDATE: "update the buffers outside the model's forward",
 }
+PARAMETER_REMEDY = ("no ortlab fix: change the parameters outside the model's forward (for Embedding's max_norm: "
+                    "renormalize the weight's rows with torch.no_grad() after each optimizer step) or drop max_norm")
 
 
 @dataclass
@@ -201,7 +203,9 @@ def recommend(blockers: list[Blocker], model: Any) -> list[str]:
         b.fixes = registry.for_blocker(b, model)
         found = known(b.op)
         b.cuda = found.cuda if found else b.cuda
-        b.remedy = None if b.fixes else (f"no ortlab fix: {found.alternative}" if found else REMEDIES.get(b.kind))
+        b.remedy = None if b.fixes else (f"no ortlab fix: {found.alternative}" if found else
+                                         PARAMETER_REMEDY if (b.kind, b.op) == (BUFFER_UPDATE, "parameters")
+                                         else REMEDIES.get(b.kind))
         chosen += [f for f in b.fixes if f not in chosen]
     return [f for f in registry.FIXES if f in chosen]
 
@@ -246,6 +250,10 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
             if asked != registry.AUTO or not new:
                 break
             chosen = [f for f in registry.FIXES if f in chosen or f in new]
+            if all(b.kind == BUFFER_UPDATE and b.fixes for b in remaining):
+                # with pytorch-buffers the step differs only in not testing the buffers: the rest of it stands
+                remaining = []
+                break
         seconds["training step"] = time.perf_counter() - started
     if not hazards and exported is not None:
         from ortlab.verdict.hazards import record, unique
@@ -389,26 +397,35 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
 
 
 def _mutated_buffers(workload: Any, inputs: Any) -> list[Blocker]:
-    """Buffers a PyTorch forward changes (ORT's graph will not carry those changes)."""
+    """Buffers a PyTorch forward changes (ORT's graph will not carry those changes), and parameters it changes in
+    place (Embedding's max_norm renormalizes the rows it looks up): ORT's graph does neither."""
     import torch
 
     from ortlab.verdict.gradients import kept
     from ortlab.workload import call_model
 
     model = workload.model
-    named = list(model.named_buffers())
+    named = list(model.named_buffers()) + list(model.named_parameters())
     if not named:
         return []
+    buffers = {name for name, _ in model.named_buffers()}
     with kept(model), torch.no_grad():
         before = [b.detach().clone() for _, b in named]
         call_model(model, inputs)
         changed = [n for (n, b), old in zip(named, before, strict=True) if not torch.equal(b, old)]
-    if not changed:
-        return []
-    shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
-    return [Blocker(BUFFER_UPDATE, "buffers", f"forward mutates {shown}; ORT's graph does not carry the updates "
-                    "(they change once, in the export's own forward)", "training step",
-                    module=changed[0].rpartition(".")[0] or None)]
+    out = []
+    for op, names in (("buffers", [n for n in changed if n in buffers]),
+                      ("parameters", [n for n in changed if n not in buffers])):
+        if not names:
+            continue
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        what = ("ORT's graph does not carry the updates (they change once, in the export's own forward)"
+                if op == "buffers" else "ORT's graph does not change them (the export's own forward did, once); "
+                "nn.Embedding's max_norm renormalizes the rows it looks up this way")
+        out.append(Blocker(BUFFER_UPDATE, op, f"forward mutates {shown}; {what}", "training step",
+                           module=names[0].rpartition(".")[0] or None,
+                           remedy=None if op == "buffers" else PARAMETER_REMEDY))
+    return out
 
 
 def _step_failure(e: BaseException, exported: Any) -> Blocker:

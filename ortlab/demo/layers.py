@@ -67,13 +67,15 @@ def _conv_block(*layers: nn.Module) -> nn.Module:
 # ---------------------------------------------------------------- the layers
 
 def conv_bn_relu() -> Workload:
-    return _image(_conv_block(nn.BatchNorm2d(CHANNELS), nn.ReLU()), "Conv2d + BatchNorm2d + ReLU",
-                  (CHANNELS, SIZE, SIZE))
+    model = nn.Sequential(nn.Conv2d(CHANNELS, CHANNELS, 3, padding=1, bias=False), nn.BatchNorm2d(CHANNELS),
+                          nn.ReLU())  # no bias before a norm that removes it (its gradient is zero)
+    return _image(model, "Conv2d + BatchNorm2d + ReLU", (CHANNELS, SIZE, SIZE))
 
 
 def conv1d_bn() -> Workload:
-    return _image(nn.Sequential(nn.Conv1d(CHANNELS, CHANNELS, 3, padding=1), nn.BatchNorm1d(CHANNELS), nn.ReLU()),
-                  "Conv1d + BatchNorm1d", (CHANNELS, SIZE), dims=1)
+    model = nn.Sequential(nn.Conv1d(CHANNELS, CHANNELS, 3, padding=1, bias=False), nn.BatchNorm1d(CHANNELS),
+                          nn.ReLU())
+    return _image(model, "Conv1d + BatchNorm1d", (CHANNELS, SIZE), dims=1)
 
 
 def conv3d() -> Workload:
@@ -300,7 +302,7 @@ def ctc() -> Workload:
     return _classifier(_ctc, "CTCLoss", lambda step: _ints(step, 4, BATCH, 3) + 1)
 
 
-# name -> factory, in the table's order: the issue's 19 first, then the rest of the common layers
+# name -> factory, in the table's order: the 19 layers a first survey tried first, then the rest of the common ones
 LAYERS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     conv_bn_relu, groupnorm_silu, adaptive_avg_pool, depthwise_relu6, layernorm_gelu, lstm, sdpa_causal,
     embedding_padding, hardswish, mish, pixel_shuffle, instance_norm, rms_norm, gru_bidirectional,
@@ -387,3 +389,27 @@ def mobilenet() -> Workload:
 
 def vit() -> Workload:
     return _classify(ViT(), "ViT-style (small)", 16)
+
+
+class _AllLayers(nn.Module):
+    """Several layer models side by side, each on its own input, their outputs concatenated."""
+
+    def __init__(self, models: dict[str, nn.Module]):
+        super().__init__()
+        self.layers = nn.ModuleDict(models)
+
+    def forward(self, **inputs):
+        return torch.cat([self.layers[name](x).reshape(-1) for name, x in inputs.items()])
+
+
+def all_layers() -> Workload:
+    """The first 19 layers of LAYERS in one model: what `ortlab check` meets on a model holding all of them."""
+    workloads = {name: LAYERS[name]() for name in list(LAYERS)[:19]}
+
+    def batch(step: int):
+        pairs = {name: w.batch(step) for name, w in workloads.items()}
+        return ({name: x for name, (x, _) in pairs.items()},
+                torch.cat([t.reshape(-1) for _, t in pairs.values()]))
+
+    return Workload(_AllLayers({name: w.model for name, w in workloads.items()}), batch, _mse,
+                    name="19 torch.nn layers", batch_size=BATCH)
