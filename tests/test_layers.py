@@ -16,7 +16,8 @@ from ortlab.compat import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYER_FIXES = ["activations", "pixel-shuffle", "instance-norm", "rms-norm", "bidirectional-rnn", "explicit-attention",
-               "embedding-bag", "conv-transpose", "linear-interpolation", "feature-dropout", "label-smoothing"]
+               "embedding-bag", "conv-transpose", "linear-interpolation", "feature-dropout", "label-smoothing",
+               "embedding-max-norm"]
 slow = pytest.mark.slow
 
 
@@ -110,6 +111,8 @@ CASES = {
     "linear, trilinear": ("linear-interpolation", _Call(
         lambda m, x, y: (F.interpolate(x, scale_factor=2.5, mode="linear", recompute_scale_factor=True),
                          F.interpolate(y, size=(3, 5, 2), mode="trilinear"))), (_r(2, 3, 5), _r(1, 2, 2, 3, 4))),
+    "embedding max_norm": ("embedding-max-norm", nn.Embedding(10, 3, max_norm=0.5, norm_type=1.5),
+                           (torch.tensor([[1, 2, 2], [7, 1, 0]]),)),
     "cross entropy with label smoothing": ("label-smoothing", _Call(
         lambda m, x, t: tuple(F.cross_entropy(x, t, weight=torch.linspace(0.5, 2, 5), ignore_index=1,
                                               label_smoothing=0.2, reduction=r) for r in ("mean", "sum", "none"))),
@@ -228,10 +231,7 @@ def test_each_layer_trains_as_the_compatibility_page_says():
         if row["status"] in ("ok", "fixed"):
             assert row["parity"]["pytorch"] == row["parity"]["ortmodule"] == "ok", row
             assert row["parity"]["agree"] and row["gradient"] <= script.PARITY, row
-    # the two layers no fix keeps the math of: a CTC loss inside forward (no export), and Embedding's max_norm,
-    # which renormalizes its weight in place in forward (ORT's graph does not: the runs part after the first step)
-    assert expected["ctc"]["status"] == "blocked" and expected["embedding_max_norm"]["status"] == "diverges"
-    assert not expected["embedding_max_norm"]["parity"]["agree"]
+    assert expected["ctc"]["status"] == "blocked"  # the one layer no fix keeps the math of: no export
 
 
 @slow

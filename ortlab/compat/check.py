@@ -307,8 +307,9 @@ def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], export
         graphs = {watch.key(inputs): wrapped} if per_value else None
         with captured_output(log or Path("/dev/null")):
             out += _frozen_flow(workload, wrapped, fixes, found_hazards, watch, graphs)
-    if "pytorch-buffers" not in fixes:
-        out += _mutated_buffers(workload, inputs)
+    if not set(registry.PYTORCH_PASS) <= set(fixes):  # what a fix applied here advances is not a blocker
+        out += [b for b in _mutated_buffers(workload, inputs)
+                if not set(fixes) & set(registry.for_blocker(b, workload.model))]
     return True, out, found_hazards
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from ortlab.errors import InputError
 
 # name -> module defining FIX (loaded on first use)
+PYTORCH_PASS = ("pytorch-buffers", "embedding-max-norm")  # fixes that need a PyTorch forward after ORT's
 FIXES: dict[str, str] = {
     "diff": "ortlab.compat.fixes.diff",
     "cumsum-int64": "ortlab.compat.fixes.cumsum",
@@ -36,6 +37,7 @@ FIXES: dict[str, str] = {
     "linear-interpolation": "ortlab.compat.fixes.interpolate",
     "feature-dropout": "ortlab.compat.fixes.feature_dropout",
     "label-smoothing": "ortlab.compat.fixes.label_smoothing",
+    "embedding-max-norm": "ortlab.compat.fixes.embedding_max_norm",
 }
 AUTO, NONE = "auto", "none"
 

@@ -34,6 +34,7 @@ class Bare(nn.Module):
         self.bag_sum = nn.EmbeddingBag(10, 4, mode="sum")
         self.bag_mean = nn.EmbeddingBag(10, 4, mode="mean", padding_idx=0)
         self.bag_max = nn.EmbeddingBag(10, 4, mode="max", include_last_offset=True)
+        self.embedding = nn.Embedding(10, 4, max_norm=1.0)
         self.up1 = nn.ConvTranspose1d(4, 2, 3, stride=2, padding=1, output_padding=1)
         self.up2 = nn.ConvTranspose2d(4, 4, (3, 2), stride=(2, 3), padding=(1, 0), groups=2, dilation=(1, 2))
         self.up3 = nn.ConvTranspose3d(4, 2, 2, stride=2, bias=False)
@@ -55,7 +56,7 @@ class Bare(nn.Module):
         out += [self.attention_kv(time_first, time_first[..., :6], time_first[..., :5], need_weights=False)[0],
                 self.decoder(time_first, time_first, tgt_mask=causal.float() * -1e9)]
         out += [self.bag_sum(ids, offsets, per_sample_weights=weights), self.bag_mean(ids.reshape(2, 4)),
-                self.bag_max(ids, torch.cat([offsets, offsets.new_tensor([8])]))]
+                self.bag_max(ids, torch.cat([offsets, offsets.new_tensor([8])])), self.embedding(ids)]
         out += [self.up1(seq.transpose(1, 2)[:, :4]), self.up2(image), self.up3(volume)]
         out += [F.interpolate(image * g[9], scale_factor=2, mode="bilinear"),
                 F.interpolate(image * g[9], size=(5, 7), mode="bilinear", align_corners=True),
