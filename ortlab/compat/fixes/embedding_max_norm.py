@@ -3,9 +3,9 @@ gradient, the weight's rows it looks up (a row whose norm exceeds max_norm is sc
 then looks them up: the parameter changes in forward. ORT's graph cannot change a parameter, so ORTModule trains
 another model from the second step on. With this fix the graph computes the renormalized rows itself (their
 value; the gradient reaches the rows as torch's does, unscaled: the correction is a PythonOp without gradient),
-and after ORTModule's forward the model runs once in PyTorch without gradients (as with pytorch-buffers), which
-renormalizes the weight in place exactly as torch's forward would have, before the optimizer step. It costs one
-forward per step."""
+and after ORTModule's forward ortlab's burst runs the model once in PyTorch without gradients (as with
+pytorch-buffers), which renormalizes the weight in place exactly as torch's forward would have, before the
+optimizer step (a loop of your own calls the model once under torch.no_grad() there). One forward per step."""
 
 from __future__ import annotations
 
