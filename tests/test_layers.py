@@ -189,7 +189,7 @@ def test_the_layer_table_covers_every_layer():
 
 def test_a_blocker_names_what_ort_lacks_on_cuda_and_what_to_do():
     from ortlab.compat.blockers import NO_GRADIENT_KERNEL, UNSUPPORTED_OP, Blocker
-    from ortlab.compat.check import recommend
+    from ortlab.compat.check import CheckReport, recommend
 
     kernel = Blocker(NO_GRADIENT_KERNEL, "ConvTransposeGrad", "m", "session", module="up")
     ctc = Blocker(UNSUPPORTED_OP, "aten::ctc_loss", "m", "export", source="model.py:3 in forward")
@@ -198,6 +198,8 @@ def test_a_blocker_names_what_ort_lacks_on_cuda_and_what_to_do():
                                                      "on CUDA); fix: conv-transpose")
     assert ctc.cuda is False and ctc.fixes == [] and "compute the CTC loss outside" in ctc.remedy
     assert ctc.line().startswith("unsupported operator: aten::ctc_loss (at model.py:3 in forward; not on CUDA")
+    report = CheckReport("m", [kernel, ctc], ["conv-transpose"], [ctc], None)
+    assert report.table()["on CUDA"].tolist() == ["ORT has it", "missing too"]  # the Lab's check table
 
 
 # --------------------------------------------------------------------------- on ORTModule
