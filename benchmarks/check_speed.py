@@ -1,8 +1,11 @@
 """How long `ortlab check` takes: GPT-2 small's shape (124M parameters, random weights, batch 2, sequence 128;
-target under 30 s on a 2-core CPU, every blocker listed) and each tiny family of ortlab.demo.families (target
-under 10 s each). Absolute times, measured in this process after imports (the worker's start is not the check's).
+target under 30 s on a 2-core CPU, every blocker listed), each tiny family of ortlab.demo.families (target
+under 10 s each) and a model holding 19 common torch.nn layers (ortlab.demo.layers:all_layers, ten blockers and
+ten fixes; target under 20 s). Absolute times, measured in this process after imports (the worker's start is not
+the check's).
 
     python benchmarks/check_speed.py                 # the transformers of this environment
+    python benchmarks/check_speed.py layers          # the torch.nn layers' model only
     PYTHONPATH=$(python scripts/side_packages.py) python benchmarks/check_speed.py   # the newest one
 """
 
@@ -16,9 +19,9 @@ import transformers
 
 from ortlab import Workload
 from ortlab.compat.check import check
-from ortlab.demo import families
+from ortlab.demo import families, layers
 
-TARGET_GPT2_S, TARGET_FAMILY_S = 30.0, 10.0
+TARGET_GPT2_S, TARGET_FAMILY_S, TARGET_LAYERS_S = 30.0, 10.0, 20.0
 
 
 def gpt2_small() -> Workload:
@@ -40,11 +43,13 @@ def timed(workload: Workload) -> tuple[float, object]:
     return time.perf_counter() - started, report
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     transformers.logging.set_verbosity_error()
     timed(families.vit())  # warm-up: ORT's import and first session
-    rows = [("GPT-2 small shape", *timed(gpt2_small()), TARGET_GPT2_S)]
-    rows += [(name, *timed(getattr(families, name)()), TARGET_FAMILY_S) for name in families.FAMILIES]
+    rows = [("19 torch.nn layers", *timed(layers.all_layers()), TARGET_LAYERS_S)]
+    if argv[:1] != ["layers"]:
+        rows += [("GPT-2 small shape", *timed(gpt2_small()), TARGET_GPT2_S)]
+        rows += [(name, *timed(getattr(families, name)()), TARGET_FAMILY_S) for name in families.FAMILIES]
     print(f"ortlab check, transformers {transformers.__version__}, torch {torch.__version__}")
     print(f"{'model':<20} {'seconds':>8} {'target':>7}  blockers  verdict")
     missed = 0
@@ -57,4 +62,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,13 +1,16 @@
-"""The compatibility table: which model families train on ORTModule, with which fixes, for each tested
-transformers release. Writes docs/compatibility.json (the data) and docs/compatibility.md (the page).
+"""The compatibility tables: which model families train on ORTModule, with which fixes, for each tested
+transformers release, and which of torch.nn's common layers do. Writes docs/compatibility.json (the data) and
+docs/compatibility.md (the page).
 
     python scripts/compatibility.py write            # every tested transformers (the side folder for the newest)
     python scripts/compatibility.py survey OUT.json  # the transformers this interpreter imports, families only
+    python scripts/compatibility.py layers           # the torch.nn layers only (ortlab.demo.layers), in-process
 
 Per family (ortlab.demo.families): `ortlab check` with fixes="auto" (every blocker with its line, the fixes that
 remove them, one ORTModule training step), then PyTorch and ORTModule side by side in parity mode with those fixes
 for 3 steps: the fixes keep the math when the losses agree (<= PARITY). tests/test_families.py runs the survey
-for each version and fails when the page says something else.
+for each version and fails when the page says something else. Per layer the same, and the first step's gradients
+compared parameter by parameter (<= PARITY); tests/test_layers.py checks that table.
 """
 
 from __future__ import annotations
@@ -55,6 +58,34 @@ def survey(families: list[str] | None = None) -> list[dict]:
 def _blocker(b) -> dict:
     return {"kind": b.kind, "op": b.op, "module": b.module, "source": b.source, "nodes": b.count,
             "fixes": b.fixes}
+
+
+def survey_layers(names: list[str] | None = None) -> list[dict]:
+    """One row per torch.nn layer model (ortlab.demo.layers), in this process."""
+    from ortlab import Session
+    from ortlab.demo.layers import LAYERS
+    from ortlab.verdict.gradients import first_step
+
+    rows = []
+    out = tempfile.mkdtemp(prefix="ortlab-layers-")
+    for name in names or LAYERS:
+        with Session(f"ortlab.demo.layers:{name}", out=out, in_process=True) as s:
+            report = s.check("auto")
+            row = {"layer": name, "model": report.model, "status": report.status, "fixes": report.fixes,
+                   "blockers": [dict(_blocker(b), cuda=b.cuda, remedy=b.remedy) for b in report.blockers],
+                   "remaining": [dict(_blocker(b), cuda=b.cuda, remedy=b.remedy) for b in report.remaining],
+                   "parity": None, "gradient": None}
+            if report.status != "blocked":
+                cmp = s.compare(steps=STEPS, parity=True, progress=False, fixes=report.fixes or "none")
+                diff = cmp.to_dict()["max_loss_diff"]
+                row["parity"] = {"pytorch": cmp.pytorch.status, "ortmodule": cmp.ortmodule.status,
+                                 "max_loss_diff": diff, "agree": diff is not None and diff <= PARITY}
+                worst = first_step(s._engine.workload, report.fixes).worst
+                row["gradient"] = None if worst is None else worst["relative"]
+        rows.append(row)
+        print(f"{name}: {row['status']} {row['fixes']} {row['parity']} {row['gradient']}", file=sys.stderr,
+              flush=True)
+    return rows
 
 
 def side_folder() -> Path:
@@ -122,6 +153,8 @@ def page(data: dict) -> str:
                       f"{b['module'] or '(root)'} | `{b['source']}` | {', '.join(b['fixes']) or 'no fix'} |"
                       for r, b in found]
         lines.append("")
+    if data.get("layers"):
+        lines += _layers(data["layers"])
     lines += ["## The fixes", "",
               "Applied to the ORTModule burst only (the PyTorch baseline runs the model as written), undone when",
               "the burst ends; parameters and state_dict keys are never changed.", ""]
@@ -129,6 +162,35 @@ def page(data: dict) -> str:
         fix = get(name)
         lines += [f"### `{name}` ({fix.kind})", "", fix.describe()["doc"], ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _layers(rows: list[dict]) -> list[str]:
+    """The torch.nn layers' section of the page."""
+    lines = [
+        "## torch.nn layers", "",
+        "Each of torch.nn's common layers in a small model built around it (`ortlab.demo.layers`), as written, on",
+        "the CPU: `ortlab check` with fixes=\"auto\", then the first step's gradients compared parameter by",
+        f"parameter and a parity burst ({STEPS} steps) with the fixes, both within {PARITY:g} of PyTorch. \"ORT on",
+        "CUDA\" says whether ONNX Runtime 1.19.2 has what the CPU lacks on CUDA (read from its source:",
+        "`ortlab/compat/known.py`). `python scripts/compatibility.py layers` writes this section;",
+        "`tests/test_layers.py` fails when it is not current.", "",
+        "| layer | on the CPU | what stops it as written | ORT on CUDA | first-step gradients | parity |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["status"] in ("blocked", "diverges"):
+            cell = ("blocked by " if r["status"] == "blocked" else "trains another model than PyTorch: ") + "; ".join(
+                f"{b['kind']} `{b['op']}`: {b['remedy']}" for b in r["remaining"])
+        else:
+            cell = "trains" if r["status"] == "ok" else f"trains with {', '.join(f'`{f}`' for f in r['fixes'])}"
+        stops = "; ".join(f"{b['kind']} `{b['op']}`" for b in r["blockers"]) or "nothing"
+        cuda = "; ".join(f"`{b['op']}`: {'has it' if b['cuda'] else 'lacks it too'}" for b in r["blockers"]
+                         if b.get("cuda") is not None)
+        parity = r["parity"] or {}
+        agree = ("" if not parity else f"{parity['max_loss_diff']:.1e}" + ("" if parity["agree"] else " NOT met"))
+        gradient = "" if r["gradient"] is None else f"{r['gradient']:.1e}"
+        lines.append(f"| {r['model']} (`{r['layer']}`) | {cell} | {stops} | {cuda} | {gradient} | {agree} |")
+    return [*lines, ""]
 
 
 def _cell(row: dict | None) -> str:
@@ -151,7 +213,14 @@ def main(argv: list[str]) -> None:
         from ortlab.versions import TESTED_TRANSFORMERS
 
         data = {"ort": md.version("onnxruntime-training"), "torch": md.version("torch"),
-                "versions": list(TESTED_TRANSFORMERS), "rows": {v: run_survey(v) for v in TESTED_TRANSFORMERS}}
+                "versions": list(TESTED_TRANSFORMERS), "rows": {v: run_survey(v) for v in TESTED_TRANSFORMERS},
+                "layers": survey_layers()}
+        DATA.write_text(json.dumps(data, indent=1) + "\n")
+        PAGE.write_text(page(data))
+        print(f"wrote {PAGE.relative_to(ROOT)} and {DATA.relative_to(ROOT)}")
+    elif argv[:1] == ["layers"]:  # the layers' survey again, the families' rows kept
+        data = json.loads(DATA.read_text())
+        data["layers"] = survey_layers()
         DATA.write_text(json.dumps(data, indent=1) + "\n")
         PAGE.write_text(page(data))
         print(f"wrote {PAGE.relative_to(ROOT)} and {DATA.relative_to(ROOT)}")

@@ -247,6 +247,36 @@ print([(b.kind, b.op, b.fixes) for b in bert.blockers])
     md("""
 When a blocker has no fix, `check` says what can be done instead (its `remedy`), and the verdict stays
 `blocked`: the first question, "does my model run on ORTModule, and if not, why", always has an answer.
+
+## A torch.nn layer, from blocked to agree
+
+Some of torch.nn's own layers stop ORTModule 1.19.2 on the CPU (`docs/compatibility.md` has the table of 35).
+`nn.MultiheadAttention`, the heart of ViT and of every `nn.Transformer`, is one: torch's attention function
+splits the heads with sizes it reads at run time, and ORT's symbolic shape inference fails on the Reshape that
+makes. `ortlab.demo.layers:multihead_attention` is a small model around it, written as people write it (batch
+first, a key padding mask, the attention weights returned). Without fixes, `check` names the cause and the fix:
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+attention = ortlab.Session("ortlab.demo.layers:multihead_attention", out="runs")
+blocked = attention.check("none")
+print(blocked.status)
+for blocker in blocked.blockers:
+    print(blocker.line())
+"""),
+    md("""
+The fix `explicit-attention` computes the same attention with the module's own projection weights (q, k, v from
+`in_proj_weight`, softmax of the scaled products plus the masks, `out_proj`), replacing torch's function for the
+burst only: the parameters, `state_dict` keys and optimizer state are the model's. The PyTorch baseline runs
+torch's own attention, so agreement is the proof:
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+layer = attention.compare(steps=5, parity=True, progress=False, fixes="auto")
+print("ortmodule status:", layer.ortmodule.status, "with fixes", layer.ortmodule.meta["fixes"]["applied"])
+print("losses agree within 1e-5:", layer.to_dict()["max_loss_diff"] <= 1e-5)
+print("verdict:", layer.verdict.status)
+attention.close()
 """),
     code("""
 session.close()

@@ -27,6 +27,7 @@ KINDS = (UNSUPPORTED_OP, EXPORT_FAILED, INVALID_TYPE, NO_KERNEL, NO_GRADIENT, NO
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 _LIBRARY = ("/torch/", "/onnxruntime/", "/ortlab/compat/", "/ortlab/engine/")
+_CALL = "/ortlab/workload.py"  # where ortlab calls the model (a torch.nn container's layers have no line of their own)
 
 
 @dataclass
@@ -64,7 +65,9 @@ class Blocker:
         where = ", ".join(x for x in (f"module {self.module}" if self.module else None,
                                       f"at {self.source}" if self.source else None) if x)
         types = f" on {', '.join(self.dtypes)}" if self.dtypes else ""
-        text = f"{self.kind}: {self.op}{types}" + (f" ({where})" if where else "")
+        device = {True: "; ORT has it on CUDA", False: "; not on CUDA either"}.get(self.cuda, "")
+        text = f"{self.kind}: {self.op}{types}" + (f" ({where}{device})" if where else f" ({device[2:]})" if device
+                                                   else "")
         if self.count > 1:
             text += f", {self.count} nodes"
         if self.fixes:
@@ -84,6 +87,8 @@ def model_line(stack: list[str]) -> str | None:
     in find_packed_sequence_indices" (a file inside a package is named from its top package)."""
     for frame in stack:
         m = _FRAME.match(frame)
+        if m and m["file"].replace("\\", "/").endswith(_CALL):
+            return None  # past ortlab's call of the model: what follows is the caller's code, not the model's
         if m and not any(part in m["file"].replace("\\", "/") for part in _LIBRARY):
             return f"{short_path(m['file'])}:{m['line']} in {m['func']}"
     return None
@@ -109,9 +114,14 @@ def module_path(node_name: str) -> str | None:
     if not node_name or not node_name.startswith("/"):
         return None
     parts = node_name.strip("/").split("/")[:-1]
-    if parts and parts[0] == "_original_module":
-        parts = parts[1:]
-    return ".".join(parts)
+    # a called container's children carry its name again ("/stem/stem.2/HardSwish": module stem.2); the root's
+    # carry the name of ORTModule's wrapper ("/_original_module/_original_module.1/...": module 1)
+    out = []
+    for before, part in zip(["", *parts], parts, strict=False):
+        out.append(part.removeprefix(f"{before}.") if before else part)
+    if out and out[0] == "_original_module":
+        out = out[1:]
+    return ".".join(out)
 
 
 def merge(blockers: list[Blocker]) -> list[Blocker]:

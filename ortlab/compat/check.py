@@ -10,6 +10,7 @@ parameters restored after), which also meets what only the whole graph shows. No
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from ortlab.compat.blockers import (
     model_line,
     module_path,
 )
-from ortlab.compat.errors import failure_stage, read_error, root_message
+from ortlab.compat.errors import FORWARD_ONLY, failure_stage, read_error, root_message
 
 # ORTModule trains, but not the model PyTorch trains
 DIVERGING = (WRONG_GRADIENT, BAKED_INPUT, FROZEN_FLOW, BUFFER_UPDATE)
@@ -57,6 +58,8 @@ REMEDIES = {
                  ".item()/int(), or move the decision out of the model's forward",
     BUFFER_UPDATE: "update the buffers outside the model's forward",
 }
+PARAMETER_REMEDY = ("no ortlab fix: change the parameters outside the model's forward (for Embedding's max_norm: "
+                    "renormalize the weight's rows with torch.no_grad() after each optimizer step) or drop max_norm")
 
 
 @dataclass
@@ -100,18 +103,21 @@ class CheckReport:
         return f"blocked{tried}: {reasons}"
 
     def table(self):
-        """The blockers as rows (kind, op, module, source, nodes, fixes or remedy, left after the fixes)."""
+        """The blockers as rows (kind, op, module, source, nodes, fixes or remedy, whether ORT has what is missing
+        on CUDA, left after the fixes)."""
         import pandas as pd
 
         left = {b.key for b in self.remaining}
+        cuda = {True: "ORT has it", False: "missing too", None: None}
         rows = [{"kind": b.kind, "op": b.op, "types": ", ".join(b.dtypes), "module": b.module, "source": b.source,
                  "nodes": b.count, "fix": ", ".join(b.fixes) or None, "remedy": None if b.fixes else b.remedy,
-                 "left after fixes": b.key in left} for b in self.blockers]
+                 "on CUDA": cuda[b.cuda], "left after fixes": b.key in left} for b in self.blockers]
         extra = [b for b in self.remaining if b.key not in {x.key for x in self.blockers}]
         rows += [{"kind": b.kind, "op": b.op, "types": ", ".join(b.dtypes), "module": b.module, "source": b.source,
-                  "nodes": b.count, "fix": None, "remedy": b.remedy, "left after fixes": True} for b in extra]
+                  "nodes": b.count, "fix": None, "remedy": b.remedy, "on CUDA": cuda[b.cuda], "left after fixes": True}
+                 for b in extra]
         return pd.DataFrame(rows, columns=["kind", "op", "types", "module", "source", "nodes", "fix", "remedy",
-                                           "left after fixes"])
+                                           "on CUDA", "left after fixes"])
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (check.json, `ortlab check --json`)."""
@@ -196,10 +202,16 @@ def _export_failure(e: BaseException) -> Blocker:
 
 def recommend(blockers: list[Blocker], model: Any) -> list[str]:
     """Attach to each blocker the fixes that remove it (or a remedy in words); the fixes, in registry order."""
+    from ortlab.compat.known import known
+
     chosen: list[str] = []
     for b in blockers:
         b.fixes = registry.for_blocker(b, model)
-        b.remedy = None if b.fixes else REMEDIES.get(b.kind)
+        found = known(b.op)
+        b.cuda = found.cuda if found else b.cuda
+        b.remedy = None if b.fixes else (f"no ortlab fix: {found.alternative}" if found else
+                                         PARAMETER_REMEDY if (b.kind, b.op) == (BUFFER_UPDATE, "parameters")
+                                         else REMEDIES.get(b.kind))
         chosen += [f for f in b.fixes if f not in chosen]
     return [f for f in registry.FIXES if f in chosen]
 
@@ -244,6 +256,10 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
             if asked != registry.AUTO or not new:
                 break
             chosen = [f for f in registry.FIXES if f in chosen or f in new]
+            if all(b.kind == BUFFER_UPDATE and b.fixes for b in remaining):
+                # with pytorch-buffers the step differs only in not testing the buffers: the rest of it stands
+                remaining = []
+                break
         seconds["training step"] = time.perf_counter() - started
     if not hazards and exported is not None:
         from ortlab.verdict.hazards import record, unique
@@ -297,8 +313,9 @@ def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], export
         graphs = {watch.key(inputs): wrapped} if per_value else None
         with captured_output(log or Path("/dev/null")):
             out += _frozen_flow(workload, wrapped, fixes, found_hazards, watch, graphs)
-    if "pytorch-buffers" not in fixes:
-        out += _mutated_buffers(workload, inputs)
+    if not set(registry.PYTORCH_PASS) <= set(fixes):  # what a fix applied here advances is not a blocker
+        out += [b for b in _mutated_buffers(workload, inputs)
+                if not set(fixes) & set(registry.for_blocker(b, workload.model))]
     return True, out, found_hazards
 
 
@@ -387,26 +404,35 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
 
 
 def _mutated_buffers(workload: Any, inputs: Any) -> list[Blocker]:
-    """Buffers a PyTorch forward changes (ORT's graph will not carry those changes)."""
+    """Buffers a PyTorch forward changes (ORT's graph will not carry those changes), and parameters it changes in
+    place (Embedding's max_norm renormalizes the rows it looks up): ORT's graph does neither."""
     import torch
 
     from ortlab.verdict.gradients import kept
     from ortlab.workload import call_model
 
     model = workload.model
-    named = list(model.named_buffers())
+    named = list(model.named_buffers()) + list(model.named_parameters())
     if not named:
         return []
+    buffers = {name for name, _ in model.named_buffers()}
     with kept(model), torch.no_grad():
         before = [b.detach().clone() for _, b in named]
         call_model(model, inputs)
         changed = [n for (n, b), old in zip(named, before, strict=True) if not torch.equal(b, old)]
-    if not changed:
-        return []
-    shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
-    return [Blocker(BUFFER_UPDATE, "buffers", f"forward mutates {shown}; ORT's graph does not carry the updates "
-                    "(they change once, in the export's own forward)", "training step",
-                    module=changed[0].rpartition(".")[0] or None)]
+    out = []
+    for op, names in (("buffers", [n for n in changed if n in buffers]),
+                      ("parameters", [n for n in changed if n not in buffers])):
+        if not names:
+            continue
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        what = ("ORT's graph does not carry the updates (they change once, in the export's own forward)"
+                if op == "buffers" else "ORT's graph does not change them (the export's own forward did, once); "
+                "nn.Embedding's max_norm renormalizes the rows it looks up this way")
+        out.append(Blocker(BUFFER_UPDATE, op, f"forward mutates {shown}; {what}", "training step",
+                           module=names[0].rpartition(".")[0] or None,
+                           remedy=None if op == "buffers" else PARAMETER_REMEDY))
+    return out
 
 
 def _step_failure(e: BaseException, exported: Any) -> Blocker:
@@ -415,14 +441,19 @@ def _step_failure(e: BaseException, exported: Any) -> Blocker:
     message = root_message(e)
     read = read_error(message)
     lowered = message.lower()
-    kind = (INVALID_TYPE if "type error" in lowered else NO_KERNEL if "could not find an implementation" in lowered
+    kind = (INVALID_TYPE if "type error" in lowered else NO_GRADIENT_KERNEL if FORWARD_ONLY in message
+            else NO_KERNEL if "could not find an implementation" in lowered
             else NO_GRADIENT if "gradient" in lowered else UNSUPPORTED_OP if "exporting the operator" in lowered
             else ORT_FAILED)
     node = _node(exported, read.node)
     stack = frames(node.doc_string) if node is not None else []
-    return Blocker(kind, read.op or (node.op_type if node is not None else type(e).__name__), message,
-                   failure_stage(e) or "training step", read.node, module_path(read.node or ""), model_line(stack),
-                   stack, [read.dtype] if read.dtype else [])
+    stage = failure_stage(e) or "training step"
+    inferring = re.search(r"inferring an? (\w+) node", stage)  # a bare assertion in ORT's shape inference
+    op = read.op or (node.op_type if node is not None else inferring[1] if inferring else type(e).__name__)
+    if message == type(e).__name__:
+        message = f"{message} in {stage}"
+    return Blocker(kind, op, message, stage, read.node, module_path(read.node or ""), model_line(stack), stack,
+                   [read.dtype] if read.dtype else [])
 
 
 def _node(exported: Any, name: str | None) -> Any:

@@ -18,6 +18,9 @@ _LOCATION = re.compile(r"/onnxruntime_src/(?P<file>[\w/.\-]+\.(?:cc|h|cpp)):(?P<
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*(?P<code>[A-Z_]+)\s*:\s*(?P<rest>.*)", re.S)
 _ENFORCE = re.compile(r" was false\.\s*(?P<rest>.*)", re.S)
 
+# ORT's training kernels of GRU and LSTM (CPU only) say this of a bidirectional or reverse layer
+FORWARD_ONLY = "kernel only supports the forward direction"
+
 # (pattern, what it names): the first that matches gives op, node and dtype
 _SHAPES = (
     re.compile(r"Type Error: Type '(?P<dtype>[^']+)' of input parameter \((?P<input>[^)]*)\) of operator "
@@ -25,6 +28,7 @@ _SHAPES = (
     re.compile(r"Could not find an implementation for (?P<op>\w+)\(\d+\) node with name '(?P<node>[^']*)'"),
     re.compile(r"The gradient builder has not been registered: (?P<op>\w+) for node (?P<node>\S*)"),
     re.compile(r"Exporting the operator '(?P<op>[\w:.]+)' to ONNX opset version (?P<opset>\d+) is not supported"),
+    re.compile(r"(?P<op>GRU|LSTM)(?:Training)? and \w+ kernel only supports the forward direction"),
     re.compile(r"Node \((?P<node>[^)]*)\) Op \((?P<op>[^)]+)\)"),
     re.compile(r"[Nn]ode (?P<node>/\S+?)[:,]? .*?\bop(?:erator)? (?:type )?'?(?P<op>[A-Z]\w+)"),
 )

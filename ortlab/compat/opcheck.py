@@ -17,7 +17,7 @@ from ortlab.compat.blockers import (
     model_line,
     module_path,
 )
-from ortlab.compat.errors import read_error
+from ortlab.compat.errors import FORWARD_ONLY, read_error
 from ortlab.compat.probe import ATEN_DOMAIN, Exported, unconverted
 
 # ORT runs a PythonOp through PyTorch (an autograd.Function, its own backward): nothing of ORT's to try.
@@ -61,7 +61,7 @@ def check_nodes(exported: Exported) -> tuple[list[Blocker], list[str]]:
         inputs = [i for i in node.input if i]
         if any(i not in types for i in inputs):
             continue  # a type nobody could infer: the whole-model step covers it
-        trained = [i for i in inputs if i in forward and types[i].tensor_type.elem_type in _FLOATS]
+        trained = list(dict.fromkeys(i for i in inputs if i in forward and types[i].tensor_type.elem_type in _FLOATS))
         needs_grad = bool(trained) and any(o in backward and o in forward for o in node.output)
         signature = (op_name(node), tuple(types[i].tensor_type.elem_type for i in inputs),
                      tuple(i in trained for i in inputs) if needs_grad else None,
@@ -183,8 +183,9 @@ def _try(data: bytes, trained: list[str] | None, op: str) -> tuple[str, str] | s
         except _ort.GradientBuildError as e:
             # the builder fails on the node itself (not registered, an output it needs missing, ...), except
             # where it needs the shapes ORT's symbolic shape inference gives the whole graph and a one-node
-            # graph lacks (broadcasting gradients)
-            return UNCHECKED if "GetShape" in str(e) else (NO_GRADIENT, str(e))
+            # graph lacks (broadcasting gradients), and where a node reads one input twice (x * x: the one-node
+            # graph's input then gets two gradient definitions, which the whole graph sums)
+            return UNCHECKED if "GetShape" in str(e) or "Duplicate definition" in str(e) else (NO_GRADIENT, str(e))
         except Exception as e:
             return _load_failure(str(e), op, trained)
     try:
@@ -197,6 +198,8 @@ def _try(data: bytes, trained: list[str] | None, op: str) -> tuple[str, str] | s
 def _load_failure(text: str, op: str, trained: list[str] | None) -> tuple[str, str] | str:
     if "Type Error" in text:
         return INVALID_TYPE, text
+    if FORWARD_ONLY in text:  # the training kernels of GRU and LSTM reject the reverse direction
+        return NO_GRADIENT_KERNEL, text
     if "Could not find an implementation" in text:
         named = read_error(text).op
         return (NO_GRADIENT_KERNEL if trained and named not in (None, op) else NO_KERNEL), text

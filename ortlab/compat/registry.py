@@ -18,6 +18,7 @@ from typing import Any
 from ortlab.errors import InputError
 
 # name -> module defining FIX (loaded on first use)
+PYTORCH_PASS = ("pytorch-buffers", "embedding-max-norm")  # fixes that need a PyTorch forward after ORT's
 FIXES: dict[str, str] = {
     "diff": "ortlab.compat.fixes.diff",
     "cumsum-int64": "ortlab.compat.fixes.cumsum",
@@ -25,6 +26,18 @@ FIXES: dict[str, str] = {
     "global-avg-pool": "ortlab.compat.fixes.pooling",
     "graph-per-value": "ortlab.compat.fixes.per_value",
     "pytorch-buffers": "ortlab.compat.fixes.buffers",
+    "activations": "ortlab.compat.fixes.activations",
+    "pixel-shuffle": "ortlab.compat.fixes.pixel_shuffle",
+    "instance-norm": "ortlab.compat.fixes.instance_norm",
+    "rms-norm": "ortlab.compat.fixes.rms_norm",
+    "bidirectional-rnn": "ortlab.compat.fixes.rnn",
+    "explicit-attention": "ortlab.compat.fixes.multihead_attention",
+    "embedding-bag": "ortlab.compat.fixes.embedding_bag",
+    "conv-transpose": "ortlab.compat.fixes.conv_transpose",
+    "linear-interpolation": "ortlab.compat.fixes.interpolate",
+    "feature-dropout": "ortlab.compat.fixes.feature_dropout",
+    "label-smoothing": "ortlab.compat.fixes.label_smoothing",
+    "embedding-max-norm": "ortlab.compat.fixes.embedding_max_norm",
 }
 AUTO, NONE = "auto", "none"
 

@@ -10,4 +10,4 @@ from ortlab.compat.blockers import BUFFER_UPDATE
 from ortlab.compat.registry import Fix, engine_side
 
 FIX = Fix("pytorch-buffers", "buffers that forward mutates advanced by PyTorch, not by the export", "engine",
-          removes=lambda b: b.kind == BUFFER_UPDATE, apply=engine_side)
+          removes=lambda b: b.kind == BUFFER_UPDATE and b.op == "buffers", apply=engine_side)

@@ -103,11 +103,14 @@ class OrtBackend(Backend):
     @contextlib.contextmanager
     def forward(self, engine: Engine, b: _Burst, step: int, inputs: Any) -> Iterator[None]:
         """Inputs the graph cannot follow are met first; an export's warnings are captured; with the fix
-        pytorch-buffers, what ORT wrote into buffers is undone and PyTorch advances them."""
+        pytorch-buffers (or embedding-max-norm), what ORT wrote into buffers is undone and a PyTorch pass without
+        gradients advances them (and renormalizes embedding rows)."""
+        from ortlab.compat import registry
+
         self._follow_inputs(engine, b, step, inputs)
         state = b.state
         state.exporting = [] if engine.wrapper.export_pending else None
-        kept = _buffers(engine.model) if "pytorch-buffers" in state.fixes else None
+        kept = _buffers(engine.model) if set(registry.PYTORCH_PASS) & set(state.fixes) else None
         with hazards.captured(engine.model, step, state.exporting) if state.exporting is not None \
                 else contextlib.nullcontext():
             yield

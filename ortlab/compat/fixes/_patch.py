@@ -1,0 +1,28 @@
+"""What the module-kind fixes share: torch.nn.functional's functions replaced for the length of a burst or a check.
+torch.nn's modules look their functions up in `torch.nn.functional` at every call, so the replacement reaches
+every layer of the model and of every other model in the process until the block ends; parameters and state_dict
+keys are untouched."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def functional(replacements: dict[str, Callable[..., Any]]) -> Iterator[None]:
+    """`torch.nn.functional.<name>` is `replacements[name]` until the block ends; each replacement gets the
+    original as its keyword `original`."""
+    import functools
+
+    import torch.nn.functional as F
+
+    originals = {name: getattr(F, name) for name in replacements}
+    try:
+        for name, fn in replacements.items():
+            setattr(F, name, functools.wraps(originals[name])(functools.partial(fn, original=originals[name])))
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(F, name, fn)
