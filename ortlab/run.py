@@ -247,7 +247,7 @@ class Run:
                 out["median_step_s"] = _number(timed.median())
                 from ortlab.engine.machine import busy
 
-                why = busy(self.meta.get("machine"), timed.tolist())
+                why = busy(self.meta.get("machine"))
                 if why:  # timings taken beside other work (ortlab.engine.machine)
                     out["busy"] = why
             if "peak_mem_mb" in m:

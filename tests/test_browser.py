@@ -98,18 +98,24 @@ def test_quickstart_lab_in_chromium(jupyterlab, page, tmp_path, shots_dir):
         raise
 
 
-def _drive(jupyterlab, page, shots):
-    page.goto(f"{jupyterlab}/lab/tree/01_quickstart.ipynb?token={TOKEN}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell")
+def run_all_cells(jupyterlab, page, notebook: str) -> None:
+    """Open `notebook` in JupyterLab, start its kernel and run every cell."""
+    page.goto(f"{jupyterlab}/lab/tree/{notebook}?token={TOKEN}")
+    page.locator(".jp-Notebook .jp-Cell >> visible=true").first.wait_for()  # JupyterLab may restore other tabs
     select = page.locator(".jp-Dialog button", has_text="Select")
     try:  # JupyterLab may ask which kernel to start
         select.wait_for(timeout=10_000)
         select.click()
     except Exception:
         pass
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true").first.wait_for(
+        timeout=120_000)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+
+def _drive(jupyterlab, page, shots):
+    run_all_cells(jupyterlab, page, "01_quickstart.ipynb")
 
     lab = page.locator(".jp-OutputArea .jupyter-widgets.widget-tab >> visible=true").first
     lab.wait_for()

@@ -4,7 +4,7 @@ code (a squeeze-and-excitation block, whose ORT gradients are wrong on the CPU: 
 
 import pytest
 
-from tests.test_browser import TOKEN, jupyterlab, page  # noqa: F401  (the same real JupyterLab and Chromium)
+from tests.test_browser import TOKEN, jupyterlab, page, run_all_cells  # noqa: F401  (the same real JupyterLab and Chromium)
 from tests.test_browser_verdict import _put_notebook
 
 pytestmark = pytest.mark.slow
@@ -14,18 +14,7 @@ pytestmark = pytest.mark.slow
 def test_statistics_switch_run_then_activations_compare_shows_the_first_divergence(
         jupyterlab, page, tmp_path, shots_dir):  # noqa: F811
     _put_notebook(jupyterlab, "activations.ipynb")
-    page.goto(f"{jupyterlab}/lab/tree/activations.ipynb?token={TOKEN}")
-    page.locator(".jp-Notebook .jp-Cell >> visible=true").first.wait_for()
-    select = page.locator(".jp-Dialog button", has_text="Select")
-    try:  # JupyterLab may ask which kernel to start
-        select.wait_for(timeout=10_000)
-        select.click()
-    except Exception:
-        pass
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true").first.wait_for(
-        timeout=120_000)
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    run_all_cells(jupyterlab, page, "activations.ipynb")
     lab = page.locator(".jp-OutputArea .jupyter-widgets.widget-tab >> visible=true").first
     lab.wait_for(timeout=120_000)
     try:

@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from tests.test_browser import TOKEN, jupyterlab, page  # noqa: F401  (the same real JupyterLab and Chromium)
+from tests.test_browser import TOKEN, jupyterlab, page, run_all_cells  # noqa: F401  (the same real JupyterLab and Chromium)
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +27,7 @@ def _put_notebook(base: str, name: str) -> None:
 @pytest.mark.timeout(900)
 def test_a_diverged_comparison_is_shown_red_in_the_lab(jupyterlab, page, tmp_path, shots_dir):  # noqa: F811
     _put_notebook(jupyterlab, "verdict.ipynb")
-    page.goto(f"{jupyterlab}/lab/tree/verdict.ipynb?token={TOKEN}")
-    page.locator(".jp-Notebook .jp-Cell >> visible=true").first.wait_for()  # JupyterLab may restore other tabs
-    select = page.locator(".jp-Dialog button", has_text="Select")
-    try:  # JupyterLab may ask which kernel to start
-        select.wait_for(timeout=10_000)
-        select.click()
-    except Exception:
-        pass
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true").first.wait_for(
-        timeout=120_000)
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    run_all_cells(jupyterlab, page, "verdict.ipynb")
     lab = page.locator(".jp-OutputArea .jupyter-widgets.widget-tab >> visible=true").first
     lab.wait_for(timeout=120_000)
     lab.locator(".lm-TabBar-tab", has_text="Burst").first.click()

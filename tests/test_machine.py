@@ -9,7 +9,7 @@ import pytest
 
 from ortlab.engine import grace as grace_module
 from ortlab.engine.grace import StopGrace, session_cpu_seconds
-from ortlab.engine.machine import available_cores, busy
+from ortlab.engine.machine import BUSY_WAIT, Contention, available_cores, busy, cpu_wait_seconds
 
 
 class FakeClock:
@@ -75,10 +75,33 @@ def test_a_message_is_progress():
 
 def test_cores_and_a_busy_machine_named():
     assert available_cores() >= 1
-    assert busy({"cores": 2, "load": 0.5}, [0.01] * 10) is None
-    assert "load average 6.0 on 2 cores" in busy({"cores": 2, "load": 6.0}, [0.01] * 10)
-    assert "90th percentile is 5.0x the median" in busy({"cores": 2, "load": 0.1}, [0.01] * 8 + [0.05] * 2)
-    assert busy(None, []) is None
+    assert busy({"cores": 2, "load": 6.0, "cpu_wait": 0.02}) is None  # measured: the load average is history
+    assert busy({"cores": 2, "load": 0.1, "cpu_wait": 0.35}) == "it waited for a core 35% of the time"
+    assert "load average 6.0 on 2 cores" in busy({"cores": 2, "load": 6.0})  # a run that did not measure it
+    assert busy(None) is None
+
+
+def test_the_wait_for_a_core_is_measured_against_a_competitor():
+    """This process and a spinning one on the same core: this one waits for it about half the time."""
+    import os
+
+    if not hasattr(os, "sched_setaffinity") or cpu_wait_seconds() is None:
+        pytest.skip("no CPU affinity or schedstat here")
+    before = os.sched_getaffinity(0)
+    core = {min(before)}
+    spinner = _child("while True: pass")
+    try:
+        os.sched_setaffinity(spinner.pid, core)
+        os.sched_setaffinity(0, core)
+        contention = Contention()
+        end = cpu_wait_seconds() + 0.5
+        while cpu_wait_seconds() < end:  # spin until half a second of waiting has been counted
+            pass
+        assert contention.share() > BUSY_WAIT
+    finally:
+        os.sched_setaffinity(0, before)
+        spinner.kill()
+        spinner.wait()
 
 
 def test_more_ranks_than_cores_warns_once_in_one_cli_line(tmp_path):

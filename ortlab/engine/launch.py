@@ -76,6 +76,9 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
     shutil.rmtree(spec_dir, ignore_errors=True)
     (path / "stop").unlink(missing_ok=True)
     status, extra = _outcome(path, result, stop)
+    waits = [w for rank in load_run(path).ranks if (w := (rank.meta.get("machine") or {}).get("cpu_wait")) is not None]
+    if waits:  # the rank that waited most for a core (ortlab.engine.machine)
+        extra["machine"] = {**writer.meta.get("machine", {}), "cpu_wait": max(waits)}
     local = _rank_dirs(path)
     _check_graphs(local, extra)
     for name in ("ort.json", "transitions.json", "memory.json"):  # the views read them here: the lowest rank's

@@ -24,7 +24,7 @@ from ortlab.compat.errors import root_message
 from ortlab.engine.backends import Backend, make
 from ortlab.engine.collectors import Collector, make_collectors
 from ortlab.engine.config import BurstConfig, BurstError, make_optimizer, resolve_device
-from ortlab.engine.machine import fit_threads
+from ortlab.engine.machine import Contention, fit_threads
 from ortlab.engine.parity import parity
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
@@ -138,6 +138,7 @@ class Engine:
         run with its log and a one-sentence reason; neither raises. Bad arguments raise BurstError before any
         folder is made."""
         b = self._prepare(cfg)
+        contention = Contention()
         try:
             if on_start:
                 on_start(b.path)
@@ -164,6 +165,7 @@ class Engine:
                 state.write(self.model, b.path)
         finally:
             b.memory.close()
+            b.extra["machine"] = {**b.writer.meta.get("machine", {}), "cpu_wait": contention.share()}
             b.writer.finish(b.status, **b.extra)  # a run never stays "running" once its burst ended
         return b.path
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 from ortlab.errors import OrtlabWarning
 
-BUSY_LOAD = 1.0  # the load average before a burst, per core, above which other work was competing for the cores
-BUSY_SPREAD = 2.0  # the 90th percentile step time over the median above which the steps were disturbed
+BUSY_WAIT = 0.10  # the share of a burst's time spent waiting for a core above which other work competed for them
+BUSY_LOAD = 1.0  # (runs that did not measure the wait) the load average before a burst, per core
 
 
 class OversubscribedWarning(OrtlabWarning):
@@ -48,7 +49,8 @@ def _cgroup_quota() -> float | None:
 
 def fit_threads() -> dict[str, Any]:
     """Cap torch's intra-op threads at the cores this process gets (unless the user set OMP_NUM_THREADS), and
-    describe the machine for the run's meta: cores, threads, who chose them, the load average before the burst."""
+    describe the machine for the run's meta: cores, threads, who chose them, the load average before the burst
+    (`Contention` adds how long the burst waited for a core)."""
     import torch
 
     cores = available_cores()
@@ -70,20 +72,26 @@ def load_average() -> float | None:
         return None
 
 
-def busy(machine: dict[str, Any] | None, step_times: Any) -> str | None:
-    """Why this burst's timings are not representative (other work on its cores, steps that varied a lot), or
-    None. `step_times`: the step times after step 0 (a sequence of seconds)."""
-    reasons = []
+def cpu_wait_seconds() -> float | None:
+    """Seconds the calling thread has spent runnable but waiting for a core (the kernel's schedstat): what other
+    work on the machine cost it. None where the kernel does not say."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def busy(machine: dict[str, Any] | None) -> str | None:
+    """Why a burst's timings are not representative, or None: the share of its time it waited for a core
+    (`cpu_wait`, measured over the burst), or, for runs without it, the load average before it began."""
     machine = machine or {}
+    wait = machine.get("cpu_wait")
+    if wait is not None:
+        return f"it waited for a core {wait:.0%} of the time" if wait > BUSY_WAIT else None
     cores, load = machine.get("cores"), machine.get("load")
     if cores and load is not None and load > BUSY_LOAD * cores:
-        reasons.append(f"load average {load:.1f} on {cores} core{'s' if cores > 1 else ''} before it began")
-    times = sorted(t for t in step_times if t is not None and t > 0)
-    if len(times) >= 4:
-        median, p90 = times[len(times) // 2], times[min(len(times) - 1, math.ceil(0.9 * len(times)) - 1)]
-        if p90 > BUSY_SPREAD * median:
-            reasons.append(f"step times varied: the 90th percentile is {p90 / median:.1f}x the median")
-    return "; ".join(reasons) or None
+        return f"load average {load:.1f} on {cores} core{'s' if cores > 1 else ''} before it began"
+    return None
 
 
 _warned: set[int] = set()
@@ -97,3 +105,19 @@ def warn_oversubscribed(ranks: int) -> None:
         warnings.warn(f"{ranks} ranks on {cores} core{'s' if cores > 1 else ''}: they take turns on the cores, so "
                       "each step takes several times as long and the timings say little about the model",
                       OversubscribedWarning, stacklevel=3)
+
+
+class Contention:
+    """The share of a burst's wall time its thread spent waiting for a core, from `start()` to `share()`."""
+
+    def __init__(self):
+        self.start()
+
+    def start(self) -> None:
+        self._wait, self._wall = cpu_wait_seconds(), time.monotonic()
+
+    def share(self) -> float | None:
+        wait, wall = cpu_wait_seconds(), time.monotonic() - self._wall
+        if wait is None or self._wait is None or wall <= 0:
+            return None
+        return round((wait - self._wait) / wall, 3)
