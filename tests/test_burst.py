@@ -125,7 +125,7 @@ def test_multihead_attention_failure_is_reported_clearly(tmp_path):
     assert run.status == "failed"
     assert run.error.startswith("ortmodule burst failed in ORT's symbolic shape inference after export "
                                 "(inferring a Reshape node) at step 0: AssertionError")
-    assert "MultiheadAttention" in run.meta["hint"]
+    assert "MultiheadAttention" in run.meta["hint"] and "explicit-attention" in run.meta["hint"]  # cause and fix
     assert "Traceback" in run.log and "_infer_Reshape" in run.log  # the full story stays in the log
     assert load_run(run.path).status == "failed"
 

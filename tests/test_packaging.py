@@ -72,7 +72,10 @@ def test_the_locks_pin_what_requirements_in_pins():
 @pytest.mark.parametrize("python", list(LOCKS))
 def test_every_pin_of_each_lock_has_a_wheel_for_its_python(python, tmp_path):
     """pip's resolver, for the lock's Python and Linux x86_64 wheels only, without installing: a pin with no wheel
-    for that Python (e.g. a release that dropped 3.10) fails here, on whichever Python runs the suite."""
+    for that Python (e.g. a release that dropped 3.10) fails here, on whichever Python runs the suite. The lock of
+    the Python running the suite was installed for it from nothing (bin/_env.sh): that one is not asked again."""
+    if python == f"{sys.version_info[0]}.{sys.version_info[1]}" and Path(sys.prefix, ".complete").is_file():
+        pytest.skip(f"{LOCKS[python]} built this environment")
     abi = "cp" + python.replace(".", "")
     platforms = [a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
                              "linux_x86_64") for a in ("--platform", p)]

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ortlab.engine.loop import Engine, _Burst
 
 MHA_HINT = ("torch.nn.MultiheadAttention is a known cause: ORT 1.19.2's symbolic shape inference fails on its "
-            "export; write attention with Linear/view/matmul (as ortlab.demo does)")
+            "export (the fix explicit-attention writes it out on the module's own weights)")
 # The burst's stages whose failures come from inside ORTModule (failure_stage names them from ORT's traceback)
 ORT_STAGES = ("wrap", "forward", "backward")
 
@@ -209,8 +209,9 @@ class OrtBackend(Backend):
                                        source=first.source)
         new = [f for f in fixes if f not in b.state.fixes]
         if new:
-            b.extra["hint"] = (f"fixes {', '.join(new)} remove what ORTModule met here: burst with fixes=\"auto\" "
-                               "(--fix auto); `ortlab check` lists every blocker")
+            cause = f"{b.extra['hint']}; " if b.extra.get("hint") else ""  # a known cause named on the failure
+            b.extra["hint"] = (f"{cause}fixes {', '.join(new)} remove what ORTModule met here: burst with "
+                               "fixes=\"auto\" (--fix auto); `ortlab check` lists every blocker")
         elif found.blockers:
             b.extra.setdefault("hint", found.blockers[0].line())
 
