@@ -26,3 +26,9 @@ def functional(replacements: dict[str, Callable[..., Any]]) -> Iterator[None]:
     finally:
         for name, fn in originals.items():
             setattr(F, name, fn)
+
+
+def replacing(replacements: dict[str, Callable[..., Any]]) -> Callable[[Any], contextlib.AbstractContextManager]:
+    """A Fix's `apply` that replaces torch.nn.functional's functions (`functional`), whatever the model: the
+    replacement reaches every layer that calls them."""
+    return lambda model: functional(replacements)

@@ -14,12 +14,10 @@ limit). `inplace=True` is computed out of place: the input is needed for the gra
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OPS = ("HardSwish", "HardSigmoid", "Softplus", "Elu", "Selu", "Celu", "PRelu")
@@ -91,11 +89,6 @@ REPLACEMENTS = {"hardsigmoid": hardsigmoid, "hardswish": hardswish, "softplus": 
                 "elu": elu, "selu": selu, "celu": celu, "prelu": prelu}
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional(REPLACEMENTS):
-        yield
-
-
 FIX = Fix("activations", "F.hardswish, hardsigmoid, softplus, mish, elu, selu, celu and prelu written with relu, "
-          "where, exp and log", "module", removes=lambda b: b.kind == NO_GRADIENT and b.op in OPS, apply=_apply)
+          "where, exp and log", "module", removes=lambda b: b.kind == NO_GRADIENT and b.op in OPS,
+          apply=replacing(REPLACEMENTS))

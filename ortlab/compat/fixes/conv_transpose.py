@@ -9,12 +9,10 @@ positions per dimension, so it costs up to stride^dims times the transposed conv
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT_KERNEL
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OPS = ("ConvTranspose", "ConvTransposeGrad")
@@ -63,12 +61,12 @@ def conv_transpose(input: Any, weight: Any, bias: Any = None, stride: Any = 1, p
     return _as_convolution(input, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"conv_transpose1d": conv_transpose, "conv_transpose2d": conv_transpose,
-                     "conv_transpose3d": conv_transpose}):
-        yield
-
+REPLACEMENTS = {  # torch.nn.functional name -> its rewrite
+    "conv_transpose1d": conv_transpose,
+    "conv_transpose2d": conv_transpose,
+    "conv_transpose3d": conv_transpose,
+}
 
 FIX = Fix("conv-transpose", "F.conv_transpose1d/2d/3d computed as a convolution of the zero-stuffed input by the "
-          "flipped kernel", "module", removes=lambda b: b.kind == NO_GRADIENT_KERNEL and b.op in OPS, apply=_apply)
+          "flipped kernel", "module", removes=lambda b: b.kind == NO_GRADIENT_KERNEL and b.op in OPS,
+          apply=replacing(REPLACEMENTS))

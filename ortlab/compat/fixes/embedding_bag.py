@@ -9,12 +9,10 @@ function."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT, ORT_FAILED, UNSUPPORTED_OP
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 
@@ -56,19 +54,15 @@ def embedding_bag(input: Any, weight: Any, offsets: Any = None, max_norm: Any = 
     return total if mode == "sum" else total / count.clamp(min=1)
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"embedding_bag": embedding_bag}):
-        yield
-
-
 def uses_embedding_bag(model: Any) -> bool:
     import torch
 
     return any(isinstance(m, torch.nn.EmbeddingBag) for m in model.modules())
 
 
+REPLACEMENTS = {"embedding_bag": embedding_bag}  # torch.nn.functional name -> its rewrite
+
 FIX = Fix("embedding-bag", "F.embedding_bag computed as an embedding lookup and each bag's sum, mean or max",
           "module", removes=lambda b: (b.kind in (ORT_FAILED, NO_GRADIENT) and b.op == "Loop") or (
-              b.kind == UNSUPPORTED_OP and b.op == "aten::embedding_bag"), apply=_apply,
+              b.kind == UNSUPPORTED_OP and b.op == "aten::embedding_bag"), apply=replacing(REPLACEMENTS),
           applies_to=uses_embedding_bag)

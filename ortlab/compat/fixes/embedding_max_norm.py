@@ -9,13 +9,11 @@ optimizer step (a loop of your own calls the model once under torch.no_grad() th
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import BUFFER_UPDATE
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 
@@ -62,12 +60,9 @@ def uses_max_norm(model: Any) -> bool:
     return any(isinstance(m, torch.nn.Embedding) and m.max_norm is not None for m in model.modules())
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"embedding": embedding}):
-        yield
-
+REPLACEMENTS = {"embedding": embedding}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("embedding-max-norm", "Embedding's max_norm renormalization computed in the graph, and applied to the "
           "weight by a PyTorch pass after each forward", "module",
-          removes=lambda b: b.kind == BUFFER_UPDATE and b.op == "parameters", apply=_apply, applies_to=uses_max_norm)
+          removes=lambda b: b.kind == BUFFER_UPDATE and b.op == "parameters",
+          apply=replacing(REPLACEMENTS), applies_to=uses_max_norm)

@@ -8,13 +8,11 @@ ORTModule; with the rate 0 (ortlab's parity mode) it is the identity."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import EXPORT_FAILED, UNSUPPORTED_OP
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OPS = ("aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout", "SymbolicValueError")
@@ -67,17 +65,18 @@ def _alpha(per_channel: bool) -> Any:
     return alpha_dropout
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"dropout1d": _channel(1), "dropout2d": _channel(2), "dropout3d": _channel(3),
-                     "alpha_dropout": _alpha(False), "feature_alpha_dropout": _alpha(True)}):
-        yield
-
-
 def _removes(blocker: Any) -> bool:
     return blocker.kind in (EXPORT_FAILED, UNSUPPORTED_OP) and (
         blocker.op in OPS or ("dropout" in blocker.message and "training mode" in blocker.message))
 
 
+REPLACEMENTS = {  # torch.nn.functional name -> its rewrite
+    "dropout1d": _channel(1),
+    "dropout2d": _channel(2),
+    "dropout3d": _channel(3),
+    "alpha_dropout": _alpha(False),
+    "feature_alpha_dropout": _alpha(True),
+}
+
 FIX = Fix("feature-dropout", "F.dropout1d/2d/3d, alpha_dropout and feature_alpha_dropout in training as the input "
-          "times a dropout mask", "module", removes=_removes, apply=_apply)
+          "times a dropout mask", "module", removes=_removes, apply=replacing(REPLACEMENTS))

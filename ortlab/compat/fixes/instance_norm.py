@@ -9,12 +9,10 @@ pytorch-buffers advances them, as for BatchNorm); in eval mode with running stat
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OP = "InstanceNormalization"
@@ -48,11 +46,7 @@ def instance_norm(input: Any, running_mean: Any = None, running_var: Any = None,
     return out
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"instance_norm": instance_norm}):
-        yield
-
+REPLACEMENTS = {"instance_norm": instance_norm}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("instance-norm", "F.instance_norm written out (mean, biased variance, square root)", "module",
-          removes=lambda b: b.kind == NO_GRADIENT and b.op == OP, apply=_apply)
+          removes=lambda b: b.kind == NO_GRADIENT and b.op == OP, apply=replacing(REPLACEMENTS))

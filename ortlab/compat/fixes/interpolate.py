@@ -10,13 +10,11 @@ antialiased modes are left to torch's function."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT_KERNEL
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OPS = ("Resize", "ResizeGrad")
@@ -67,11 +65,8 @@ def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: st
     return x
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"interpolate": interpolate}):
-        yield
-
+REPLACEMENTS = {"interpolate": interpolate}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("linear-interpolation", "F.interpolate's linear, bilinear and trilinear modes computed as matrix "
-          "products", "module", removes=lambda b: b.kind == NO_GRADIENT_KERNEL and b.op in OPS, apply=_apply)
+          "products", "module", removes=lambda b: b.kind == NO_GRADIENT_KERNEL and b.op in OPS,
+          apply=replacing(REPLACEMENTS))

@@ -9,12 +9,10 @@ to torch's function."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import EXPORT_FAILED, UNSUPPORTED_OP
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OP = "aten::cross_entropy_loss"  # the exporter's symbolic refuses label smoothing: no symbolic, it reports
@@ -47,13 +45,9 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any
     return loss
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"cross_entropy": cross_entropy}):
-        yield
-
+REPLACEMENTS = {"cross_entropy": cross_entropy}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("label-smoothing", "F.cross_entropy with label_smoothing written as log_softmax, nll_loss and the "
           "smoothing term", "module",
           removes=lambda b: (b.kind == EXPORT_FAILED and "label_smoothing" in b.message) or (
-              b.kind == UNSUPPORTED_OP and b.op == OP), apply=_apply)
+              b.kind == UNSUPPORTED_OP and b.op == OP), apply=replacing(REPLACEMENTS))

@@ -11,13 +11,11 @@ every nn.Transformer model do not train. Static k/v (`static_k`, `static_v`) are
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import EXPORT_FAILED, NO_GRADIENT, ORT_FAILED
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 
@@ -107,11 +105,7 @@ def _removes(blocker: Any) -> bool:
         blocker.kind == NO_GRADIENT and blocker.op == "Dropout")
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"multi_head_attention_forward": multi_head_attention_forward}):
-        yield
-
+REPLACEMENTS = {"multi_head_attention_forward": multi_head_attention_forward}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("explicit-attention", "F.multi_head_attention_forward computed as explicit attention on the module's "
-          "own weights", "module", removes=_removes, apply=_apply, applies_to=uses_attention)
+          "own weights", "module", removes=_removes, apply=replacing(REPLACEMENTS), applies_to=uses_attention)

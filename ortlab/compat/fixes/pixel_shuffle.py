@@ -5,12 +5,10 @@ upsamplers) do not train. Reshape and Transpose have ORT gradients; the gradient
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OPS = ("DepthToSpace", "SpaceToDepth")
@@ -30,11 +28,10 @@ def pixel_unshuffle(input: Any, downscale_factor: int, *, original: Any) -> Any:
     return x.reshape(*lead, c * r * r, h // r, w // r)
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle}):
-        yield
-
+REPLACEMENTS = {  # torch.nn.functional name -> its rewrite
+    "pixel_shuffle": pixel_shuffle,
+    "pixel_unshuffle": pixel_unshuffle,
+}
 
 FIX = Fix("pixel-shuffle", "F.pixel_shuffle and F.pixel_unshuffle written as reshape, permute, reshape", "module",
-          removes=lambda b: b.kind == NO_GRADIENT and b.op in OPS, apply=_apply)
+          removes=lambda b: b.kind == NO_GRADIENT and b.op in OPS, apply=replacing(REPLACEMENTS))

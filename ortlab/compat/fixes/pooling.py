@@ -7,11 +7,10 @@ agree (<= 1e-5)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import WRONG_GRADIENT
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OP = "aten::_adaptive_avg_pool2d"
@@ -21,23 +20,13 @@ def _global(output_size: Any) -> bool:
     return output_size == 1 or (isinstance(output_size, list | tuple) and list(output_size) == [1, 1])
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    import torch.nn.functional as F
+def adaptive_avg_pool2d(input: Any, output_size: Any, *, original: Any) -> Any:
+    if _global(output_size) and input.dim() in (3, 4):
+        return input.mean((-2, -1), keepdim=True)
+    return original(input, output_size)
 
-    original = F.adaptive_avg_pool2d
 
-    def adaptive_avg_pool2d(input, output_size):
-        if _global(output_size) and input.dim() in (3, 4):
-            return input.mean((-2, -1), keepdim=True)
-        return original(input, output_size)
-
-    F.adaptive_avg_pool2d = adaptive_avg_pool2d
-    try:
-        yield
-    finally:
-        F.adaptive_avg_pool2d = original
-
+REPLACEMENTS = {"adaptive_avg_pool2d": adaptive_avg_pool2d}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("global-avg-pool", "adaptive_avg_pool2d(x, 1) computed as x.mean((-2, -1), keepdim=True)", "module",
-          removes=lambda b: b.kind == WRONG_GRADIENT and b.op == OP, apply=_apply)
+          removes=lambda b: b.kind == WRONG_GRADIENT and b.op == OP, apply=replacing(REPLACEMENTS))

@@ -5,12 +5,10 @@ PyTorch."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import UNSUPPORTED_OP
-from ortlab.compat.fixes._patch import functional
+from ortlab.compat.fixes._patch import replacing
 from ortlab.compat.registry import Fix
 
 OP = "aten::rms_norm"
@@ -27,11 +25,7 @@ def rms_norm(input: Any, normalized_shape: Any, weight: Any = None, eps: float |
     return out * weight if weight is not None else out
 
 
-@contextlib.contextmanager
-def _apply(model: Any) -> Iterator[None]:
-    with functional({"rms_norm": rms_norm}):
-        yield
-
+REPLACEMENTS = {"rms_norm": rms_norm}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("rms-norm", "F.rms_norm written out (x / sqrt(mean(x^2) + eps) * weight)", "module",
-          removes=lambda b: b.kind == UNSUPPORTED_OP and b.op == OP, apply=_apply)
+          removes=lambda b: b.kind == UNSUPPORTED_OP and b.op == OP, apply=replacing(REPLACEMENTS))
