@@ -2,15 +2,13 @@
 signature and docstring; each class's constructor, dataclass fields, public methods and properties; each
 subpackage's summary and names.
 
-    python scripts/api_reference.py          # write docs/api.md
-    python scripts/api_reference.py --check  # exit 1 when docs/api.md is not what the code says now
+    python scripts/api_reference.py  # write docs/api.md
 
 tests/test_reference.py fails when the page is out of date, or when a public name has no docstring.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import inspect
 import re
@@ -192,20 +190,6 @@ def render() -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).rstrip("\n") + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    args.add_argument("--check", action="store_true", help="compare with docs/api.md instead of writing it")
-    check = args.parse_args(argv).check
-    text = render()
-    if check:
-        if PAGE.read_text(encoding="utf-8") != text:
-            print(f"{PAGE} is out of date: python scripts/api_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text, encoding="utf-8")
-    return 0
-
-
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    sys.exit(main())
+    PAGE.write_text(render(), encoding="utf-8")

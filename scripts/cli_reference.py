@@ -1,8 +1,7 @@
 """The command-line reference, docs/cli.md, generated from ortlab's argparse parsers: every subcommand, argument,
 choice and default in one page, as `ortlab COMMAND --help` shows them.
 
-    python scripts/cli_reference.py          # write docs/cli.md
-    python scripts/cli_reference.py --check  # exit 1 when docs/cli.md is not what the parsers say now
+    python scripts/cli_reference.py  # write docs/cli.md
 
 tests/test_reference.py fails when the page is out of date (a flag added without running this).
 """
@@ -111,20 +110,6 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    args.add_argument("--check", action="store_true", help="compare with docs/cli.md instead of writing it")
-    check = args.parse_args(argv).check
-    text = render()
-    if check:
-        if PAGE.read_text(encoding="utf-8") != text:
-            print(f"{PAGE} is out of date: python scripts/cli_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text, encoding="utf-8")
-    return 0
-
-
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    sys.exit(main())
+    PAGE.write_text(render(), encoding="utf-8")
