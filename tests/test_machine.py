@@ -115,3 +115,17 @@ warn_oversubscribed({ranks}); warn_oversubscribed({ranks})
 """], capture_output=True, text=True, check=True)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"ortlab burst: warning: {ranks} ranks on "), r.stderr
+
+
+def test_a_second_stop_expires_the_grace_at_once():
+    stuck = _child("import time; time.sleep(600)")
+    try:
+        again = []
+        g = StopGrace(stuck.pid, clock=FakeClock(), again=lambda: bool(again))
+        g.start()
+        assert not g.expired()
+        again.append(True)
+        assert g.expired() and "asked for again" in g.reason
+    finally:
+        stuck.kill()
+        stuck.wait()

@@ -45,13 +45,15 @@ def session_cpu_seconds(sid: int, leader: bool = True) -> float | None:
 @dataclass
 class StopGrace:
     """Started when a Stop is asked for; `expired()` turns true once the burst shows no progress for `quiet_s`
-    (no `progress()` call, no CPU time of session `sid`), or after `ceiling_s` in all."""
+    (no `progress()` call, no CPU time of session `sid`), after `ceiling_s` in all, or at once when `again()` says
+    the Stop was asked for a second time."""
 
     sid: int
     leader: bool = True  # count the session leader's CPU time (a worker: yes; torch's elastic agent: no, it polls)
     quiet_s: float = QUIET_S
     ceiling_s: float = CEILING_S
     clock: Callable[[], float] = time.monotonic
+    again: Callable[[], bool] = lambda: False
     started: float | None = None
     _last: float = 0.0
     _cpu: float | None = None
@@ -70,6 +72,9 @@ class StopGrace:
     def expired(self) -> bool:
         if self.started is None:
             return False
+        if self.again():
+            self.reason = "the Stop was asked for again (a second Ctrl-C)"
+            return True
         now = self.clock()
         if now - self._checked >= CHECK_EVERY_S:
             self._checked = now

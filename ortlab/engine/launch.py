@@ -45,7 +45,8 @@ RANK_KEYS = ("rank", "status", "steps", "final_loss", "median_step_s", "peak_mem
 
 
 def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
-        on_step: Callable[[dict], None] | None = None, should_stop: Callable[[], bool] | None = None) -> Path:
+        on_step: Callable[[dict], None] | None = None, should_stop: Callable[[], bool] | None = None,
+        stop_again: Callable[[], bool] = lambda: False) -> Path:
     """Run `cfg` as cfg.nproc ranks on this machine (one node of cfg.nnodes) and return the run folder."""
     _check_devices(cfg)
     warn_oversubscribed(cfg.nproc)
@@ -66,7 +67,7 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
     })
     proc = _start_agent(spec_dir, cfg, path / "log.txt")
     try:
-        stop = _follow(proc, path, cfg.nproc, writer, on_step, should_stop)
+        stop = _follow(proc, path, cfg.nproc, writer, on_step, should_stop, stop_again)
     except BaseException as e:  # e.g. a callback that raised: no rank outlives the burst, no run stays "running"
         _end(proc)
         writer.finish("failed", error=f"the launching process failed while following the ranks: {e!r}")
@@ -139,15 +140,17 @@ def _rank_dirs(path: Path) -> list[Path]:
     return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
 
 
-def _follow(proc: subprocess.Popen, path: Path, nproc: int, writer: RunWriter, on_step, should_stop) -> str | None:
+def _follow(proc: subprocess.Popen, path: Path, nproc: int, writer: RunWriter, on_step, should_stop,
+            stop_again: Callable[[], bool]) -> str | None:
     """Forward the lowest local rank's steps until the agent ends; a Stop (or Ctrl-C) becomes the stop file the
-    ranks read after every step; ranks that show no progress after it (ortlab.engine.grace) are ended: SIGTERM to
-    the agent (it ends its ranks), then SIGKILL. None if not stopped, else why the ranks were ended ("": they
-    ended by themselves)."""
+    ranks read after every step; ranks that show no progress after it, or a second Stop (ortlab.engine.grace), end
+    them: SIGTERM to the agent (it ends its ranks), then SIGKILL. None if not stopped, else why the ranks were
+    ended ("": they ended by themselves)."""
     from ortlab.engine.grace import StopGrace
 
     offset, stopped, ended_by_us, metrics = 0, False, False, None
-    grace = StopGrace(proc.pid, leader=False)  # the agent polls its ranks all along: its CPU time is no progress
+    # the agent polls its ranks all along: its CPU time is no progress
+    grace = StopGrace(proc.pid, leader=False, again=stop_again)
     while True:
         try:
             ended = proc.poll() is not None

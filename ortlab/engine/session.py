@@ -382,7 +382,8 @@ class Session:
     def _run_ranks(self, cfg, callback) -> Path:
         from ortlab.engine import launch
 
-        return launch.run(self.ref, self.seed, self.snapshot, cfg, callback, self._stop_requested.is_set)
+        return launch.run(self.ref, self.seed, self.snapshot, cfg, callback, self._stop_requested.is_set,
+                          lambda: self._force_stop)
 
     # -- worker
 
@@ -460,15 +461,13 @@ class Session:
         w = self._worker_for(cfg)
         w.conn.send(m.RunBurst(cfg.to_dict()))
         path: Path | None = None
-        grace, killed = StopGrace(w.proc.pid), False
+        grace, killed = StopGrace(w.proc.pid, again=lambda: self._force_stop), False
         while True:
             msg = self._receive_step(w)
             if self._stop_requested.is_set():
                 grace.start()
             if msg == "tick":
-                if not killed and (self._force_stop or grace.expired()):
-                    if self._force_stop:
-                        grace.reason = "the Stop was asked for again (a second Ctrl-C)"
+                if not killed and grace.expired():
                     _kill(w.proc)
                     killed = True
                 continue
