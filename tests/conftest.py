@@ -31,27 +31,61 @@ def pytest_addoption(parser):
                           "Python processes importing torch and training, and disk traffic (tests/scripts/load.py)")
 
 
+class _Load:
+    """tests/scripts/load.py for one test process: started at its first 'interrupt' test, paused (SIGSTOP to its
+    process group) between them, so the load is there for every such test without paying its start each time."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.process = folder, None
+
+    def resume(self) -> None:
+        import signal
+        import subprocess
+        import sys
+        import time
+
+        if self.process is None:
+            script = Path(__file__).parent / "scripts" / "load.py"
+            self.process = subprocess.Popen([sys.executable, str(script), str(self.folder)], start_new_session=True,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 300
+            while (len(list(self.folder.glob("ready-*"))) < 4 and self.process.poll() is None
+                   and time.monotonic() < deadline):
+                time.sleep(0.2)
+        else:
+            os.killpg(self.process.pid, signal.SIGCONT)
+        assert self.process.poll() is None, "the stress load ended by itself"
+
+    def pause(self) -> None:
+        import signal
+
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def end(self) -> None:
+        import signal
+
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def _load(tmp_path_factory):
+    load = _Load(tmp_path_factory.mktemp("load"))
+    yield load
+    load.end()
+
+
 @pytest.fixture(autouse=True)
-def _stress(request, tmp_path_factory):
-    """In stress mode, an 'interrupt' test runs beside tests/scripts/load.py, started before it and ended after."""
+def _stress(request):
+    """In stress mode, an 'interrupt' test runs beside tests/scripts/load.py, running from before it to after it."""
     if not (request.config.getoption("--stress") and request.node.get_closest_marker("interrupt")):
         yield
         return
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    folder = tmp_path_factory.mktemp("load")
-    script = Path(__file__).parent / "scripts" / "load.py"
-    load = subprocess.Popen([sys.executable, str(script), str(folder)], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    load = request.getfixturevalue("_load")
+    load.resume()
     try:
-        deadline = time.monotonic() + 300
-        while len(list(folder.glob("ready-*"))) < 4 and load.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert load.poll() is None, "the stress load ended by itself"
         yield
     finally:
-        os.killpg(load.pid, signal.SIGKILL)
-        load.wait()
+        load.pause()

@@ -3,7 +3,8 @@
 `python tests/scripts/load.py FOLDER` starts, and keeps running until it is ended: two processes that import torch
 and train a small model with torch's default thread count (every core), one that starts Python and imports torch
 over and over, and one that writes, syncs and deletes files in FOLDER. Each touches FOLDER/ready-<name> once it
-is loading the machine.
+is loading the machine. Each process dies with its parent (the suite pauses the load with SIGSTOP between
+tests, when it could not end by itself).
 """
 
 import os
@@ -18,7 +19,16 @@ def _ready(folder: Path, name: str) -> None:
     (folder / f"ready-{name}").touch()
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent ends (Linux prctl PR_SET_PDEATHSIG), stopped or not."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+
 def train(folder: Path, name: str) -> None:
+    _die_with_parent()
     import torch
 
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512))
@@ -33,12 +43,14 @@ def train(folder: Path, name: str) -> None:
 
 
 def imports(folder: Path, name: str) -> None:
+    _die_with_parent()
     _ready(folder, name)
     while True:
-        subprocess.run([sys.executable, "-c", "import torch, torch.nn"], check=False)
+        subprocess.run([sys.executable, "-c", "import torch, torch.nn"], check=False, preexec_fn=_die_with_parent)
 
 
 def disk(folder: Path, name: str) -> None:
+    _die_with_parent()
     block = os.urandom(8 << 20)
     _ready(folder, name)
     while True:
@@ -52,6 +64,7 @@ def disk(folder: Path, name: str) -> None:
 
 
 def main(folder: Path) -> None:
+    _die_with_parent()
     folder.mkdir(parents=True, exist_ok=True)
     jobs = [Process(target=train, args=(folder, "train-1")), Process(target=train, args=(folder, "train-2")),
             Process(target=imports, args=(folder, "imports")), Process(target=disk, args=(folder, "disk"))]
