@@ -40,14 +40,16 @@ def test_dependencies_and_extras_admit_the_locked_versions(python):
 
 
 def test_pytest_addopts_plugins_are_declared_in_the_test_extra():
-    """`pip install -e .[test]` then `pytest` must not stop at `unrecognized arguments`."""
+    """`pip install -e .[test]` then `pytest` or bin/test must not stop at `unrecognized arguments`."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    addopts = config["tool"]["pytest"]["ini_options"]["addopts"]
+    addopts = config["tool"]["pytest"]["ini_options"]["addopts"] + (ROOT / "bin" / "test").read_text()
     test_extra = {Requirement(r).name for r in config["project"]["optional-dependencies"]["test"]}
     if "--timeout" in addopts:
         assert "pytest-timeout" in test_extra
     if "--nbval" in addopts:
         assert "nbval" in test_extra
+    if "--dist" in addopts:
+        assert "pytest-xdist" in test_extra
 
 
 def test_ruff_is_clean():
