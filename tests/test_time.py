@@ -8,7 +8,7 @@ import pytest
 from ortlab.errors import InputError
 from ortlab.timing.collector import FILE, TRACE, profiled_steps
 from ortlab.timing.errors import TimeError
-from ortlab.timing.profile import NONE, ROOT, module_of
+from ortlab.timing.profile import NONE, ROOT, TAPS, module_of
 
 DEMO_MODULES = ("blocks.0.attn.qkv", "blocks.1.attn.proj", "blocks.0.mlp.0", "blocks.1.ln1")
 
@@ -260,7 +260,8 @@ def test_a_recorded_ortmodule_loop_is_profiled(tmp_path):
 @pytest.mark.slow
 def test_pythonops_are_listed_with_the_function_they_run(tmp_path, engine):
     """The stats collector taps a module's output through a PythonOp (an autograd.Function) under ORTModule: the
-    time data lists it, forward and backward, with the function's name."""
+    time data lists it, forward and backward, with the function's name, marked as ortlab's and timed apart from
+    the model's modules and op types."""
     from ortlab.engine import BurstConfig
     from ortlab.run import load_run
 
@@ -268,9 +269,19 @@ def test_pythonops_are_listed_with_the_function_they_run(tmp_path, engine):
                       collect={"time": {}, "stats": {"modules": "blocks.0.attn"}})
     run = load_run(engine.run(cfg))
     assert run.ok, run.error
-    ops = json.loads((run.path / FILE).read_text())["python_ops"]
+    data = json.loads((run.path / FILE).read_text())
+    ops = data["python_ops"]
     assert {p["phase"] for p in ops} == {"forward", "backward"}
     assert {p["function"] for p in ops} == {"ortlab.activations.pythonop.Tap"}
+    assert all(p["ortlab_tap"] for p in ops)
+    assert {(m["module"], m["phase"]) for m in data["modules"] if m["module"] == TAPS} == {(TAPS, "forward"),
+                                                                                          (TAPS, "backward")}
+    op_types = {o["op"] for o in data["ops"]}
+    assert {"PythonOp (ortlab's tap)", "PythonOpGrad (ortlab's tap)"} <= op_types
+    assert not op_types & {"PythonOp", "PythonOpGrad"}  # the demo has none of its own
+    tables = __import__("ortlab").time(run)
+    assert tables.python_ops.ortlab_tap.all() and TAPS in tables.modules.index
+    assert "ortlab_tap: ortlab's statistics taps" in tables.report()
 
 
 def test_cli_burst_collects_time_and_says_how_to_see_it(tmp_path, capsys):

@@ -12,11 +12,14 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from ortlab.graphs.names import is_tap
+
 ROOT = "(root)"  # the model's own ops, in no submodule
 NONE = "(not in a module)"  # the loss, nodes whose names carry no scope
 OPTIMIZER = "(optimizer)"
 COLLECTIVES = "(collectives)"  # torch.distributed's ops (c10d::...): a rank's exchanges with the others
 COMPILED = "(compiled graph: modules fused)"
+TAPS = "(ortlab's statistics taps)"  # their kernel time is ortlab's, not the module's they sit in
 TOP_NODES = 300  # nodes kept per run (the rest are summed in the module and op type rows)
 
 Row = tuple[int, str, str, str, str, float]
@@ -157,11 +160,15 @@ def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str,
     the rest (`outside`, named), and the kernel time per module, op type and node. Seconds per step. A rank of a
     distributed burst: `waits` (step -> its wait for the slowest rank) is taken out of the backward's outside."""
     n = len(walls) or 1
+    python = python_ops or {}
+    taps = {node for *_, op, node, _s in rows if is_tap(op, _function(node, python) or "")}
     inside: dict[tuple[int, str], float] = collections.defaultdict(float)
     modules: dict[tuple[str, str], float] = collections.defaultdict(float)
     ops: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0])
     nodes: dict[tuple[str, str], list[Any]] = {}
     for step, phase, module, op, node, seconds in rows:
+        if node in taps:
+            module, op = TAPS, f"{op} (ortlab's tap)"
         inside[step, phase] += seconds
         modules[module, phase] += seconds
         ops[op, phase][0] += seconds
@@ -187,7 +194,6 @@ def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str,
         if waits is not None and phase == "backward":
             parts.append({"phase": phase, "part": WAIT, "kind": "wait", "s": wait})
     top = sorted(nodes.items(), key=lambda kv: -kv[1][2])
-    python = python_ops or {}
     return {
         "step_rows": step_rows,
         "step_s": sum(r["step_s"] for r in step_rows) / n,
@@ -197,8 +203,8 @@ def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str,
         "nodes": [{"node": k, "phase": p, "op": op, "module": m, "s": s / n, "count": c / n}
                   for (k, p), (op, m, s, c) in top[:TOP_NODES]],
         "nodes_total": len(nodes),
-        "python_ops": [{"node": k, "phase": p, "function": _function(k, python), "s": s / n}
-                       for (k, p), (op, _m, s, _c) in top if op in ("PythonOp", "PythonOpGrad")],
+        "python_ops": [{"node": k, "phase": p, "function": _function(k, python), "ortlab_tap": k in taps, "s": s / n}
+                       for (k, p), (op, _m, s, _c) in top if op.split(" ")[0] in ("PythonOp", "PythonOpGrad")],
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ortlab.timing.collector import FILE
 from ortlab.timing.errors import TimeError
+from ortlab.timing.profile import TAPS
 
 KINDS = ("kernels: ORT's kernels (ORTModule), PyTorch's ops (PyTorch, torch.compile); outside: the rest of the "
          "phase (ORTModule: its Python, input/output handling, DLPack, the loss; PyTorch: "
@@ -31,7 +32,7 @@ class TimeTables:
     modules: Any  # DataFrame: module x run, the kernel time of each module (forward + backward)
     ops: Any  # DataFrame: op type x run
     nodes: Any  # DataFrame: the top ORT nodes of every ORTModule run: run, node, op, module, phase, ms
-    python_ops: Any  # DataFrame: run, node, function, phase, ms
+    python_ops: Any  # DataFrame: run, node, function, phase, ortlab_tap (ortlab's statistics tap), ms
     difference: Any  # DataFrame: module, run, pytorch ms, its ms, difference (sorted: slower first)
     cost: Any  # DataFrame: run x (profiled median ms, unprofiled median ms, ratio)
     notes: dict[str, str] = field(default_factory=dict)
@@ -71,7 +72,8 @@ class TimeTables:
             if len(self.nodes):
                 out += ["", f"ORT graph nodes, top {top}:", self.nodes.head(top).to_string(index=False)]
             if len(self.python_ops):
-                out += ["", "PythonOps (the autograd.Function each runs):", self.python_ops.to_string(index=False)]
+                out += ["", "PythonOps (the autograd.Function each runs; ortlab_tap: ortlab's statistics taps, whose "
+                        f"time is the module {TAPS}, not the model's):", self.python_ops.to_string(index=False)]
             out += ["", "what profiling cost (profiled steps' median against the steps after them):",
                     self.cost.to_string()]
         out += [f"{label}: {note}" for label, note in self.notes.items()]
@@ -155,9 +157,9 @@ def time(*runs: Any) -> TimeTables:
                          columns=["run", "node", "op", "module", "phase", "ms"])
     nodes = nodes.sort_values("ms", ascending=False, kind="stable").reset_index(drop=True)
     python_ops = pd.DataFrame([{"run": label, "node": p["node"], "function": p["function"], "phase": p["phase"],
-                                "ms": p["s"] * 1e3}
+                                "ortlab_tap": p.get("ortlab_tap", False), "ms": p["s"] * 1e3}
                                for label, d in zip(labels, datas, strict=True) for p in d.get("python_ops", [])],
-                              columns=["run", "node", "function", "phase", "ms"])
+                              columns=["run", "node", "function", "phase", "ortlab_tap", "ms"])
     cost = pd.DataFrame({label: {"profiled median ms": _ms(d["cost"].get("profiled_median_s")),
                                  "unprofiled median ms": _ms(d["cost"].get("unprofiled_median_s")),
                                  "ratio": d["cost"].get("ratio")}
