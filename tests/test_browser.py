@@ -114,6 +114,14 @@ def run_all_cells(jupyterlab, page, notebook: str) -> None:
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 
 
+def start_burst(lab, steps: int) -> None:
+    """In the Lab's Burst tab (shown): set the number of steps and press Run."""
+    field = lab.locator(".widget-text", has_text="steps").locator("input").first
+    field.fill(str(steps))
+    field.press("Enter")
+    lab.locator("button.widget-button", has_text="Run").first.click()
+
+
 def _drive(jupyterlab, page, shots):
     run_all_cells(jupyterlab, page, "01_quickstart.ipynb")
 
@@ -124,10 +132,7 @@ def _drive(jupyterlab, page, shots):
     lab.scroll_into_view_if_needed()
 
     lab.locator(".lm-TabBar-tab", has_text="Burst").first.click()
-    steps = lab.locator(".widget-text", has_text="steps").locator("input").first
-    steps.fill("8")
-    steps.press("Enter")
-    lab.locator("button.widget-button", has_text="Run").first.click()
+    start_burst(lab, 8)
     lab.locator("table", has_text="final loss").first.wait_for(timeout=300_000)
     lab.locator(".widget-html", has_text="ortmodule: ok").first.wait_for()
     assert lab.locator("img >> visible=true").count() == 1  # the loss curve

@@ -4,7 +4,7 @@ code (a squeeze-and-excitation block, whose ORT gradients are wrong on the CPU: 
 
 import pytest
 
-from tests.test_browser import TOKEN, jupyterlab, page, run_all_cells  # noqa: F401  (the same real JupyterLab and Chromium)
+from tests.test_browser import TOKEN, jupyterlab, page, run_all_cells, start_burst  # noqa: F401  (the same real JupyterLab and Chromium)
 from tests.test_browser_verdict import _put_notebook
 
 pytestmark = pytest.mark.slow
@@ -23,10 +23,7 @@ def test_statistics_switch_run_then_activations_compare_shows_the_first_divergen
         lab.locator(".lm-TabBar-tab", has_text="Burst").first.click()
         lab.locator(".widget-checkbox >> visible=true", has_text="record activation statistics").locator(
             "input").first.check()
-        steps = lab.locator(".widget-text", has_text="steps").locator("input").first
-        steps.fill("3")
-        steps.press("Enter")
-        lab.locator("button.widget-button", has_text="Run").first.click()
+        start_burst(lab, 3)
         lab.locator(".widget-html b", has_text="ortmodule verdict:").first.wait_for(timeout=600_000)
         lab.locator(".lm-TabBar-tab", has_text="Activations").first.click()
         status = lab.locator(".widget-html >> visible=true", has_text="first divergence: step").first

@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from tests.test_browser import TOKEN, jupyterlab, page, run_all_cells  # noqa: F401  (the same real JupyterLab and Chromium)
+from tests.test_browser import TOKEN, jupyterlab, page, run_all_cells, start_burst  # noqa: F401  (the same real JupyterLab and Chromium)
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +31,7 @@ def test_a_diverged_comparison_is_shown_red_in_the_lab(jupyterlab, page, tmp_pat
     lab = page.locator(".jp-OutputArea .jupyter-widgets.widget-tab >> visible=true").first
     lab.wait_for(timeout=120_000)
     lab.locator(".lm-TabBar-tab", has_text="Burst").first.click()
-    steps = lab.locator(".widget-text", has_text="steps").locator("input").first
-    steps.fill("3")
-    steps.press("Enter")
-    lab.locator("button.widget-button", has_text="Run").first.click()
+    start_burst(lab, 3)
     verdict = lab.locator(".widget-html b", has_text="ortmodule verdict:").first
     try:
         verdict.wait_for(timeout=600_000)
