@@ -16,7 +16,7 @@ from typing import Any
 
 from ortlab.account.dims import evaluate, names_in
 from ortlab.account.errors import AccountError
-from ortlab.graphs.names import is_tap
+from ortlab.graphs.names import PYTHON_OPS, is_tap
 
 # onnx.TensorProto element type -> bytes per element (strings have no fixed size: absent)
 ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16,
@@ -98,7 +98,7 @@ def read_graph(path: str | Path) -> ExecGraph:
     nodes = g.node
     yield_attrs = {i: {a.name: list(a.ints) for a in n.attribute}
                    for i, n in enumerate(nodes) if n.op_type == "YieldOp"}
-    reuse_maps = {i: list(a.ints) for i, n in enumerate(nodes) if n.op_type in ("PythonOp", "PythonOpGrad")
+    reuse_maps = {i: list(a.ints) for i, n in enumerate(nodes) if n.op_type in PYTHON_OPS
                   for a in n.attribute if a.name == "tensor_reuse_map"}
     taps = sum(is_tap(n.op_type, next((a.s.decode(errors="replace") for a in n.attribute if a.name == "func_name"),
                                       "")) for n in nodes if n.op_type.startswith("PythonOp"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+PYTHON_OPS = ("PythonOp", "PythonOpGrad")  # ORT's nodes that call an autograd.Function back in PyTorch
 KINDS = ("forward", "gradient", "recompute", "yield")  # what a node of a training graph does
 # the autograd Function of ortlab's statistics taps (ortlab.activations.pythonop.Tap): a PythonOp's func_name
 TAP_FUNCTION = "ortlab.activations.pythonop.Tap"
@@ -21,7 +22,7 @@ def op_key(domain: str, op_type: str) -> str:
 
 def is_tap(op_type: str, func_name: str) -> bool:
     """A PythonOp (or its PythonOpGrad) that is ortlab's statistics tap, not the model's."""
-    return op_type in ("PythonOp", "PythonOpGrad") and func_name == TAP_FUNCTION
+    return op_type in PYTHON_OPS and func_name == TAP_FUNCTION
 
 
 def is_gradient_tensor(name: str) -> bool:

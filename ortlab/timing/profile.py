@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from ortlab.graphs.names import is_tap
+from ortlab.graphs.names import PYTHON_OPS, is_tap
 
 ROOT = "(root)"  # the model's own ops, in no submodule
 NONE = "(not in a module)"  # the loss, nodes whose names carry no scope
@@ -161,7 +161,7 @@ def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str,
     distributed burst: `waits` (step -> its wait for the slowest rank) is taken out of the backward's outside."""
     n = len(walls) or 1
     python = python_ops or {}
-    taps = {node for *_, op, node, _s in rows if is_tap(op, _function(node, python) or "")}
+    taps = {node for *_, op, node, _s in rows if op in PYTHON_OPS and is_tap(op, _function(node, python) or "")}
     inside: dict[tuple[int, str], float] = collections.defaultdict(float)
     modules: dict[tuple[str, str], float] = collections.defaultdict(float)
     ops: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0])
@@ -204,7 +204,7 @@ def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str,
                   for (k, p), (op, m, s, c) in top[:TOP_NODES]],
         "nodes_total": len(nodes),
         "python_ops": [{"node": k, "phase": p, "function": _function(k, python), "ortlab_tap": k in taps, "s": s / n}
-                       for (k, p), (op, _m, s, _c) in top if op.split(" ")[0] in ("PythonOp", "PythonOpGrad")],
+                       for (k, p), (op, _m, s, _c) in top if op in PYTHON_OPS or k in taps],
     }
 
 
