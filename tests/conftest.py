@@ -52,9 +52,8 @@ class _Load:
             while (len(list(self.folder.glob("ready-*"))) < 4 and self.process.poll() is None
                    and time.monotonic() < deadline):
                 time.sleep(0.2)
-        else:
-            os.killpg(self.process.pid, signal.SIGCONT)
         assert self.process.poll() is None, "the stress load ended by itself"
+        os.killpg(self.process.pid, signal.SIGCONT)
 
     def pause(self) -> None:
         import signal
