@@ -1,7 +1,8 @@
 # Sourced by bin/ortlab and bin/test: make sure the project's environment exists, then use it.
-# The environment lives outside the checkout, keyed by the lock file, so every checkout and CI run of the
-# same lock reuses it; a missing or half-built one is (re)built from nothing: venv, pinned packages, ortlab,
-# and ORTModule's torch C++ extensions.
+# The environment lives outside the checkout, keyed by the lock file and the Python, so every checkout and CI run
+# of the same lock reuses it; a missing or half-built one is (re)built from nothing: venv, pinned packages, ortlab,
+# and ORTModule's torch C++ extensions. The packages are shared; ortlab's own code is not: each run puts its own
+# checkout first on PYTHONPATH, so two checkouts (two branches) using one environment never run each other's code.
 set -euo pipefail
 
 ORTLAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,7 +32,8 @@ _ortlab_ensure_env() {
   if "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))'; then
     lock="$ORTLAB_ROOT/requirements-py310.lock"
   fi
-  key=$(cat "$lock" "$ORTLAB_ROOT/bin/_env.sh" | sha256sum | cut -c1-16)
+  # ENV_RECIPE: bump it when the way the environment is built changes what is in it
+  key=$( (cat "$lock"; "$python" -c 'import sys; print(sys.version)'; echo "recipe 2") | sha256sum | cut -c1-16)
   root=${ORTLAB_ENV_ROOT:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ortlab}
   ORTLAB_VENV="$root/env-$key"
   mkdir -p "$root"
@@ -50,8 +52,8 @@ _ortlab_ensure_env() {
     fi
     touch "$ORTLAB_VENV/.packages"
   fi
-  # ortlab itself, editable from this checkout (cheap; redone when another checkout uses the environment)
-  if [ "$("$ORTLAB_VENV/bin/python" -I -c 'import ortlab, os; print(os.path.dirname(os.path.dirname(ortlab.__file__)))' 2>/dev/null)" != "$ORTLAB_ROOT" ]; then
+  # ortlab itself, once (its entry point and metadata); the code each run uses is its checkout's (PYTHONPATH below)
+  if [ ! -f "$ORTLAB_VENV/.complete" ]; then
     if ! "$ORTLAB_VENV/bin/python" -m pip install --no-input --disable-pip-version-check --no-deps \
          --no-build-isolation -e "$ORTLAB_ROOT" >"$root/install-ortlab.log" 2>&1; then
       grep -v "^WARNING: Location" "$root/install-ortlab.log" | tail -25 >&2
@@ -59,14 +61,17 @@ _ortlab_ensure_env() {
       return 1
     fi
   fi
+  export PYTHONPATH="$ORTLAB_ROOT${PYTHONPATH:+:$PYTHONPATH}"
   if [ ! -f "$ORTLAB_VENV/.complete" ]; then
     "$ORTLAB_VENV/bin/ortlab" setup
     touch "$ORTLAB_VENV/.complete"
   fi
   # the newest transformers in a side folder, for the model-family tests (requirements-side.lock; Python 3.11)
   ORTLAB_SIDE_PACKAGES=$("$ORTLAB_VENV/bin/python" "$ORTLAB_ROOT/scripts/side_packages.py")
+  # torchvision and timm in another, for the model-zoo tests (requirements-zoo.lock)
+  ORTLAB_ZOO_PACKAGES=$("$ORTLAB_VENV/bin/python" "$ORTLAB_ROOT/scripts/side_packages.py" --lock requirements-zoo.lock)
   flock -u 9
-  export PATH="$ORTLAB_VENV/bin:$PATH" VIRTUAL_ENV="$ORTLAB_VENV" ORTLAB_SIDE_PACKAGES
+  export PATH="$ORTLAB_VENV/bin:$PATH" VIRTUAL_ENV="$ORTLAB_VENV" ORTLAB_SIDE_PACKAGES ORTLAB_ZOO_PACKAGES
 }
 
 _ortlab_ensure_env

@@ -1,9 +1,13 @@
-"""Install requirements-side.lock into a side folder (the newest transformers, for the model-family tests) and
-print the folder. Usage: python scripts/side_packages.py [FOLDER] (default: <this environment>/side-<lock hash>).
+"""Install a side lock into a side folder and print the folder. Usage:
+python scripts/side_packages.py [--lock NAME] [FOLDER] (default lock: requirements-side.lock; default folder:
+<this environment>/side-<lock hash>).
 
-The folder goes first on PYTHONPATH for the processes that use it; ortlab's environment is not touched. Installed
-once: a `.complete` marker is written last, so an interrupted install is redone. On Python 3.10 it prints nothing:
-the newest transformers needs Python 3.11 (the family tests with it are skipped there)."""
+Two side locks: requirements-side.lock (the newest transformers, for the model-family tests) and
+requirements-zoo.lock (torchvision and timm, for the model-zoo tests of the verdict and of `check`). Each is
+installed with --no-deps beside the pinned torch, into its own folder, which goes first on PYTHONPATH for the
+processes that use it; ortlab's environment is not touched. Installed once: a `.complete` marker is written last,
+so an interrupted install is redone. A lock whose packages need a newer Python prints nothing (the newest
+transformers needs Python 3.11: the family tests with it are skipped on 3.10)."""
 
 from __future__ import annotations
 
@@ -12,31 +16,42 @@ import subprocess
 import sys
 from pathlib import Path
 
-LOCK = Path(__file__).resolve().parents[1] / "requirements-side.lock"
+ROOT = Path(__file__).resolve().parents[1]
+LOCKS = {"requirements-side.lock": (3, 11), "requirements-zoo.lock": (3, 10)}  # each lock's oldest Python
 
 
-def default_folder() -> Path:
-    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:12]
+def default_folder(lock: Path) -> Path:
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
     return Path(sys.prefix) / f"side-{digest}"
 
 
-def install(folder: Path) -> Path:
+def install(lock: Path, folder: Path) -> Path:
     if (folder / ".complete").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.with_name(folder.name + ".log")
     with open(log, "w") as out:
         done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                               "--no-deps", "--upgrade", "--target", str(folder), "-r", str(LOCK)],
+                               "--no-deps", "--upgrade", "--target", str(folder), "-r", str(lock)],
                               stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-20:])
-        sys.exit(f"{tail}\nortlab: installing {LOCK.name} into {folder} failed; full log: {log}")
+        sys.exit(f"{tail}\nortlab: installing {lock.name} into {folder} failed; full log: {log}")
     (folder / ".complete").touch()
     return folder
 
 
+def main(argv: list[str]) -> None:
+    name = "requirements-side.lock"
+    if argv[:1] == ["--lock"]:
+        name, argv = argv[1], argv[2:]
+    if name not in LOCKS:
+        sys.exit(f"side_packages: unknown lock {name!r}; one of {', '.join(LOCKS)}")
+    if sys.version_info < LOCKS[name]:
+        return
+    lock = ROOT / name
+    print(install(lock, Path(argv[0]) if argv else default_folder(lock)))
+
+
 if __name__ == "__main__":
-    if sys.version_info < (3, 11):
-        sys.exit(0)
-    print(install(Path(sys.argv[1]) if len(sys.argv) > 1 else default_folder()))
+    main(sys.argv[1:])
