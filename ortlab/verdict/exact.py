@@ -1,0 +1,58 @@
+"""Exact arithmetic as the arbiter: a backend diverges only where it is measurably further from float64 than
+PyTorch fp32 is.
+
+PyTorch fp32 is not exact: a different kernel order (ORT's, inductor's) rounds differently, and on an
+ill-conditioned layer PyTorch's own rounding can be the larger error. So a tensor of the candidate backend (ORT,
+torch.compile) is judged by its distance to the same computation in float64 PyTorch, against PyTorch fp32's
+distance to it (torch._dynamo's accuracy checker, `same()`, does the same for outputs and gradients).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+FACTOR = 3.0  # the candidate may be this many times further from float64 than PyTorch fp32 is
+RELATIVE_FLOOR = 1e-4  # ... plus this much of the float64 tensor's own norm (rounding of a sum of many terms)
+ABSOLUTE_FLOOR = 1e-5  # ... plus this much of the norm of all float64 tensors judged together (a true ~0 value)
+ALLCLOSE = 1e-6  # the fast path: candidate and PyTorch fp32 this close (relative) agree without float64
+
+
+@dataclass
+class Judged:
+    """One tensor judged against float64: both distances, what was allowed, and whether it diverged."""
+
+    candidate: float  # |candidate - float64|
+    pytorch: float  # |PyTorch fp32 - float64|
+    allowed: float  # FACTOR * pytorch + the floors
+    norm: float  # |float64|
+    diverged: bool
+
+    @property
+    def times_noise(self) -> float:
+        """How many times PyTorch fp32's own error the candidate's is (inf when PyTorch fp32 is exact)."""
+        return self.candidate / self.pytorch if self.pytorch > 0 else (math.inf if self.candidate > 0 else 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge(candidate: Any, pytorch: Any, exact: Any, scale: float = 0.0, factor: float = FACTOR) -> Judged:
+    """Judge the candidate backend's tensor against PyTorch fp32's, both measured from the float64 one (`exact`).
+    `scale`: the norm of everything judged together (e.g. all float64 gradients), for the absolute floor."""
+    exact = exact.double()
+    cand = float((candidate.double().to(exact.device) - exact).norm())
+    ref = float((pytorch.double().to(exact.device) - exact).norm())
+    norm = float(exact.norm())
+    allowed = factor * ref + RELATIVE_FLOOR * norm + ABSOLUTE_FLOOR * scale
+    diverged = not math.isfinite(cand) or cand > allowed
+    return Judged(cand, ref, allowed, norm, diverged)
+
+
+def close(candidate: Any, pytorch: Any, rtol: float = ALLCLOSE) -> bool:
+    """The fast path: the candidate equals PyTorch fp32 up to rounding of the last bits (no float64 run needed)."""
+    a, b = candidate.double(), pytorch.double().to(candidate.device)
+    if not bool(a.isfinite().all()):
+        return False
+    return float((a - b).norm()) <= rtol * max(float(b.norm()), 1e-30)
