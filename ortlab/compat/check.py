@@ -154,7 +154,8 @@ class CheckReport:
             lines.append(f"not judged alone (ORT needs the whole graph for them): {', '.join(self.unchecked)}")
         if self.hazards:
             lines.append(f"export hazards ({len(self.hazards)}): Python decisions the graph froze")
-            lines += [f"  {h['file']}:{h['line']}" + (f" (module {h['module']})" if h.get("module") else "")
+            lines += [(f"  {h['file']}:{h['line']}" if h.get("file") else "  (no line of the model's code)")
+                      + (f" (module {h['module']})" if h.get("module") else "")
                       + f": {h['kind']}; {h['advice']}" for h in self.hazards]
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
@@ -323,11 +324,11 @@ def _wrong_gradient(gradients: Any, exported: Any) -> Blocker:
     """The worst parameter's gradient as a blocker; the operator named when the graph holds a pattern whose
     ORT gradient is known to be wrong (a global average pool feeding a broadcast: squeeze-and-excitation)."""
     from ortlab.compat.fixes.pooling import OP
+    from ortlab.verdict.gradients import describe
 
     worst = gradients.worst
     op = OP if exported is not None and _has_global_pool(exported) else "gradient"
-    message = (f"ORT's gradient of {worst['parameter']} is {worst['relative']:.3g}x off PyTorch's (first step, "
-               "dropout off)" + ("; the forward agrees" if gradients.forward_agrees else ""))
+    message = describe(worst) + ("; the forward agrees" if gradients.forward_agrees else "")
     return Blocker(WRONG_GRADIENT, op, message, "training step", module=worst["module"] or None)
 
 
@@ -393,13 +394,15 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
                 break
     if first is None:
         return []
-    own = [h for h in found_hazards if not h["file"].startswith(("torch/", "transformers/"))] or found_hazards
-    where = "; ".join(f"{h['file']}:{h['line']} ({h['kind']})" for h in own) or "no export hazard was reported"
+    own = [h for h in found_hazards if h["file"] and not h["file"].startswith(("torch/", "transformers/"))
+           and not h.get("in_torch")] or found_hazards
+    where = "; ".join(f"{h['file'] or h.get('module')}:{h['line']} ({h['kind']})" for h in own) or \
+        "no export hazard was reported"
     h = own[0] if own else {}
     return [Blocker(FROZEN_FLOW, h.get("kind", "control flow"), f"batch {first[0]}'s outputs differ from "
                     f"PyTorch's by {first[1]:.3g} (relative): the graph froze a Python decision of the first batch; "
                     f"hazards: {where}", "export", module=h.get("module"),
-                    source=f"{h['file']}:{h['line']}" if h else None,
+                    source=f"{h['file']}:{h['line']}" if h.get("file") else None,
                     remedy=h.get("advice"))]
 
 

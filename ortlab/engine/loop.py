@@ -103,11 +103,15 @@ class Engine:
         with options.applied():
             return check(self.workload, fixes, options["onnx_opset_version"], folder)
 
-    def gradient_check(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    def gradient_check(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), burst: bool = False
+                       ) -> dict[str, Any]:
         """The first batch's gradients on PyTorch and on `cfg`'s backend from the initial snapshot
-        (ortlab.verdict.gradients), with the ORTModule burst's fixes. ORTModule: in parity mode through the last
-        burst's ORTModule when it was exported in parity mode without instrumentation (no export), otherwise a
-        fresh one (one export). torch.compile: through the last burst's compiled module (its settings)."""
+        (ortlab.verdict.gradients; a float64 step where they are not allclose), with the ORTModule burst's fixes.
+        ORTModule: in parity mode through the last burst's ORTModule when it was exported in parity mode without
+        instrumentation (no export), otherwise a fresh one (one export). torch.compile: through the last burst's
+        compiled module (its settings). `burst`: also `cfg`'s steps in float64 PyTorch ("float64": its losses and
+        end state, ortlab.verdict.reference)."""
+        from ortlab.verdict import reference
         from ortlab.verdict.gradients import first_step
 
         self.initial.restore(self.model)
@@ -120,7 +124,16 @@ class Engine:
                 else None
         with cfg.effective_options().applied():
             check = first_step(self.workload, fixes, cfg.seed, runner=runner, batch=batch)
-        return {**check.to_dict(), "exported": cfg.backend == "ortmodule" and reuse is None}
+        out = {**check.to_dict(), "exported": cfg.backend == "ortmodule" and reuse is None}
+        if burst:
+            try:
+                out["float64"] = reference.burst(self.workload, self._feed(cfg), self.initial, cfg.optimizer, cfg.lr,
+                                                 cfg.steps, cfg.seed)
+            except reference.NoFloat64 as e:
+                out["float64"] = {"error": str(e)}
+            finally:
+                self.initial.restore(self.model)
+        return out
 
     def check_import_options(self, options: Options) -> None:
         mine = self.import_options.with_read_at(ReadAt.IMPORT)

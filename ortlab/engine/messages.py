@@ -43,10 +43,12 @@ class RunCheck:
 
 @dataclass(frozen=True)
 class RunGradientCheck:
-    """Compare the first step's gradients of both backends (ortlab.verdict); the worker answers Checked."""
+    """Compare the first step's gradients of both backends (ortlab.verdict); with `burst`, also the burst's steps in
+    float64 PyTorch; the worker answers Checked."""
 
     config: dict[str, Any]
     fixes: tuple[str, ...]
+    burst: bool = False
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from ortlab.run import Run, load_run, mark
 if TYPE_CHECKING:
     from ortlab.summary import Comparison
 
-NOISE_PERTURBATION = 1e-7  # the noise pair's start: the parameters times (1 + this)
 KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
 _log_numbers = itertools.count()
 
@@ -173,106 +172,33 @@ class Session:
 
     def judge(self, pytorch: Run, ortmodule: Run, **_: Any):
         """Did the other backend (ORTModule, torch.compile) train the same model as PyTorch? Returns the Verdict on
-        two runs of this session from the same snapshot (ortlab.verdict): their first step's gradients compared
-        (dropout off), in parity mode their losses and end states against a PyTorch pair from a start 1e-7 away (the
-        PyTorch burst again, perturbed), and, when they diverge, the causes `check` names (ORTModule) or else one
-        step of statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs
-        are not added to `runs`."""
-        from dataclasses import replace
+        two runs of this session from the same snapshot (ortlab.verdict.procedure): their first step's gradients and,
+        in parity mode, their losses and end states, each judged by its distance to the same computation in float64
+        PyTorch beside PyTorch fp32's; when they diverge, the causes `check` names (ORTModule) or else one step of
+        statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs are not
+        added to `runs`."""
+        from ortlab.verdict import procedure
 
-        from ortlab.engine.config import BurstConfig
-        from ortlab.run import write_json
-        from ortlab.verdict.judge import FILE, NOT_JUDGED, Verdict, judge
-
-        if pytorch.status != "ok" or ortmodule.status != "ok":
-            verdict = judge(pytorch, ortmodule)
-            write_json(ortmodule.path / FILE, verdict.to_dict())
-            return verdict
-        pt_config = BurstConfig.from_dict(pytorch.meta["config"])
-        config = BurstConfig.from_dict(ortmodule.meta["config"])
-        fixes = tuple((ortmodule.meta.get("fixes") or {}).get("applied") or ())
-        noise = None
-        if config.parity:
-            noise = self._burst(replace(pt_config, perturb=NOISE_PERTURBATION, name="pytorch-noise", collect={}))
-            if noise.status != "ok":
-                verdict = Verdict(NOT_JUDGED, f"not judged: the noise burst ended {noise.status}")
-                write_json(ortmodule.path / FILE, verdict.to_dict())
-                return verdict
-        gradients = self._gradient_check(config, fixes, config.options)
-        verdict = judge(pytorch, ortmodule, gradients, noise)
-        if verdict.diverged:  # name the causes: what check finds, else where statistics first differ
-            found = self._check_causes(config.options, fixes) if config.backend == "ortmodule" else []
-            if not verdict.causes and not found:
-                found.append(self._localize(pt_config, config))
-            verdict = judge(pytorch, ortmodule, gradients, noise, found)
-        write_json(ortmodule.path / FILE, verdict.to_dict())
-        return verdict
-
-    def _check_causes(self, options: Options, applied: tuple[str, ...]) -> list[dict[str, Any]]:
-        """What `check` finds that the applied fixes did not remove, as causes (with the fixes that remove them)."""
-        try:
-            report = self.check("auto", options)
-        except Exception as e:  # a cause not named is no reason to lose the verdict
-            from ortlab.compat.errors import root_message
-
-            return [{"kind": "check", "text": f"ortlab check could not run: {root_message(e)}"}]
-        found = [b for b in report.blockers if not set(b.fixes) & set(applied)]
-        if not found:
-            return []
-        new = [f for f in report.fixes if f not in applied]
-        return [{"kind": "check", "text": f"ortlab check: {b.line()}", "blocker": b.to_dict()} for b in found] + (
-            [{"kind": "fix", "text": f"fixes {', '.join(new)} remove this: burst with fixes=\"auto\" (--fix auto)",
-              "fixes": new}] if new else [])
+        return procedure.judge(self, pytorch, ortmodule)
 
     def gradient_check(self, options: Options | dict | None = None, fixes: Any = (), *, parity: bool = True,
                        seed: int = 0) -> dict[str, Any]:
         """The first batch's gradients on PyTorch (the model as written) and on a fresh ORTModule with these
-        options and fixes, from the initial snapshot, every dropout off (ortlab.verdict.gradients): a dict with
-        "agree", the worst parameters, both losses. The evidence bisect judges a toggled option by."""
-        from ortlab.compat.registry import parse
-        from ortlab.engine.config import BurstConfig
+        options and fixes, from the initial snapshot, every dropout off, judged against float64 where they are not
+        allclose (ortlab.verdict.gradients): a dict with "agree", the worst parameters, the losses. The evidence
+        bisect judges a toggled option by."""
+        from ortlab.verdict import procedure
 
-        config = BurstConfig(backend="ortmodule", steps=1, options=self.shell_options.overlaid(options),
-                             parity=parity, seed=seed, fixes=parse(fixes))
-        return self._gradient_check(config, tuple(config.fixes), config.options)
+        return procedure.gradient_check(self, options, fixes, parity, seed)
 
-    def _gradient_check(self, config, fixes: tuple[str, ...], options: Options) -> dict[str, Any] | None:
-        try:
-            if self.in_process or config.distributed:
-                if config.distributed:  # one process: the model as a rank would start it
-                    from dataclasses import replace
-
-                    config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None,
-                                     optimizer="adamw", save_checkpoint=False, sampler=None)
-                if self.in_process:
-                    with self._lock:
-                        return self._local_engine().gradient_check(config, fixes)
-            return self._request(m.RunGradientCheck(config.to_dict(), fixes), config.effective_options(),
-                                 "comparing first-step gradients")
-        except Exception as e:  # the verdict says what it could not do; the runs stay
-            from ortlab.compat.errors import root_message
-
-            return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
-
-    def _localize(self, pt_config, ort_config) -> dict[str, Any]:
-        """One step with activation statistics on both backends, and the first divergence between them."""
-        from dataclasses import replace
-
-        from ortlab.activations import compare
-
-        stats = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1, "node_rank": 0,
-                 "rdzv_endpoint": None, "save_checkpoint": False}
-        pt = self._burst(replace(pt_config, name="localize-pytorch", **stats))
-        ort = self._burst(replace(ort_config, name="localize-ortmodule", **stats))
-        if not (pt.ok and ort.ok):
-            return {"kind": "localized", "text": f"could not localize: the statistics bursts ended {pt.status} and "
-                                                 f"{ort.status}"}
-        first = compare(pt, ort).first
-        if first is None:
-            return {"kind": "localized", "text": "one step's statistics agree on both backends: the difference "
-                    "builds up over steps", "runs": [pt.path.name, ort.path.name]}
-        return {"kind": "localized", "text": f"first divergence (activation statistics, one step): {first}",
-                "step": first.step, "tensor": first.name, "runs": [pt.path.name, ort.path.name]}
+    def _evidence_request(self, config, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
+        """The engine's gradient check (and with `burst`, the float64 burst) for `config`: in this process or in
+        the worker (ortlab.verdict.procedure)."""
+        if self.in_process:
+            with self._lock:
+                return self._local_engine().gradient_check(config, fixes, burst)
+        return self._request(m.RunGradientCheck(config.to_dict(), fixes, burst), config.effective_options(),
+                             "comparing first-step gradients")
 
     def _local_engine(self):
         if self._engine is None:

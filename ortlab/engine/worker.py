@@ -82,7 +82,7 @@ def _serve(conn: Connection) -> None:
                 report = engine.check(msg.fixes, Options(msg.options), msg.out)
                 send(m.Checked(report.to_dict()))
             elif isinstance(msg, m.RunGradientCheck):
-                send(m.Checked(engine.gradient_check(BurstConfig.from_dict(msg.config), msg.fixes)))
+                send(m.Checked(engine.gradient_check(BurstConfig.from_dict(msg.config), msg.fixes, msg.burst)))
             elif isinstance(msg, m.Shutdown):
                 return
         except KeyboardInterrupt:

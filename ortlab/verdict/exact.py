@@ -15,7 +15,7 @@ from typing import Any
 
 FACTOR = 3.0  # the candidate may be this many times further from float64 than PyTorch fp32 is
 RELATIVE_FLOOR = 1e-4  # ... plus this much of the float64 tensor's own norm (rounding of a sum of many terms)
-ABSOLUTE_FLOOR = 1e-5  # ... plus this much of the norm of all float64 tensors judged together (a true ~0 value)
+ABSOLUTE_FLOOR = 1e-7  # ... plus this much of the norm of all float64 tensors judged together (a true ~0 value)
 ALLCLOSE = 1e-6  # the fast path: candidate and PyTorch fp32 this close (relative) agree without float64
 
 
@@ -56,3 +56,35 @@ def close(candidate: Any, pytorch: Any, rtol: float = ALLCLOSE) -> bool:
     if not bool(a.isfinite().all()):
         return False
     return float((a - b).norm()) <= rtol * max(float(b.norm()), 1e-30)
+
+
+def judge_numbers(candidate: list[float], pytorch: list[float], exact: list[float], factor: float = FACTOR) -> Judged:
+    """`judge` on plain numbers (a loss curve, a tensor's summary), as one vector."""
+    import torch
+
+    def vector(values: list[float]) -> Any:
+        return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
+
+    return judge(vector(candidate), vector(pytorch), vector(exact), factor=factor)
+
+
+def close_numbers(candidate: list[float], pytorch: list[float], rtol: float = ALLCLOSE) -> bool:
+    """`close` on plain numbers."""
+    import torch
+
+    return close(torch.tensor(candidate, dtype=torch.float64), torch.tensor(pytorch, dtype=torch.float64), rtol)
+
+
+def times(distance: float, noise: float) -> str:
+    """How many times the PyTorch noise `distance` is, in words ("18x", "0.4x", "inf x" when PyTorch is exact)."""
+    if noise <= 0:
+        return "infinitely many times" if distance > 0 else "0x"
+    ratio = distance / noise
+    return f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x"
+
+
+def percent(distance: float, norm: float) -> str:
+    """`distance` as a percentage of `norm` ("3.1%", "0.0042%")."""
+    if norm <= 0 or not math.isfinite(distance):
+        return f"{distance:.3g}" if math.isfinite(distance) else "not finite"
+    return f"{100 * distance / norm:.2g}%"

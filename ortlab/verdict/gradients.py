@@ -2,8 +2,10 @@
 the evidence that cannot be fooled by optimizer noise (a few AdamW steps can make correct runs drift apart,
 and a forward can agree while ORT's backward is wrong).
 
-The measure is relative with a floor: |g_ort - g_pt| / max(|g_pt|, FLOOR * |all of PyTorch's gradients|), so a
-parameter whose true gradient is zero (it carries only rounding noise on both sides) does not look 100% off.
+Judged against exact arithmetic (ortlab.verdict.exact): when the other backend's gradients are not allclose to
+PyTorch fp32's (the fast path), one float64 PyTorch step is the arbiter, and a parameter diverges only when the
+other backend is measurably further from it than PyTorch fp32 is. A model that cannot run in float64 falls back
+to the relative difference from PyTorch fp32, |g_ort - g_pt| / max(|g_pt|, FLOOR * |all gradients|), with a note.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FLOOR = 1e-4  # of the norm of all gradients: what a "zero" gradient is measured against
-AGREE = 1e-3  # the worst parameter's relative difference up to which the gradients agree
+FLOOR = 1e-4  # of the norm of all gradients: what a "zero" gradient is measured against (without float64)
+AGREE = 1e-3  # without float64: the worst parameter's relative difference up to which the gradients agree
+FLOAT64, ALLCLOSE, FP32 = "float64", "allclose", "pytorch fp32"  # what judged the gradients
 
 
 @dataclass
@@ -29,13 +32,18 @@ class Step:
 
 @dataclass
 class GradientCheck:
-    """The first step's gradients compared: one row per parameter, worst first."""
+    """The first step's gradients compared: one row per parameter, worst first. `judged_by`: float64 (each
+    parameter's distance to a float64 step beside PyTorch fp32's), allclose (the fast path: no float64 step was
+    needed) or pytorch fp32 (the model cannot run in float64: `notes` says why)."""
 
     rows: list[dict[str, Any]]
     loss_pytorch: float
     loss_ortmodule: float
     tolerance: float = AGREE
     fixes: list[str] = field(default_factory=list)
+    judged_by: str = FP32
+    loss_float64: float | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def worst(self) -> dict[str, Any] | None:
@@ -43,30 +51,52 @@ class GradientCheck:
 
     @property
     def agree(self) -> bool:
-        return self.worst is None or self.worst["relative"] <= self.tolerance
+        if self.judged_by == FP32:
+            return self.worst is None or self.worst["relative"] <= self.tolerance
+        return not any(r.get("diverged") for r in self.rows)
 
     @property
     def forward_agrees(self) -> bool:
+        if not math.isfinite(self.loss_ortmodule):
+            return False
+        if self.loss_float64 is not None:
+            from ortlab.verdict.exact import judge_numbers
+
+            return not judge_numbers([self.loss_ortmodule], [self.loss_pytorch], [self.loss_float64]).diverged
         scale = max(abs(self.loss_pytorch), 1.0)
-        return math.isfinite(self.loss_ortmodule) and abs(self.loss_ortmodule - self.loss_pytorch) <= 1e-4 * scale
+        return abs(self.loss_ortmodule - self.loss_pytorch) <= 1e-4 * scale
 
     def table(self):
         import pandas as pd
 
         return pd.DataFrame(self.rows, columns=["parameter", "module", "relative", "difference", "pytorch_norm",
-                                                "ortmodule_norm", "note"])
+                                                "ortmodule_norm", "to_float64", "pytorch_to_float64", "allowed",
+                                                "diverged", "note"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"agree": self.agree, "tolerance": self.tolerance, "loss_pytorch": self.loss_pytorch,
-                "loss_ortmodule": self.loss_ortmodule, "forward_agrees": self.forward_agrees,
-                "worst": self.rows[:5], "parameters": len(self.rows), "fixes": self.fixes}
+        from ortlab.verdict.exact import FACTOR
+
+        out = {"agree": self.agree, "tolerance": self.tolerance, "judged_by": self.judged_by, "factor": FACTOR,
+               "loss_pytorch": self.loss_pytorch, "loss_ortmodule": self.loss_ortmodule,
+               "loss_float64": self.loss_float64, "forward_agrees": self.forward_agrees,
+               "worst": self.rows[:5], "parameters": len(self.rows), "fixes": self.fixes, "notes": self.notes}
+        if self.judged_by == FLOAT64:  # every parameter's two distances: what the Lab plots
+            out["distances"] = [{k: r.get(k) for k in ("parameter", "to_float64", "pytorch_to_float64", "allowed",
+                                                       "norm", "diverged")} for r in self.rows]
+        return out
 
 
-def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: list[str] | None = None) -> GradientCheck:
-    """Every parameter's gradient of both steps, worst first."""
+def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: list[str] | None = None,
+            exact: Step | None = None, notes: list[str] | None = None) -> GradientCheck:
+    """Every parameter's gradient of both steps, worst first: judged against `exact` (the float64 step) when
+    given, else against each other (allclose when every parameter is, else relative to PyTorch fp32's)."""
     import torch
 
+    from ortlab.verdict import exact as ex
+
     total = math.sqrt(sum(float(g.double().norm()) ** 2 for g in pytorch.grads.values() if g is not None))
+    scale = total if exact is None else math.sqrt(
+        sum(float(g.double().norm()) ** 2 for g in exact.grads.values() if g is not None))
     floor = FLOOR * total
     rows = []
     for name, g_pt in pytorch.grads.items():
@@ -77,7 +107,7 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
         if g_pt is None or g_ort is None:
             rows.append({"parameter": name, "module": module, "relative": math.inf, "difference": math.nan,
                          "pytorch_norm": None if g_pt is None else float(g_pt.norm()),
-                         "ortmodule_norm": None if g_ort is None else float(g_ort.norm()),
+                         "ortmodule_norm": None if g_ort is None else float(g_ort.norm()), "diverged": True,
                          "note": f"only {'ORTModule' if g_pt is None else 'PyTorch'} gave it a gradient"})
             continue
         g_pt, g_ort = g_pt.double(), g_ort.double().to(g_pt.device)
@@ -86,10 +116,49 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
         else:
             note, diff = None, float((g_ort - g_pt).norm())
         reference = max(float(g_pt.norm()), floor, 1e-30)
-        rows.append({"parameter": name, "module": module, "relative": diff / reference, "difference": diff,
-                     "pytorch_norm": float(g_pt.norm()), "ortmodule_norm": float(g_ort.norm()), "note": note})
-    rows.sort(key=lambda r: -r["relative"])
-    return GradientCheck(rows, pytorch.loss, ortmodule.loss, tolerance, list(fixes or []))
+        row = {"parameter": name, "module": module, "relative": diff / reference, "difference": diff,
+               "pytorch_norm": float(g_pt.norm()), "ortmodule_norm": float(g_ort.norm()), "note": note}
+        g_64 = exact.grads.get(name) if exact is not None else None
+        if g_64 is not None:
+            j = ex.judge(g_ort, g_pt, g_64, scale)
+            row.update(to_float64=j.candidate, pytorch_to_float64=j.pytorch, allowed=j.allowed, norm=j.norm,
+                       diverged=j.diverged or note is not None)
+        else:
+            row["diverged"] = note is not None or not ex.close(g_ort, g_pt)
+        rows.append(row)
+    if exact is not None:
+        judged_by = FLOAT64
+        rows.sort(key=lambda r: -_excess(r))
+    else:
+        judged_by = ALLCLOSE if not any(r["diverged"] for r in rows) else FP32
+        rows.sort(key=lambda r: -r["relative"])
+    return GradientCheck(rows, pytorch.loss, ortmodule.loss, tolerance, list(fixes or []), judged_by,
+                         exact.loss if exact is not None else None, list(notes or []))
+
+
+def _excess(row: dict[str, Any]) -> float:
+    """How far past what is allowed a row is (> 1: diverged); a missing or non-finite gradient first."""
+    if row.get("to_float64") is None or not math.isfinite(row["to_float64"]):
+        return math.inf
+    return row["to_float64"] / row["allowed"] if row["allowed"] > 0 else (math.inf if row["to_float64"] else 0.0)
+
+
+def describe(row: dict[str, Any], who: str = "ORT") -> str:
+    """A gradient row in words: how many times the PyTorch noise it is off float64, in percent of the gradient."""
+    if row.get("note"):
+        return f"{who}'s gradient of {row['parameter']}: {row['note']}"
+    where = f" (module {row['module']})" if row.get("module") else ""
+    if row.get("to_float64") is not None:
+        from ortlab.verdict.exact import percent, times
+
+        noise = times(row["to_float64"], row["pytorch_to_float64"])
+        return (f"{who}'s gradient of {row['parameter']}{where} is {noise} the PyTorch noise: "
+                f"{percent(row['to_float64'], row['norm'])} from float64, where PyTorch fp32 is "
+                f"{percent(row['pytorch_to_float64'], row['norm'])} (first step, dropout off)")
+    from ortlab.verdict.exact import percent
+
+    return (f"{who}'s gradient of {row['parameter']}{where} differs from PyTorch fp32's by "
+            f"{percent(row['relative'], 1.0)} (first step, dropout off)")
 
 
 def step(workload: Any, inputs: Any, target: Any, runner: Any = None) -> Step:
@@ -144,11 +213,13 @@ def kept(model: Any) -> Iterator[None]:
 
 
 def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int = 0, tolerance: float = AGREE,
-               log: Path | None = None, runner: Any = None, batch: tuple[Any, Any] | None = None) -> GradientCheck:
+               log: Path | None = None, runner: Any = None, batch: tuple[Any, Any] | None = None,
+               exact: bool = True) -> GradientCheck:
     """The first batch's gradients on PyTorch (the model as written) and on the other backend (with `fixes`
     applied), every dropout off, the same seeds, ORT's compute optimizer off (parity mode). `runner`: the other
     backend's module over the model (an ORTModule exported in parity mode, a compiled module); None: a fresh
-    ORTModule (one export). `batch`: the inputs and target (default: the workload's batch 0)."""
+    ORTModule (one export). `batch`: the inputs and target (default: the workload's batch 0). `exact`: where the
+    two are not allclose, one float64 PyTorch step judges them (ortlab.verdict.exact)."""
     from ortlab.capture import captured_output
     from ortlab.compat import registry
     from ortlab.engine.parity import parity
@@ -167,4 +238,14 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
         with parity(model, True, seed), registry.applied(model, list(fixes)), \
                 captured_output(log or Path("/dev/null")):
             ort = step(workload, inputs, target, runner if runner is not None else fresh_ortmodule(model))
-    return compare(pt, ort, tolerance, list(fixes))
+        fast = compare(pt, ort, tolerance, list(fixes))
+        if fast.judged_by == ALLCLOSE or not exact:
+            return fast
+        from ortlab.verdict import reference
+
+        try:  # a copy of the model: the original is untouched
+            exact_step = reference.step(workload, inputs, target, seed)
+        except reference.NoFloat64 as e:
+            return compare(pt, ort, tolerance, list(fixes), notes=[f"{e}: the gradients are judged against PyTorch "
+                                                                     "fp32's instead"])
+    return compare(pt, ort, tolerance, list(fixes), exact_step)

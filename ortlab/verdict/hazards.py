@@ -43,22 +43,26 @@ def classify(message: str) -> tuple[str, str]:
     return "traced Python", "the trace may not generalize to other inputs"
 
 
-def record(message: str, filename: str, lineno: int, module: str | None, step: int | None) -> dict[str, Any]:
+def record(message: str, filename: str | None, lineno: int | None, module: str | None, step: int | None,
+           module_type: str | None = None, in_torch: bool = False) -> dict[str, Any]:
+    """A hazard as data. `filename` None: no frame of the user's code was on the stack (the module names the place);
+    `in_torch`: torch's own code warned (a check inside torch.nn, such as F.batch_norm's batch size)."""
     from ortlab.compat.blockers import short_path
 
     kind, advice = classify(message)
-    place = f"{short_path(filename)}:{lineno}" + (f" (module {module})" if module else "")
+    file = short_path(filename) if filename else None
+    place = (f"{file}:{lineno}" if file else "") + (f" (module {module})" if module else "")
     when = f" at step {step}" if step is not None else ""
-    return {"kind": kind, "file": short_path(filename), "line": lineno, "module": module, "step": step,
-            "message": message.splitlines()[0], "advice": advice,
-            "text": f"export hazard at {place}{when}: {kind}; {advice}"}
+    return {"kind": kind, "file": file, "line": lineno if file else None, "module": module,
+            "module_type": module_type, "in_torch": in_torch, "step": step, "message": message.splitlines()[0],
+            "advice": advice, "text": f"export hazard at {place.strip() or 'the export'}{when}: {kind}; {advice}"}
 
 
 def unique(hazards: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One hazard per kind and line (a loop in forward warns once per iteration)."""
     seen: dict[tuple, dict[str, Any]] = {}
     for h in hazards:
-        seen.setdefault((h["kind"], h["file"], h["line"]), h)
+        seen.setdefault((h["kind"], h["file"], h["line"], None if h["file"] else h.get("module")), h)
     return list(seen.values())
 
 
@@ -68,14 +72,16 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
     was running); every other warning is shown as it would have been."""
     from torch.jit import TracerWarning
 
-    names = {id(m): n for n, m in model.named_modules()}
+    names = {id(m): (n, type(m).__name__) for n, m in model.named_modules()}
     original = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, TracerWarning) or str(message).startswith(_OTHER):
-            if _LIBRARY.search(filename.replace("\\", "/")):  # warned inside torch: the model's line called it
-                filename, lineno = _caller(filename, lineno)
-            found.append(record(str(message), filename, lineno, _module(names), step))
+            in_torch = bool(_TORCH.search(filename.replace("\\", "/")))
+            if _LIBRARY.search(filename.replace("\\", "/")):  # warned inside a library: the user's line called it
+                filename, lineno = _caller()
+            name, module_type = _module(names)
+            found.append(record(str(message), filename, lineno, name, step, module_type, in_torch))
         else:
             original(message, category, filename, lineno, file, line)
 
@@ -86,27 +92,30 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
         yield
 
 
-_LIBRARY = re.compile(r"/(torch|onnxruntime|ortlab/(engine|verdict|compat))/")
+# torch's, ORT's and ortlab's own files (ortlab's demo models are a user's code); a hazard is never located there
+_LIBRARY = re.compile(r"/(torch|onnxruntime)/|/ortlab/(?!demo/)")
+_TORCH = re.compile(r"/torch/")
 
 
-def _caller(filename: str, lineno: int) -> tuple[str, int]:
-    """The innermost frame on the stack that is not torch's, ORT's or ortlab's (the model's line that made torch
-    warn); the warning's own place when there is none."""
+def _caller() -> tuple[str | None, int | None]:
+    """The innermost frame on the stack outside torch, ORT and ortlab (the user's line that made torch warn);
+    (None, None) when there is none (the module then names the place)."""
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
         if name != warnings.__file__ and not _LIBRARY.search(name.replace("\\", "/")):
             return name, frame.f_lineno
         frame = frame.f_back
-    return filename, lineno
+    return None, None
 
 
-def _module(names: dict[int, str]) -> str | None:
-    """The innermost module of the model whose forward is on the stack."""
+def _module(names: dict[int, tuple[str, str]]) -> tuple[str | None, str | None]:
+    """The innermost module of the model whose forward is on the stack: its path and class."""
     frame = sys._getframe(2)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if owner is not None and id(owner) in names and frame.f_code.co_name == "forward":
-            return names[id(owner)] or "(root)"
+            name, module_type = names[id(owner)]
+            return name or "(root)", module_type
         frame = frame.f_back
-    return None
+    return None, None

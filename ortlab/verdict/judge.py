@@ -1,13 +1,16 @@
-"""The one judgement of two runs from the same snapshot: did ORTModule train the same model as PyTorch?
+"""The one judgement of two runs from the same snapshot: did ORTModule (or torch.compile) train the same model as
+PyTorch?
 
-Three kinds of evidence, each immune to the noise that fools a bare loss difference:
+Exact arithmetic is the arbiter (ortlab.verdict.exact): PyTorch fp32 is not exact either, so the other backend
+diverges only where it is measurably further from the same computation in float64 PyTorch than PyTorch fp32 is.
+The evidence:
 - the first step's gradients, every parameter, same state and batch, every dropout off (`gradients`);
-- in parity mode, the loss curve against the spread of a PyTorch pair whose start differs by 1e-7 (a few AdamW
-  steps can be chaotic: correct runs drift apart as far as that pair does);
-- the state at the end, every parameter and buffer (`state`): whole-number buffers must be equal, float ones
-  within the noise pair's spread.
-A divergence comes with its causes where ortlab can name them: what the exporter warned about (hazards), inputs
-ORT did not re-export for, buffers that differ, or the first divergent module and operator found by statistics.
+- in parity mode, the loss curve and the state at the end (`state`) against a float64 PyTorch burst of the same
+  steps; whole-number buffers must be equal. Where the model cannot run in float64, the curve and float tensors
+  are judged, as before, against a PyTorch pair whose start differs by 1e-7 (with a note).
+Allclose to PyTorch fp32 is the fast path: no float64 run is needed then.
+A divergence comes with its causes (`causes`): one headline, ranked by evidence (a measured difference beats an
+export hazard), the rest grouped by kind and module type; hazards the evidence does not point to are notes.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-FILE = "verdict.json"  # in the ORTModule run's folder
+FILE = "verdict.json"  # in the other backend's run folder
 AGREE, DIVERGED, NOT_JUDGED = "agree", "diverged", "not judged"
-LOSS_NOISE_FACTOR = 10.0  # ORT's loss may be this many times further from PyTorch's than the noise pair is
+LOSS_NOISE_FACTOR = 10.0  # without float64: the loss may be this many times further from PyTorch's than the noise pair
 LOSS_FLOOR = 1e-5  # ... plus this much, relative to the loss
 LABELS = {"ortmodule": "ORT", "compile": "torch.compile"}  # whose gradient, in the headline
+GRAPHS = {"ortmodule": "ORT's graph", "compile": "torch.compile's graph"}
 
 
 @dataclass
@@ -52,7 +56,7 @@ class Verdict:
     def lines(self) -> list[str]:
         """The headline, then one line per cause and note, as a summary prints them."""
         out = [self.headline]
-        out += [f"  cause: {c['text']}" for c in self.causes]
+        out += [f"  {'cause' if i == 0 else 'also'}: {c['text']}" for i, c in enumerate(self.causes)]
         out += [f"  note: {n}" for n in self.notes]
         return out
 
@@ -61,19 +65,27 @@ class Verdict:
 
 
 def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None, noise: Any = None,
-          found: list[dict[str, Any]] | None = None) -> Verdict:
-    """Judge an ORTModule run against the PyTorch run of the same snapshot (Runs). `gradients`: the first-step
-    gradient check (GradientCheck.to_dict()); `noise`: the PyTorch run from a perturbed start (parity mode);
-    `found`: causes named by looking further (what `ortlab check` finds, where statistics first differ). Returns
-    the Verdict: agree, diverged or not judged, with the evidence and the causes."""
+          found: list[dict[str, Any]] | None = None, float64: dict[str, Any] | None = None) -> Verdict:
+    """Judge the other backend's run (ORTModule, torch.compile) against the PyTorch run of the same snapshot (Runs).
+    `gradients`: the first-step gradient check (GradientCheck.to_dict()); `float64`: the same burst in float64
+    PyTorch ({"losses", "state"}, or {"error"} when the model cannot run in it; parity mode); `noise`: a PyTorch
+    run from a perturbed start (judges losses and float tensors only without float64); `found`: causes named by
+    looking further (what `ortlab check` finds, where statistics first differ). Returns the Verdict: agree,
+    diverged or not judged, with the evidence (every number: each backend's distance to float64, the factor) and
+    the causes."""
+    from ortlab.verdict import causes as cs
     from ortlab.verdict import state as states
 
     if ortmodule is None or ortmodule.status != "ok" or pytorch.status != "ok":
         which = ortmodule if ortmodule is not None and ortmodule.status != "ok" else pytorch
         return Verdict(NOT_JUDGED, f"not judged: the {which.backend} run ended {which.status}")
     evidence: list[str] = []  # what diverged, in words
+    notes: list[str] = []
     who = LABELS.get(ortmodule.backend, ortmodule.backend)
-    losses = _losses(pytorch, ortmodule, noise, who)
+    exact = float64 if float64 and not float64.get("error") else None
+    if float64 and float64.get("error"):
+        notes.append(f"{float64['error']}: the losses and end state are judged against a perturbed PyTorch pair")
+    losses = _losses(pytorch, ortmodule, noise, who, exact)
     if losses.get("diverged"):
         evidence.append(losses["text"])
     grads = gradients
@@ -82,61 +94,91 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     pt_state, ort_state = states.read(pytorch.path), states.read(ortmodule.path)
     state = None
     if pt_state and ort_state:
-        differ = states.differing(pt_state, ort_state, states.read(noise.path) if noise is not None else None)
-        state = {"differ": differ[:10], "count": len(differ), "floats_judged": noise is not None}
+        differ = states.differing(pt_state, ort_state, states.read(noise.path) if noise is not None else None,
+                                  exact["state"] if exact else None)
+        state = {"differ": differ[:20], "count": len(differ), "floats_judged": noise is not None or exact is not None,
+                 "judged_by": "float64" if exact else ("noise pair" if noise is not None else "whole numbers only")}
         if differ:
-            evidence.append("the state at the end differs: " + ", ".join(
-                f"{d['kind']} {d['name']}" for d in differ[:3]) + (f" and {len(differ) - 3} more" if len(differ) > 3
-                                                                   else ""))
-    causes = _causes(ortmodule, state) + list(found or [])
-    notes = []
+            evidence.append(cs.state_text(differ))
+    applied = list((ortmodule.meta.get("fixes") or {}).get("applied") or [])
+    measured = {"losses": bool(losses.get("diverged")), "gradients": bool(grads and not grads["agree"]),
+                "state": bool(state and state["count"])}
+    causes, harmless = cs.causes(ortmodule, state, applied, measured, found or [], grads)
     if grads is None:
         notes.append("first-step gradients not compared")
+    elif grads.get("error"):
+        notes.append(f"first-step gradients not compared: {grads['error']}")
+    notes += list((grads or {}).get("notes") or [])
     if not losses.get("judged"):
         notes.append(losses.get("why", "losses not judged"))
+    if harmless:
+        notes.append(harmless)
     if evidence:
         headline = "DIVERGED: " + "; ".join(evidence)
         if grads is not None and grads.get("forward_agrees") and not grads["agree"]:
             headline += "; forward agrees"
         return Verdict(DIVERGED, headline, grads, losses, state, causes, notes)
-    if grads is None and not losses.get("judged") and not (state and state["count"] == 0):
-        return Verdict(NOT_JUDGED, "not judged: no evidence could be gathered", grads, losses, state, causes, notes)
-    worst = f"worst gradient {grads['worst'][0]['relative']:.1e} relative" if grads and grads["worst"] else ""
-    headline = "agree" + (f" ({worst})" if worst else "")
-    if causes:  # hazards that did not change this burst's result
-        places = "; ".join(dict.fromkeys(f"{c['file']}:{c['line']} ({c.get('hazard') or c['kind']})"
-                                         if c.get("file") else c["text"] for c in causes))
-        notes.append(f"export hazards seen, harmless in this burst: {places}")
-        causes = []
-    return Verdict(AGREE, headline, grads, losses, state, causes, notes)
+    if (grads is None or grads.get("skipped")) and not losses.get("judged") and not (state and state["count"] == 0):
+        return Verdict(NOT_JUDGED, "not judged: no evidence could be gathered", grads, losses, state, [], notes)
+    return Verdict(AGREE, "agree" + _agree_detail(grads, losses), grads, losses, state, [], notes)
+
+
+def _agree_detail(grads: dict[str, Any] | None, losses: dict[str, Any]) -> str:
+    """The closest call, in the headline of an agreement."""
+    from ortlab.verdict.exact import times
+
+    if grads and grads.get("worst") and not grads.get("skipped"):
+        worst = grads["worst"][0]
+        if worst.get("to_float64") is not None:
+            return (f" (worst gradient {times(worst['to_float64'], worst['pytorch_to_float64'])} the PyTorch noise "
+                    "from float64)")
+        return f" (worst gradient {worst['relative']:.1e} relative)"
+    return ""
 
 
 def _gradient_text(grads: dict[str, Any], who: str) -> str:
-    worst = grads["worst"][0]
-    where = worst["module"] or worst["parameter"]
-    if worst.get("note"):
-        return f"{who}'s gradient of {worst['parameter']}: {worst['note']}"
-    return (f"{who}'s gradient of {worst['parameter']} (module {where}) is {worst['relative']:.3g}x off PyTorch's "
-            "(first step, dropout off)")
+    from ortlab.verdict.gradients import describe
+
+    return describe(grads["worst"][0], who)
 
 
-def _losses(pytorch: Any, ortmodule: Any, noise: Any, who: str) -> dict[str, Any]:
-    """ORT's losses against PyTorch's: a non-finite loss where PyTorch's is finite always diverges; the curve is
-    judged against the noise pair only in parity mode (dropout and ORT's compute optimizer make it meaningless
-    otherwise)."""
-    pt, ort = pytorch.losses, ortmodule.losses
+def _losses(pytorch: Any, other: Any, noise: Any, who: str, exact: dict[str, Any] | None) -> dict[str, Any]:
+    """The other backend's losses against PyTorch's: a non-finite loss where PyTorch's is finite always diverges;
+    the curve is judged only in parity mode (dropout and ORT's compute optimizer make it meaningless otherwise):
+    allclose, else against the float64 burst's curve, else against the noise pair."""
+    from ortlab.verdict import exact as ex
+
+    pt, ort = pytorch.losses, other.losses
     steps = min(len(pt), len(ort))
     for t in range(steps):
         if _finite(pt[t]) and not _finite(ort[t]):
             return {"judged": True, "diverged": True, "step": t,
                     "text": f"{who}'s loss is not finite at step {t}, PyTorch's is"}
-    parity = bool(pytorch.meta.get("config", {}).get("parity")) and bool(ortmodule.meta.get("config", {}).get("parity"))
+    parity = bool(pytorch.meta.get("config", {}).get("parity")) and bool(other.meta.get("config", {}).get("parity"))
     if not parity:
         return {"judged": False, "why": "losses not judged: not in parity mode (dropout and ORT's compute optimizer "
                                         "make them differ)"}
+    pt, ort = pt[:steps], ort[:steps]
+    max_diff = max((abs(a - b) for a, b in zip(pt, ort, strict=True)), default=0.0)
+    if steps and ex.close_numbers(ort, pt):
+        return {"judged": True, "judged_by": "allclose", "max_diff": max_diff}
+    if exact is not None and len(exact.get("losses") or []) >= steps:
+        ref = exact["losses"][:steps]
+        j = ex.judge_numbers(ort, pt, ref)
+        out = {"judged": True, "judged_by": "float64", "factor": ex.FACTOR, "float64": ref, "max_diff": max_diff,
+               "to_float64": j.candidate, "pytorch_to_float64": j.pytorch, "allowed": j.allowed, "norm": j.norm}
+        if j.diverged:
+            out.update(diverged=True, text=f"{who}'s losses over {steps} steps are {ex.times(j.candidate, j.pytorch)}"
+                                           f" the PyTorch noise from float64 ({ex.percent(j.candidate, j.norm)} of "
+                                           f"the loss, where PyTorch fp32 is {ex.percent(j.pytorch, j.norm)})")
+        return out
     if noise is None or not noise.losses:
-        return {"judged": False, "why": "losses not judged: no noise pair"}
-    nz = noise.losses
+        return {"judged": False, "why": "losses not judged: no float64 run and no noise pair"}
+    return _noise_losses(pt, ort, noise.losses, steps)
+
+
+def _noise_losses(pt: list[float], ort: list[float], nz: list[float], steps: int) -> dict[str, Any]:
+    """Without float64: the loss may be LOSS_NOISE_FACTOR times as far from PyTorch's as the noise pair is."""
     steps = min(steps, len(nz))
     worst, spread_so_far, rows = 0.0, 0.0, []
     for t in range(steps):
@@ -145,29 +187,15 @@ def _losses(pytorch: Any, ortmodule: Any, noise: Any, who: str) -> dict[str, Any
         allowed = LOSS_NOISE_FACTOR * spread_so_far + LOSS_FLOOR * max(abs(pt[t]), 1.0)
         rows.append((t, gap, allowed))
         worst = max(worst, gap / allowed)
-    out = {"judged": True, "max_diff": max(g for _, g, _ in rows), "noise": spread_so_far,
-           "ratio_to_allowed": worst}
+    out = {"judged": True, "judged_by": "noise pair", "max_diff": max(g for _, g, _ in rows),
+           "noise": spread_so_far, "ratio_to_allowed": worst}
     if worst > 1:
         t, gap, allowed = max(rows, key=lambda r: r[1] / r[2])
-        out.update(diverged=True, step=t, text=f"losses differ by {gap:.3g} at step {t}, beyond the noise of a "
-                                               f"perturbed PyTorch pair ({spread_so_far:.2g})")
+        out.update(diverged=True, step=t, text=f"losses differ by {gap:.3g} at step {t}, "
+                                               f"{gap / max(spread_so_far, 1e-30):.0f}x the spread of a perturbed "
+                                               "PyTorch pair")
     return out
 
 
 def _finite(value: Any) -> bool:
     return value is not None and math.isfinite(value)
-
-
-def _causes(ortmodule: Any, state: dict[str, Any] | None) -> list[dict[str, Any]]:
-    causes = []
-    for h in ortmodule.meta.get("ignored_inputs") or []:
-        causes.append({**h, "kind": "input ORT did not re-export for"})
-    for h in ortmodule.meta.get("hazards") or []:
-        causes.append({**h, "kind": "export hazard", "hazard": h["kind"]})
-    for d in (state or {}).get("differ", []):
-        if d["kind"] == "buffer":
-            causes.append({"kind": "buffer", "name": d["name"],
-                           "text": f"buffer {d['name']} differs at the end (sum {d['pytorch_sum']:.6g} on PyTorch, "
-                                   f"{d['ortmodule_sum']:.6g} on ORTModule): ORT's graph updates buffers that "
-                                   "forward mutates differently (the export's own forward updates them once more)"})
-    return causes

@@ -1,0 +1,142 @@
+"""Why two backends diverged, as a user can act on it: one headline cause, then the rest, grouped by kind and
+module type ("... in 20 BatchNorm2d modules"), ranked by evidence (a measured difference beats an export hazard).
+
+An export hazard is a cause only when the measured evidence points to it: the graph froze Python (a branch, a
+number) and the losses or the trained weights differ later. Hazards raised inside torch's own modules (the
+batch-size check inside F.batch_norm) or that the evidence does not point to are one note, never advice to
+rewrite code. Source lines are the user's: ortlab's own files are never named (ortlab.verdict.hazards).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LABELS = {"ortmodule": "ORTModule", "compile": "torch.compile"}
+BATCH_NORM = ("running_mean", "running_var", "num_batches_tracked")
+BUFFER_FIX = "pytorch-buffers"
+SHOWN = 2  # module paths named as examples in a grouped cause
+
+
+def state_text(differ: list[dict[str, Any]]) -> str:
+    """The end state's evidence in words, grouped: whole-number buffers, float buffers, parameters."""
+    groups: dict[str, list[str]] = {}
+    for d in differ:
+        kind = "whole-number buffers" if d.get("whole") else ("buffers" if d["kind"] == "buffer" else "parameters")
+        groups.setdefault(kind, []).append(d["name"])
+    parts = [f"{len(names)} {kind if len(names) > 1 else kind[:-1]} ({_examples(names)})" for kind, names in
+             groups.items()]
+    return "the state at the end differs: " + ", ".join(parts)
+
+
+def causes(run: Any, state: dict[str, Any] | None, applied: list[str], measured: dict[str, bool],
+           found: list[dict[str, Any]], gradients: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str | None]:
+    """(the causes, headline first; a note naming the harmless hazards, or None)."""
+    backend = run.backend
+    differ = (state or {}).get("differ", [])
+    buffers = _buffer_causes([d for d in differ if d["kind"] == "buffer"], backend, applied, measured)
+    inputs = [{**h, "kind": "input ORT did not re-export for"} for h in run.meta.get("ignored_inputs") or []]
+    frozen = measured["losses"] or any(d["kind"] == "parameter" for d in differ)
+    pointed, harmless = [], []
+    for h in run.meta.get("hazards") or []:
+        benign = h.get("in_torch") or h["kind"].startswith("in-place update")
+        (pointed if frozen and not benign else harmless).append(h)
+    checked = [c for c in found if c.get("kind") != "localized" and not (
+        buffers and (c.get("blocker") or {}).get("kind") == "buffer update")]
+    located = [c for c in found if c.get("kind") == "localized"]
+    ranked = (inputs + checked + buffers + _hazard_causes(pointed)) if measured["losses"] else (
+        checked + buffers + inputs + _hazard_causes(pointed))
+    out = ranked + located
+    if not (measured["losses"] or measured["gradients"] or measured["state"]):
+        out, harmless = [], harmless + pointed
+    return out, _harmless_note(harmless)
+
+
+def _buffer_causes(rows: list[dict[str, Any]], backend: str, applied: list[str], measured: dict[str, bool]
+                   ) -> list[dict[str, Any]]:
+    """One cause for BatchNorm's running statistics, one per module type for other buffers."""
+    who = LABELS.get(backend, backend)
+    weights_same = not measured["gradients"] and not measured["losses"]
+    fix = backend == "ortmodule" and BUFFER_FIX not in applied
+    out = []
+    norm = [r for r in rows if r["name"].rpartition(".")[2] in BATCH_NORM]
+    if norm:
+        modules = list(dict.fromkeys(r["name"].rpartition(".")[0] for r in norm))
+        types = sorted({r.get("module_type") or "BatchNorm" for r in norm})
+        counted = [r for r in norm if r["name"].endswith("num_batches_tracked")]
+        what = ("counts " + _count(sum(r["ortmodule_sum"] for r in counted) / len(counted)) + " where PyTorch counts "
+                + _count(sum(r["pytorch_sum"] for r in counted) / len(counted)) + " and ") if counted else ""
+        stats = [r["name"].rpartition(".")[2].removeprefix("running_") for r in norm
+                 if not r["name"].endswith("num_batches_tracked")]
+        updates = (f"updates the running {' and '.join(dict.fromkeys(sorted(stats)))} differently" if stats
+                   else "updates the running statistics the same")
+        text = (f"BatchNorm running statistics in {len(modules)} {'/'.join(types)} "
+                f"module{'s' if len(modules) > 1 else ''} ({_examples(modules)}): {who} {what}{updates}")
+        if weights_same:
+            text += "; weights train the same"
+        text += f"; fix: {BUFFER_FIX}" if fix else (f" although {BUFFER_FIX} is applied" if BUFFER_FIX in applied
+                                                    else "")
+        out.append({"kind": "buffer", "names": [r["name"] for r in norm], "modules": modules, "text": text,
+                    **({"fixes": [BUFFER_FIX]} if fix else {})})
+    others: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r not in norm:
+            others.setdefault(r.get("module_type") or "", []).append(r)
+    for module_type, group in others.items():
+        modules = list(dict.fromkeys(r["name"].rpartition(".")[0] or "(root)" for r in group))
+        kind = f" {module_type}" if module_type else ""
+        sums = "; ".join(f"`{r['name']}` sums to {r['pytorch_sum']:.6g} on PyTorch, {r['ortmodule_sum']:.6g} on "
+                         f"{who}" for r in group[:SHOWN])
+        text = (f"buffers that forward mutates differ in {len(modules)}{kind} module{'s' if len(modules) > 1 else ''}"
+                f": {sums}" + (f" and {len(group) - SHOWN} more" if len(group) > SHOWN else ""))
+        text += f"; fix: {BUFFER_FIX}" if fix else (f" although {BUFFER_FIX} is applied" if BUFFER_FIX in applied
+                                                    else "")
+        out.append({"kind": "buffer", "names": [r["name"] for r in group], "modules": modules, "text": text,
+                    **({"fixes": [BUFFER_FIX]} if fix else {})})
+    return out
+
+
+def _hazard_causes(hazards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One cause per hazard kind and line (the place the user rewrites), with its advice."""
+    out = []
+    for (kind, _), group in _grouped(hazards, lambda h: (h["kind"], _place(h))).items():
+        h = group[0]
+        where = _place(h) + (f" (module {h['module']})" if h.get("module") else "")
+        step = f" at step {h['step']}" if h.get("step") is not None else ""
+        out.append({**h, "kind": "export hazard", "hazard": kind,
+                    "text": f"export hazard at {where}{step}: {kind}; {h['advice']}"})
+    return out
+
+
+def _harmless_note(hazards: list[dict[str, Any]]) -> str | None:
+    if not hazards:
+        return None
+    parts = []
+    for (kind, module_type), group in _grouped(hazards, lambda h: (h["kind"], h.get("module_type") or "")).items():
+        places = list(dict.fromkeys(_place(h) for h in group))
+        modules = list(dict.fromkeys(h.get("module") for h in group if h.get("module")))
+        inside = " (torch's own check)" if all(h.get("in_torch") for h in group) else ""
+        count = (f" in {len(modules)} {module_type or 'model'} module{'s' if len(modules) > 1 else ''}"
+                 if modules else "")
+        parts.append(f"{kind}{count}{inside} at {_examples(places)}")
+    return "export hazards seen, harmless in this burst: " + "; ".join(parts)
+
+
+def _grouped(items: list[dict[str, Any]], key: Any) -> dict[Any, list[dict[str, Any]]]:
+    out: dict[Any, list[dict[str, Any]]] = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return out
+
+
+def _place(h: dict[str, Any]) -> str:
+    return f"{h['file']}:{h['line']}" if h.get("file") else (f"module {h['module']}" if h.get("module") else "?")
+
+
+def _examples(names: list[str]) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:SHOWN])
+    return ("e.g. " if len(names) > SHOWN else "") + shown
+
+
+def _count(value: float) -> str:
+    n = f"{value:.3g}"
+    return f"{n} batch" if n == "1" else f"{n} batches"

@@ -1,0 +1,139 @@
+"""How a verdict is reached for two runs of one session (burst, Session.compare, the Lab, bisect share it): the
+evidence gathered in the session's worker (the first step's gradients; in parity mode, unless the fast path says
+the runs are allclose, the same burst in float64 PyTorch), judged (ortlab.verdict.judge), and on a divergence its
+causes named: what `ortlab check` finds (ORTModule), else where activation statistics first differ.
+
+The session is only a transport here: `_burst` (a burst not kept among its runs), `check`, and
+`_evidence_request` (one gradient-check request to its worker or its in-process engine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the parameters times (1 + this)
+
+
+def judge(session: Any, pytorch: Any, other: Any) -> Any:
+    """The Verdict on `other` (ORTModule, torch.compile) against `pytorch`, both runs of `session` from the same
+    snapshot, written to the other run's folder (verdict.json); the evidence runs are not added to its runs."""
+    from ortlab.engine.config import BurstConfig
+    from ortlab.verdict.judge import NOT_JUDGED, Verdict
+    from ortlab.verdict.judge import judge as decide
+
+    if pytorch.status != "ok" or other.status != "ok":
+        return _written(decide(pytorch, other), other)
+    pt_config = BurstConfig.from_dict(pytorch.meta["config"])
+    config = BurstConfig.from_dict(other.meta["config"])
+    fixes = tuple((other.meta.get("fixes") or {}).get("applied") or ())
+    burst = config.parity and not _allclose(pytorch, other)
+    evidence = gradient_evidence(session, config, fixes, burst)
+    float64 = evidence.pop("float64", None)
+    noise = None
+    if burst and (float64 is None or float64.get("error")):  # today's evidence: a PyTorch pair from a perturbed start
+        noise = session._burst(replace(pt_config, perturb=NOISE_PERTURBATION, name="pytorch-noise", collect={}))
+        if noise.status != "ok":
+            return _written(Verdict(NOT_JUDGED, f"not judged: the noise burst ended {noise.status}"), other)
+    verdict = decide(pytorch, other, evidence, noise, float64=float64)
+    if verdict.diverged:  # name the causes: what check finds (not needed for buffers alone), else where statistics
+        # first differ
+        explained = not (verdict.losses or {}).get("diverged") and evidence.get("agree", True)
+        found = check_causes(session, config.options, fixes) if config.backend == "ortmodule" and not explained \
+            else []
+        if not verdict.causes and not found:
+            found.append(localize(session, pt_config, config))
+        if found:
+            verdict = decide(pytorch, other, evidence, noise, found, float64)
+    return _written(verdict, other)
+
+
+def gradient_check(session: Any, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0
+                   ) -> dict[str, Any]:
+    """The first batch's gradients on PyTorch and on a fresh ORTModule with these options and fixes (judged against
+    float64 where they are not allclose): the evidence bisect judges a toggled option by."""
+    from ortlab.compat.registry import parse
+    from ortlab.engine.config import BurstConfig
+
+    config = BurstConfig(backend="ortmodule", steps=1, options=session.shell_options.overlaid(options),
+                         parity=parity, seed=seed, fixes=parse(fixes))
+    return gradient_evidence(session, config, tuple(config.fixes))
+
+
+def gradient_evidence(session: Any, config: Any, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
+    """The gradient check for `config`'s backend (and with `burst`, the float64 burst) from the session's engine; a
+    failure is a skipped check with its reason, never a lost verdict."""
+    try:
+        if config.distributed:  # one process: the model as a rank would start it
+            config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer="adamw",
+                             save_checkpoint=False, sampler=None)
+        return session._evidence_request(config, fixes, burst)
+    except Exception as e:
+        from ortlab.compat.errors import root_message
+
+        return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
+
+
+def check_causes(session: Any, options: Any, applied: tuple[str, ...]) -> list[dict[str, Any]]:
+    """What `check` finds that the applied fixes did not remove, as causes (with the fixes that remove them)."""
+    try:
+        report = session.check("auto", options)
+    except Exception as e:  # a cause not named is no reason to lose the verdict
+        from ortlab.compat.errors import root_message
+
+        return [{"kind": "check", "text": f"ortlab check could not run: {root_message(e)}"}]
+    found = [b for b in report.blockers if not set(b.fixes) & set(applied)]
+    if not found:
+        return []
+    new = [f for f in report.fixes if f not in applied]
+    return [{"kind": "check", "text": f"ortlab check: {b.line()}", "blocker": b.to_dict()} for b in found] + (
+        [{"kind": "fix", "text": f"fixes {', '.join(new)} remove this: burst with fixes=\"auto\" (--fix auto)",
+          "fixes": new}] if new else [])
+
+
+def localize(session: Any, pt_config: Any, config: Any) -> dict[str, Any]:
+    """One step with activation statistics on both backends, and the first divergence between them."""
+    from ortlab.activations import compare
+
+    stats = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1, "node_rank": 0,
+             "rdzv_endpoint": None, "save_checkpoint": False}
+    pt = session._burst(replace(pt_config, name="localize-pytorch", **stats))
+    other = session._burst(replace(config, name=f"localize-{config.backend}", **stats))
+    if not (pt.ok and other.ok):
+        return {"kind": "localized", "text": f"could not localize: the statistics bursts ended {pt.status} and "
+                                             f"{other.status}"}
+    first = compare(pt, other).first
+    if first is None:
+        return {"kind": "localized", "text": "one step's statistics agree on both backends: the difference "
+                "builds up over steps", "runs": [pt.path.name, other.path.name]}
+    return {"kind": "localized", "text": f"first divergence (activation statistics, one step): {first}",
+            "step": first.step, "tensor": first.name, "runs": [pt.path.name, other.path.name]}
+
+
+def _allclose(pytorch: Any, other: Any) -> bool:
+    """The fast path: the two runs' losses and end states equal up to rounding of the last bits (no float64 burst
+    is needed to judge them)."""
+    from ortlab.verdict import state
+    from ortlab.verdict.exact import close_numbers
+
+    pt, ot = pytorch.losses, other.losses
+    if not pt or len(pt) != len(ot) or not close_numbers(ot, pt):
+        return False
+    a, b = state.read(pytorch.path), state.read(other.path)
+    for name, entry in (a or {}).items():
+        if name not in (b or {}):
+            continue
+        if state.whole(entry):
+            if state.distance(entry, b[name]) > 0:
+                return False
+        elif not close_numbers(state.vector(b[name]), state.vector(entry)):
+            return False
+    return True
+
+
+def _written(verdict: Any, run: Any) -> Any:
+    from ortlab.run import write_json
+    from ortlab.verdict.judge import FILE
+
+    write_json(run.path / FILE, verdict.to_dict())
+    return verdict
