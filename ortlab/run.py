@@ -274,7 +274,11 @@ class Run:
             out["hazards"] = len(self.meta["hazards"])
         verdict = self.read_json("verdict.json")
         if verdict:  # an ORTModule run judged against its PyTorch run (ortlab.verdict)
+            from ortlab.verdict.judge import evidence
+
             out["verdict"] = verdict.get("status")
+            if evidence(verdict):
+                out["verdict_evidence"] = evidence(verdict)
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:
                 out[key] = self.meta[key]

@@ -65,8 +65,8 @@ def _buffer_causes(rows: list[dict[str, Any]], backend: str, applied: list[str],
         counted = [r for r in norm if r["name"].endswith("num_batches_tracked")]
         what = ("counts " + _count(sum(r["ortmodule_sum"] for r in counted) / len(counted)) + " where PyTorch counts "
                 + _count(sum(r["pytorch_sum"] for r in counted) / len(counted)) + " and ") if counted else ""
-        stats = [r["name"].rpartition(".")[2].removeprefix("running_") for r in norm
-                 if not r["name"].endswith("num_batches_tracked")]
+        stats = [{"mean": "mean", "var": "variance"}[r["name"].rpartition(".")[2].removeprefix("running_")]
+                 for r in norm if not r["name"].endswith("num_batches_tracked")]
         updates = (f"updates the running {' and '.join(dict.fromkeys(sorted(stats)))} differently" if stats
                    else "updates the running statistics the same")
         text = (f"BatchNorm running statistics in {len(modules)} {'/'.join(types)} "
@@ -100,7 +100,7 @@ def _hazard_causes(hazards: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (kind, _), group in _grouped(hazards, lambda h: (h["kind"], _place(h))).items():
         h = group[0]
-        where = _place(h) + (f" (module {h['module']})" if h.get("module") else "")
+        where = (_place(h) or "the export") + (f" (module {h['module']})" if h.get("file") and h.get("module") else "")
         step = f" at step {h['step']}" if h.get("step") is not None else ""
         out.append({**h, "kind": "export hazard", "hazard": kind,
                     "text": f"export hazard at {where}{step}: {kind}; {h['advice']}"})
@@ -112,12 +112,12 @@ def _harmless_note(hazards: list[dict[str, Any]]) -> str | None:
         return None
     parts = []
     for (kind, module_type), group in _grouped(hazards, lambda h: (h["kind"], h.get("module_type") or "")).items():
-        places = list(dict.fromkeys(_place(h) for h in group))
+        places = list(dict.fromkeys(p for h in group if (p := _place(h)) is not None))
         modules = list(dict.fromkeys(h.get("module") for h in group if h.get("module")))
         inside = " (torch's own check)" if all(h.get("in_torch") for h in group) else ""
         count = (f" in {len(modules)} {module_type or 'model'} module{'s' if len(modules) > 1 else ''}"
                  if modules else "")
-        parts.append(f"{kind}{count}{inside} at {_examples(places)}")
+        parts.append(f"{kind}{count}{inside}" + (f" at {_examples(places)}" if places else ""))
     return "export hazards seen, harmless in this burst: " + "; ".join(parts)
 
 
@@ -128,8 +128,8 @@ def _grouped(items: list[dict[str, Any]], key: Any) -> dict[Any, list[dict[str, 
     return out
 
 
-def _place(h: dict[str, Any]) -> str:
-    return f"{h['file']}:{h['line']}" if h.get("file") else (f"module {h['module']}" if h.get("module") else "?")
+def _place(h: dict[str, Any]) -> str | None:
+    return f"{h['file']}:{h['line']}" if h.get("file") else (f"module {h['module']}" if h.get("module") else None)
 
 
 def _examples(names: list[str]) -> str:

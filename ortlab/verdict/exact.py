@@ -84,7 +84,8 @@ def times(distance: float, noise: float) -> str:
 
 
 def percent(distance: float, norm: float) -> str:
-    """`distance` as a percentage of `norm` ("3.1%", "0.0042%")."""
+    """`distance` as a percentage of `norm` ("110%", "3.1%", "4.2e-05%")."""
     if norm <= 0 or not math.isfinite(distance):
         return f"{distance:.3g}" if math.isfinite(distance) else "not finite"
-    return f"{100 * distance / norm:.2g}%"
+    share = 100 * distance / norm
+    return f"{share:.0f}%" if share >= 10 else f"{share:.2g}%" if share >= 0.01 else f"{share:.1e}%"

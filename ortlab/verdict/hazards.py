@@ -92,20 +92,25 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
         yield
 
 
-# torch's, ORT's and ortlab's own files (ortlab's demo models are a user's code); a hazard is never located there
-_LIBRARY = re.compile(r"/(torch|onnxruntime)/|/ortlab/(?!demo/)")
-_TORCH = re.compile(r"/torch/")
+# Walking out from where torch warned: torch's frames and ortlab's that run inside the model's forward (its fixes,
+# its statistics taps) are skipped; ORT's and the rest of ortlab's (the engine, check) are the caller of the model,
+# past which no line of the model's code is (ortlab's demo models are a user's code).
+_SKIP = re.compile(r"/torch/|/ortlab/(compat/fixes|activations)/")
+_STOP = re.compile(r"/onnxruntime/|/ortlab/(?!demo/)")
+_LIBRARY = re.compile(f"{_SKIP.pattern}|{_STOP.pattern}")
+_TORCH = re.compile(r"/torch/nn/")  # torch.nn's own modules and functions (F.batch_norm's batch-size check)
 
 
 def _caller() -> tuple[str | None, int | None]:
-    """The innermost frame on the stack outside torch, ORT and ortlab (the user's line that made torch warn);
-    (None, None) when there is none (the module then names the place)."""
+    """The innermost frame of the model's code on the stack (the user's line that made torch warn); (None, None)
+    when there is none (a warning after the trace: the module then names the place)."""
     frame = sys._getframe(2)
     while frame is not None:
-        name = frame.f_code.co_filename
-        if name != warnings.__file__ and not _LIBRARY.search(name.replace("\\", "/")):
-            return name, frame.f_lineno
-        frame = frame.f_back
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if name == warnings.__file__ or _SKIP.search(name):
+            frame = frame.f_back
+            continue
+        return (None, None) if _STOP.search(name) else (frame.f_code.co_filename, frame.f_lineno)
     return None, None
 
 

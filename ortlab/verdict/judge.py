@@ -123,6 +123,28 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     return Verdict(AGREE, "agree" + _agree_detail(grads, losses), grads, losses, state, [], notes)
 
 
+def evidence(verdict: dict[str, Any]) -> str | None:
+    """A verdict's numbers in one line (`ortlab runs`): the worst gradient's and the loss curve's distances to float64,
+    the other backend's and PyTorch fp32's, and the factor allowed between them."""
+    parts = []
+    grads = verdict.get("gradients") or {}
+    worst = (grads.get("worst") or [{}])[0]
+    if worst.get("to_float64") is not None:
+        parts.append(f"grad {worst['parameter']}: {worst['to_float64']:.2g} vs PyTorch "
+                     f"{worst['pytorch_to_float64']:.2g} from fp64")
+    elif grads.get("judged_by"):
+        parts.append(f"gradients {grads['judged_by']}")
+    losses = verdict.get("losses") or {}
+    if losses.get("judged_by") == "float64":
+        parts.append(f"loss: {losses['to_float64']:.2g} vs PyTorch {losses['pytorch_to_float64']:.2g} from fp64")
+    elif losses.get("judged_by"):
+        parts.append(f"loss {losses['judged_by']}")
+    factor = grads.get("factor") or losses.get("factor")
+    if parts and factor:
+        parts.append(f"factor {factor:g}")
+    return "; ".join(parts) or None
+
+
 def _agree_detail(grads: dict[str, Any] | None, losses: dict[str, Any]) -> str:
     """The closest call, in the headline of an agreement."""
     from ortlab.verdict.exact import times

@@ -14,6 +14,7 @@ from pathlib import Path
 import ipywidgets as W
 
 from ortlab.options import Options
+from ortlab.widgets.images import figure_area
 
 PLOT_INTERVAL_S = 0.5
 
@@ -121,6 +122,7 @@ class BurstPanel(W.VBox):
         self.status = W.HTML()
         self.plot = W.Image(format="png", layout=W.Layout(width="600px", display="none"))  # shown from the first step
         self.results = W.HTML()
+        self.distances = figure_area("700px")  # the verdict's evidence: each backend's distance to float64
         self.transitions = W.HTML()
         self.run_button.on_click(lambda _: self.run())
         self.check_button.on_click(lambda _: self.check())
@@ -135,9 +137,9 @@ class BurstPanel(W.VBox):
             W.HBox([self.optimizer, self.precision, self.nproc]),
             W.HBox([self.record_stats, self.save_graphs, self.account_memory, self.profile_time]),
             W.HBox([self.fixes, self.check_button]),
-            self.check_result, W.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.plot,
-            W.HTML("<b>Results</b>"), self.results, W.HTML("<b>Why ORTModule exported (transitions)</b>"),
-            self.transitions])
+            self.check_result, W.HBox([self.run_button, self.stop_button, self.progress]), self.status,
+            self.plot, self.distances, W.HTML("<b>Results</b>"), self.results,
+            W.HTML("<b>Why ORTModule exported (transitions)</b>"), self.transitions])
 
     @property
     def running(self) -> bool:
@@ -218,10 +220,11 @@ class BurstPanel(W.VBox):
                     break
             self.last_verdicts = {}
             if len(runs) > 1 and runs[0].backend == "pytorch":  # each other backend judged against PyTorch
-                self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, noise pair...</i>"
+                self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, float64...</i>"
                 self.last_verdicts = {r.backend: self.session.judge(runs[0], r) for r in runs[1:]
                                       if r.status not in ("interrupted", "stopped")}
             self.status.value = self._summary(runs, self.last_verdicts)
+            self._show_distances()
         except Exception as e:  # shown in the panel, never printed over the notebook
             first_line = f"{type(e).__name__}: {e}".splitlines()[0]
             self.status.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
@@ -265,6 +268,16 @@ class BurstPanel(W.VBox):
             else:
                 curves[label] = values
         self._curves = curves
+
+    def _show_distances(self) -> None:
+        """The last verdict's gradients against float64, per parameter (nothing when they were not judged so)."""
+        from ortlab.plots import figure_png
+        from ortlab.verdict.figures import distances_figure
+        from ortlab.verdict.judge import LABELS
+
+        figures = [distances_figure(v, LABELS.get(b, b)) for b, v in self.last_verdicts.items()]
+        figure = next((f for f in figures if f is not None), None)
+        self.distances.value = figure_png(figure) if figure is not None else b""
 
     @property
     def last_verdict(self):
