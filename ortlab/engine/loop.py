@@ -114,6 +114,13 @@ class Engine:
         from ortlab.verdict import reference
         from ortlab.verdict.gradients import first_step
 
+        reference_run, first64, error = None, True, None
+        if burst:  # first: its first step's float64 gradients serve the check too
+            try:
+                reference_run, first64 = reference.burst(self.workload, self._feed(cfg), self.initial, cfg.optimizer,
+                                                         cfg.lr, cfg.steps, cfg.seed)
+            except reference.NoFloat64 as e:
+                error = str(e)
         self.initial.restore(self.model)
         batch = self.feed.batch(0)
         if cfg.backend == "compile":
@@ -123,16 +130,10 @@ class Engine:
             runner = reuse = self.wrapper.parity_wrap(cfg.effective_options(), fixes, batch[0]) if cfg.parity \
                 else None
         with cfg.effective_options().applied():
-            check = first_step(self.workload, fixes, cfg.seed, runner=runner, batch=batch)
+            check = first_step(self.workload, fixes, cfg.seed, runner=runner, batch=batch, exact=first64 or True)
         out = {**check.to_dict(), "exported": cfg.backend == "ortmodule" and reuse is None}
         if burst:
-            try:
-                out["float64"] = reference.burst(self.workload, self._feed(cfg), self.initial, cfg.optimizer, cfg.lr,
-                                                 cfg.steps, cfg.seed)
-            except reference.NoFloat64 as e:
-                out["float64"] = {"error": str(e)}
-            finally:
-                self.initial.restore(self.model)
+            out["float64"] = reference_run if error is None else {"error": error}
         return out
 
     def check_import_options(self, options: Options) -> None:

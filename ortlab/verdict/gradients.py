@@ -214,12 +214,13 @@ def kept(model: Any) -> Iterator[None]:
 
 def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int = 0, tolerance: float = AGREE,
                log: Path | None = None, runner: Any = None, batch: tuple[Any, Any] | None = None,
-               exact: bool = True) -> GradientCheck:
+               exact: bool | Step = True) -> GradientCheck:
     """The first batch's gradients on PyTorch (the model as written) and on the other backend (with `fixes`
     applied), every dropout off, the same seeds, ORT's compute optimizer off (parity mode). `runner`: the other
     backend's module over the model (an ORTModule exported in parity mode, a compiled module); None: a fresh
     ORTModule (one export). `batch`: the inputs and target (default: the workload's batch 0). `exact`: where the
-    two are not allclose, one float64 PyTorch step judges them (ortlab.verdict.exact)."""
+    two are not allclose, one float64 PyTorch step judges them (ortlab.verdict.exact); a Step: that float64 step,
+    already taken (a float64 burst's first)."""
     from ortlab.capture import captured_output
     from ortlab.compat import registry
     from ortlab.engine.parity import parity
@@ -243,6 +244,8 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
             return fast
         from ortlab.verdict import reference
 
+        if isinstance(exact, Step):
+            return compare(pt, ort, tolerance, list(fixes), exact)
         try:  # a copy of the model: the original is untouched
             exact_step = reference.step(workload, inputs, target, seed)
         except reference.NoFloat64 as e:

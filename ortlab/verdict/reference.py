@@ -60,9 +60,12 @@ def step(workload: Any, inputs: Any, target: Any, seed: int = 0) -> Any:
 
 
 def burst(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, steps: int, seed: int = 0
-          ) -> dict[str, Any]:
+          ) -> tuple[dict[str, Any], Any]:
     """The burst's steps on a float64 copy of the model from the initial snapshot (its optimizer state cast),
-    every dropout off: {"losses": [...], "state": the end state's summary (ortlab.verdict.state)}."""
+    every dropout off: ({"losses": [...], "state": the end state's summary (ortlab.verdict.state)}, the first
+    step as a gradients.Step: the float64 gradients the first-step check needs, at no extra cost)."""
+    from ortlab.verdict.gradients import Step
+
     import torch
 
     from ortlab.engine.config import make_optimizer
@@ -78,19 +81,22 @@ def burst(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, ste
     if initial.optimizer is not None:
         with contextlib.suppress(ValueError, KeyError):
             opt.load_state_dict(initial.optimizer)  # floating state is cast to the parameters' dtype
-    losses = []
+    losses, first = [], None
     try:
         with parity(model, True, seed):
             for t in range(steps):
                 inputs, target = to_device(feed.batch(t), device)
                 loss = workload.loss(call_model(model, double(inputs)), double(target))
                 loss.backward()
+                if t == 0:
+                    first = Step(float(loss.detach()), {n: None if p.grad is None else p.grad.detach().clone()
+                                                        for n, p in model.named_parameters() if p.requires_grad})
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 losses.append(float(loss.detach()))
     except Exception as e:
         raise NoFloat64(f"the model does not train in float64: {type(e).__name__}: {_first_line(e)}") from e
-    return {"losses": losses, "state": state.summarize(model)}
+    return {"losses": losses, "state": state.summarize(model)}, first
 
 
 def _first_line(e: Exception) -> str:
