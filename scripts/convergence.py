@@ -58,9 +58,11 @@ def run_one(factory: str, fixes: str, out: str | None = None) -> dict:
     except ValueError:
         return {"model": factory, "fixes": fixes, "exit": done.returncode, "status": "failed",
                 "error": done.stderr.strip().splitlines()[-1:] or ["no output"]}
-    verdict = json.loads((Path(result["ortmodule"]["path"]) / "verdict.json").read_text())
-    return {"model": factory, "name": result["ortmodule"].get("model") or factory, "fixes": fixes,
-            "applied": (result["ortmodule"].get("fixes") or {}).get("applied") or [], "exit": done.returncode,
+    run = Path(result["ortmodule"]["path"])
+    verdict = json.loads((run / "verdict.json").read_text())
+    meta = json.loads((run / "meta.json").read_text())
+    return {"model": factory, "name": meta["model"].get("name") or factory, "fixes": fixes,
+            "applied": (meta.get("fixes") or {}).get("applied") or [], "exit": done.returncode,
             "status": verdict["status"], "evidence": evidence(verdict), "headline": verdict["headline"],
             "causes": [c["text"] for c in verdict["causes"]]}
 

@@ -183,7 +183,7 @@ def test_recorded_loops_are_judged_too(tmp_path):
                 rec.step(loss=loss)
         runs.append(ortlab.load_run(rec.path))
     verdict = ortlab.judge(*runs)
-    assert verdict.status == "diverged" and "buffer seen" in verdict.headline
+    assert verdict.status == "diverged" and "whole-number buffer (`seen`)" in verdict.headline, str(verdict)
     assert "first-step gradients not compared" in verdict.notes
 
 

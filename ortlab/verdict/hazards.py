@@ -9,6 +9,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 # The start of a TracerWarning's message -> what it means for the graph
@@ -77,8 +78,8 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, TracerWarning) or str(message).startswith(_OTHER):
-            in_torch = bool(_TORCH.search(filename.replace("\\", "/")))
-            if _LIBRARY.search(filename.replace("\\", "/")):  # warned inside a library: the user's line called it
+            in_torch = bool(_TORCH_NN.search(filename.replace("\\", "/")))
+            if frame_kind(filename) != "user":  # warned inside a library: the user's line called it
                 filename, lineno = _caller()
             name, module_type = _module(names)
             found.append(record(str(message), filename, lineno, name, step, module_type, in_torch))
@@ -93,12 +94,22 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
 
 
 # Walking out from where torch warned: torch's frames and ortlab's that run inside the model's forward (its fixes,
-# its statistics taps) are skipped; ORT's and the rest of ortlab's (the engine, check) are the caller of the model,
-# past which no line of the model's code is (ortlab's demo models are a user's code).
-_SKIP = re.compile(r"/torch/|/ortlab/(compat/fixes|activations)/")
-_STOP = re.compile(r"/onnxruntime/|/ortlab/(?!demo/)")
-_LIBRARY = re.compile(f"{_SKIP.pattern}|{_STOP.pattern}")
-_TORCH = re.compile(r"/torch/nn/")  # torch.nn's own modules and functions (F.batch_norm's batch-size check)
+# its statistics taps) are skipped; ORT's and the rest of ortlab's (the engine, check) are the model's caller, past
+# which no line of the model's code is. ortlab's own files are known by its folder (a path such as
+# ~/.cache/ortlab/env-*/site-packages/torchvision is a user's library); its demo models are a user's code.
+_OWN = str(Path(__file__).resolve().parents[1]) + "/"
+_INSIDE = (f"{_OWN}compat/fixes/", f"{_OWN}activations/")
+_TORCH_NN = re.compile(r"/torch/nn/")  # torch.nn's own modules and functions (F.batch_norm's batch-size check)
+
+
+def frame_kind(filename: str) -> str:
+    """"skip" (torch, ortlab inside the model), "stop" (ORT, ortlab around the model) or "user"."""
+    name = (filename if Path(filename).is_absolute() else str(Path(filename).absolute())).replace("\\", "/")
+    if "/torch/" in name or name.startswith(_INSIDE):
+        return "skip"
+    if "/onnxruntime/" in name or (name.startswith(_OWN) and not name.startswith(f"{_OWN}demo/")):
+        return "stop"
+    return "user"
 
 
 def _caller() -> tuple[str | None, int | None]:
@@ -106,11 +117,12 @@ def _caller() -> tuple[str | None, int | None]:
     when there is none (a warning after the trace: the module then names the place)."""
     frame = sys._getframe(2)
     while frame is not None:
-        name = frame.f_code.co_filename.replace("\\", "/")
-        if name == warnings.__file__ or _SKIP.search(name):
-            frame = frame.f_back
-            continue
-        return (None, None) if _STOP.search(name) else (frame.f_code.co_filename, frame.f_lineno)
+        kind = "skip" if frame.f_code.co_filename == warnings.__file__ else frame_kind(frame.f_code.co_filename)
+        if kind == "user":
+            return frame.f_code.co_filename, frame.f_lineno
+        if kind == "stop":
+            return None, None
+        frame = frame.f_back
     return None, None
 
 

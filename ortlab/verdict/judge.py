@@ -98,6 +98,9 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
                                   exact["state"] if exact else None)
         state = {"differ": differ[:20], "count": len(differ), "floats_judged": noise is not None or exact is not None,
                  "judged_by": "float64" if exact else ("noise pair" if noise is not None else "whole numbers only")}
+        if exact:  # per kind, both backends' distances to float64 together (relative, per tensor)
+            state["float64"] = {kind: {k: v for k, v in group.items() if k != "rows"}
+                                for kind, group in states.judged(pt_state, ort_state, exact["state"]).items()}
         if differ:
             evidence.append(cs.state_text(differ))
     applied = list((ortmodule.meta.get("fixes") or {}).get("applied") or [])

@@ -64,13 +64,12 @@ def burst(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, ste
     """The burst's steps on a float64 copy of the model from the initial snapshot (its optimizer state cast),
     every dropout off: ({"losses": [...], "state": the end state's summary (ortlab.verdict.state)}, the first
     step as a gradients.Step: the float64 gradients the first-step check needs, at no extra cost)."""
-    from ortlab.verdict.gradients import Step
-
     import torch
 
     from ortlab.engine.config import make_optimizer
     from ortlab.engine.parity import parity
     from ortlab.verdict import state
+    from ortlab.verdict.gradients import Step
     from ortlab.workload import call_model, to_device
 
     initial.restore(workload.model)
