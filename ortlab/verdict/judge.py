@@ -24,7 +24,6 @@ AGREE, DIVERGED, NOT_JUDGED = "agree", "diverged", "not judged"
 LOSS_NOISE_FACTOR = 10.0  # without float64: the loss may be this many times further from PyTorch's than the noise pair
 LOSS_FLOOR = 1e-5  # ... plus this much, relative to the loss
 LABELS = {"ortmodule": "ORT", "compile": "torch.compile"}  # whose gradient, in the headline
-GRAPHS = {"ortmodule": "ORT's graph", "compile": "torch.compile's graph"}
 
 
 @dataclass
