@@ -176,3 +176,21 @@ def test_hazards_are_never_located_in_ortlabs_own_files():
     assert frame_kind("/site/torch/nn/functional.py") == "skip"
     assert frame_kind("/site/onnxruntime/training/ortmodule/_io.py") == "stop"
     assert frame_kind("/root/.cache/ortlab/env-1/side-2/torchvision/models/resnet.py") == "user"
+
+
+def test_the_lab_plots_each_parameters_distance_to_float64_with_the_flagged_ones_marked():
+    from ortlab.options import Options
+    from ortlab.verdict.figures import distances_figure
+    from ortlab.verdict.judge import Verdict
+    from ortlab.widgets.burst_panel import BurstPanel
+
+    pt, ort, truth = _steps({"a.weight": 0.1})
+    verdict = Verdict("diverged", "DIVERGED: ...", compare(pt, ort, exact=truth).to_dict())
+    figure = distances_figure(verdict)
+    labels = [t.get_text() for t in figure.axes[0].texts]
+    assert labels == ["a.weight"] and "diverged (1)" in [t.get_text() for t in figure.axes[0].get_legend().texts][-1]
+    assert distances_figure(Verdict("agree", "agree", {"judged_by": "allclose", "worst": []})) is None
+    panel = BurstPanel(None, Options)
+    panel.last_verdicts = {"ortmodule": verdict}
+    panel._show_distances()
+    assert panel.distances.value[:4] == b"\x89PNG" and panel.distances.layout.display is None
