@@ -27,6 +27,9 @@ from typing import Any
 LOCALIZED = "localized"  # the key of a run's verdict.json that holds its Localization (ortlab.verdict.repro)
 INPUT = "<input>"  # the name of a module's input's gradient among its parameters' (a module has no such parameter)
 REPRODUCES, AGREES, SKIPPED = "reproduces", "does not reproduce", "skipped"
+# A parameter whose ORT gradient is this many times further from float64 than allowed points at its module (one
+# just beyond the allowance can be rounding that a different forward order carried: EfficientNet-B0's classifier)
+SUSPECT = 2.0
 
 
 @dataclass
@@ -106,9 +109,11 @@ def worst_text(worst: dict[str, Any] | None) -> str:
         return f"ORT's gradient of {what} is not finite"
     if worst["pytorch"] == 0:
         return f"ORT's gradient of {what} is {worst['ort']:.2g} from float64, where PyTorch's is exact"
-    factor = worst["factor"]
-    times = f"{factor:.0f}x" if factor >= 10 else f"{factor:.2g}x"
-    return f"ORT's gradient of {what} is {times} further from float64 than PyTorch's"
+    factor, relative = worst["factor"], worst["ort"] / worst["norm"] if worst.get("norm") else None
+    times = f"{factor:.2g}x" if factor < 10 or factor >= 1e4 else f"{factor:.0f}x"
+    error = ("" if relative is None else f" (an error of {100 * relative:.2g}% of its norm)" if relative < 10
+             else f" (an error of {relative:.2g} times its norm)")
+    return f"ORT's gradient of {what} is {times} further from float64 than PyTorch's{error}"
 
 
 def short_path(file: str | None) -> str:
@@ -142,6 +147,7 @@ class _Pass:
     grads: dict[str, Any]
     inputs: dict[str, Any]
     order: list[str]
+    in_place: set[str] = field(default_factory=set)
 
 
 def localize(workload: Any, batch: tuple[Any, Any], fixes: tuple[str, ...] | list[str] = (), seed: int = 0,
@@ -236,7 +242,7 @@ class _Search:
             loss.backward()
             grads = {n: None if p.grad is None else p.grad.detach().clone()
                      for n, p in model.named_parameters() if p.requires_grad}
-        return _Pass(grads, dict(tap.grads), list(tap.order))
+        return _Pass(grads, dict(tap.grads), list(tap.order), tap.in_place)
 
     # -- one module on ORTModule
 
@@ -247,8 +253,8 @@ class _Search:
         names = [f"{path}.{n}" if path else n for n, p in module.named_parameters() if p.requires_grad]
         has_input = path in fp32.inputs and fp32.inputs[path] is not None
         if not names and not has_input:
-            return self._record(Tried(path, cls, SKIPPED, 0.0, "nothing to judge: no trained parameter and no "
-                                                                 "input gradient"))
+            why = "it changes its input in place" if path in fp32.in_place else "no input gradient"
+            return self._record(Tried(path, cls, SKIPPED, 0.0, f"nothing to judge: no trained parameter, {why}"))
         started = time.perf_counter()
         try:
             ort = self._ort_pass(path)
@@ -309,12 +315,12 @@ class _Search:
             return None
         if ort is None or pytorch is None or exact is None:
             who = "ORTModule" if pytorch is None else "PyTorch"
-            return {"tensor": name, "ort": math.nan, "pytorch": math.nan, "allowed": math.nan, "factor": math.inf,
-                    "ratio": math.inf, "diverged": True, "note": f"only {who} gave it a gradient"}
+            return {"tensor": name, "ort": math.nan, "pytorch": math.nan, "allowed": math.nan, "norm": math.nan,
+                    "factor": math.inf, "ratio": math.inf, "diverged": True, "note": f"only {who} gave it a gradient"}
         j = arbiter.judge(ort, pytorch, exact, self.scale)
         diverged = j.diverged and not arbiter.close(ort, pytorch)
         ratio = j.candidate / j.allowed if j.allowed > 0 else (math.inf if j.candidate > 0 else 0.0)
-        return {"tensor": name, "ort": j.candidate, "pytorch": j.pytorch, "allowed": j.allowed,
+        return {"tensor": name, "ort": j.candidate, "pytorch": j.pytorch, "allowed": j.allowed, "norm": j.norm,
                 "factor": j.times_noise, "ratio": ratio if math.isfinite(j.candidate) else math.inf,
                 "diverged": diverged}
 
@@ -326,11 +332,12 @@ class _Search:
 
     def _order(self, path: str, children: list[str], called: list[str]) -> list[str]:
         """The children worth trying, most likely first: the last one in call order whose parameters' gradients
-        diverged in the parent's run, the ones called after it, then the rest from the last called back. A child
-        never called is not tried."""
+        clearly diverged in the parent's run (SUSPECT times what is allowed; else diverged at all), the ones
+        called after it, then the rest from the last called back. A child never called is not tried."""
         order = [c for c in called if c in children]
         prefix = f"{path}." if path else ""
-        diverged = {prefix + r["tensor"] for r in self.rows.get(path, []) if r["diverged"] and r["tensor"] != INPUT}
+        rows = [r for r in self.rows.get(path, []) if r["diverged"] and r["tensor"] != INPUT]
+        diverged = {prefix + r["tensor"] for r in rows if r["ratio"] >= SUSPECT} or {prefix + r["tensor"] for r in rows}
         suspects = [i for i, c in enumerate(order) if any(n.startswith(c + ".") for n in diverged)]
         if not suspects:
             return order[::-1]
@@ -342,6 +349,12 @@ class _Taps:
     def __init__(self):
         self.grads: dict[str, Any] = {}
         self.order: list[str] = []
+        self.aliases: dict[str, tuple[Any, int]] = {}  # each tapped input and its version when passed on
+
+    @property
+    def in_place(self) -> set[str]:
+        """The modules that changed their input in place (its gradient then cannot be told apart)."""
+        return {p for p, (alias, version) in self.aliases.items() if alias._version != version}
 
 
 @contextlib.contextmanager
@@ -366,6 +379,7 @@ def _taps(modules: dict[str, Any]) -> Iterator[_Taps]:
                     if isinstance(value, torch.Tensor) and value.is_floating_point() and value.requires_grad:
                         alias = value.view_as(value)
                         alias.register_hook(lambda g: tap.grads.__setitem__(path, g.detach().clone()))
+                        tap.aliases[path] = alias, alias._version
                         holder[k] = alias
                         return tuple(args), kwargs
             return None
