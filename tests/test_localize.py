@@ -138,7 +138,7 @@ def test_the_wrong_gradient_shrinks_to_the_se_block_and_the_model_is_left_as_it_
     seen = []
     found = localize(workload, workload.batch(0), progress=lambda n, row: seen.append((n, row.path, row.verdict)))
     assert found.found and found.path in ("blocks.0.se", "blocks.1.se"), found.text
-    assert found.cls == "ortlab_user_localize.SqueezeExcite"
+    assert found.class_name == "ortlab_user_localize.SqueezeExcite"
     assert (found.file, found.line) == (str(FACTORIES / "localize.py"), class_line("SqueezeExcite"))
     assert found.worst["diverged"] and not found.worst["ort"] <= found.worst["allowed"]  # ORT's may be NaN
     assert found.text.startswith(f"the divergence reproduces in {found.path} (ortlab_user_localize.SqueezeExcite, ")
@@ -234,7 +234,7 @@ def test_torchvision_se_divergence_shrinks_to_its_squeeze_and_excitation_block(n
 
     with Session(f"{FACTORIES / 'zoo_se.py'}:{name}", out=tmp_path) as s:
         found = s.localize(repro=tmp_path)
-    assert found.cls == "torchvision.ops.misc.SqueezeExcitation", found.text
+    assert found.class_name == "torchvision.ops.misc.SqueezeExcitation", found.text
     assert found.file.endswith("torchvision/ops/misc.py") and found.line > 0
     assert all(t.verdict != REPRODUCES for t in found.tried if t.path.startswith(found.path + "."))
     print(f"{name}: {found.text}; {len(found.tried)} modules tried, {found.exports} exports, "

@@ -12,7 +12,7 @@ def cmd_repro(args) -> int:
     from ortlab.verdict.repro import repro
 
     def progress(count, tried) -> None:
-        print(f"[{count}] {tried.path or '(the whole model)'} ({tried.cls}): {tried.verdict}"
+        print(f"[{count}] {tried.path or '(the whole model)'} ({tried.class_name}): {tried.verdict}"
               f"{f' ({tried.reason})' if tried.reason else ''}, {tried.seconds:.1f} s", file=sys.stderr, flush=True)
 
     found = repro(args.run, args.out, model=args.model, model_kwargs=model_kwargs(args) or None,

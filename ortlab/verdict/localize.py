@@ -37,13 +37,14 @@ class Tried:
     """One module tried alone: its path ("" is the whole model), class, verdict and cost."""
 
     path: str
-    cls: str
+    class_name: str
     verdict: str  # REPRODUCES, AGREES or SKIPPED
     seconds: float
     reason: str | None = None  # why it was skipped
     worst: dict[str, Any] | None = None  # its worst tensor (see `Localization.worst`)
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as plain data."""
         return asdict(self)
 
 
@@ -55,7 +56,7 @@ class Localization:
     times PyTorch's the ORT distance is; `allowed`), every module tried, and the scale the floors used."""
 
     path: str | None
-    cls: str | None = None
+    class_name: str | None = None
     file: str | None = None
     line: int | None = None
     worst: dict[str, Any] | None = None
@@ -67,6 +68,7 @@ class Localization:
 
     @property
     def found(self) -> bool:
+        """Whether the divergence reproduces (in the whole model at least)."""
         return self.path is not None
 
     @property
@@ -82,13 +84,15 @@ class Localization:
         where = f"in {self.path}" if self.path else "only in the whole model"
         place = f", {short_path(self.file)}:{self.line}" if self.file else ""
         alone = " alone" if self.path else ""
-        return f"the divergence reproduces {where} ({self.cls}{place}){alone}: {worst_text(self.worst)}"
+        return f"the divergence reproduces {where} ({self.class_name}{place}){alone}: {worst_text(self.worst)}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The localization as plain data (what verdict.json keeps under "localized"), with its text."""
         return {**asdict(self), "text": self.text, "exports": self.exports}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Localization:
+        """The Localization `to_dict` wrote, read back (unknown keys ignored)."""
         kept = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         kept["tried"] = [Tried(**t) for t in kept.get("tried", [])]
         return cls(**kept)

@@ -42,12 +42,14 @@ class Repro:
 
     @property
     def text(self) -> str:
+        """What was found and written, as `ortlab repro` prints it."""
         if self.script is None:
             return self.localization.text
         return (f"{self.localization.text}\nwrote {self.script} (and {self.data.name} beside it); run it: python "
                 f"{self.script} (exit 1 while ORT's gradient is wrong)")
 
     def to_dict(self) -> dict[str, Any]:
+        """The repro as plain data (`ortlab repro --json`)."""
         return {"run": self.run, "localization": self.localization.to_dict(),
                 "script": str(self.script) if self.script else None, "data": str(self.data) if self.data else None}
 
@@ -57,10 +59,11 @@ class Repro:
 
 def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_kwargs: dict | None = None,
           in_process: bool = False, progress: Callable[[int, Tried], None] | None = None) -> Repro:
-    """Shrink the gradient divergence of an ORTModule run (a Run or its folder) to the smallest module that
-    reproduces it alone, and write a script that shows it with bare ORTModule (exit 1 while ORT's gradient is
-    wrong) into `out` (default: the run's folder, `repro/`). The localization is stored in the run's verdict.json
-    (key "localized") and reused. `model`: the factory, when the run cannot name it (a callable from a notebook)."""
+    """The Repro of an ORTModule run (a Run or its folder) whose verdict diverged on gradients: the smallest
+    module that reproduces the divergence alone, and the script written into `out` (default: the run's folder,
+    `repro/`) that shows it with bare ORTModule (exit 1 while ORT's gradient is wrong). The localization is
+    stored in the run's verdict.json (key "localized") and reused. `model`: the factory, when the run cannot
+    name it (a callable from a notebook)."""
     from ortlab.compat.registry import parse
     from ortlab.engine.config import BurstConfig
     from ortlab.engine.session import Session
