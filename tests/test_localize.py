@@ -112,6 +112,14 @@ def test_repro_asks_for_the_model_when_the_run_cannot_name_it(tmp_path):
         ortlab.repro(path)
 
 
+def test_localize_takes_the_fixes_a_run_applied_by_name_not_auto(tmp_path):
+    from ortlab import Session
+    from ortlab.compat.registry import FixError
+
+    with Session(SMALL, out=tmp_path, in_process=True) as s, pytest.raises(FixError, match="not 'auto'"):
+        s.localize(fixes="auto")
+
+
 # --------------------------------------------------------------------------- on ORTModule
 
 

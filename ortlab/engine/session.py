@@ -244,10 +244,13 @@ class Session:
         (ortlab.verdict.localize), found by bisecting the module tree in the worker that holds the model.
         `progress(tried, row)` after each module tried; `repro`: a folder to write its regression test into
         (ortlab.verdict.repro); `known`: a localization made before (its dict), reused."""
-        from ortlab.compat.registry import parse
+        from ortlab.compat.registry import AUTO, FixError, parse
         from ortlab.engine.config import BurstConfig
         from ortlab.verdict.localize import Localization, Tried
 
+        if parse(fixes) == AUTO:
+            raise FixError("localize takes the fixes the ORTModule run applied, by name (its meta.json says which), "
+                           "not 'auto'")
         config = BurstConfig(backend="ortmodule", steps=1, options=self.shell_options.overlaid(options),
                              parity=True, seed=seed, fixes=parse(fixes))
         fixes, folder = tuple(config.fixes), str(repro) if repro is not None else None
