@@ -18,6 +18,8 @@ _EXPORTS = {
     "check": "ortlab.engine.session",
     "judge": "ortlab.verdict.judge",
     "Verdict": "ortlab.verdict.judge",
+    "repro": "ortlab.verdict.repro",
+    "Localization": "ortlab.verdict.localize",
     "CheckReport": "ortlab.compat.check",
     "FIXES": "ortlab.compat.registry",
     "WorkerError": "ortlab.engine.session",

@@ -149,6 +149,24 @@ class ModelRef:
     def key(self) -> tuple:
         return (self.kind, self.target, self.kwargs)
 
+    def to_dict(self) -> dict[str, Any] | None:
+        """The reference as JSON a run keeps, to build the model again (`ortlab repro`); None for a pickled
+        callable or arguments JSON cannot hold."""
+        import json
+
+        if self.kind == "pickle":
+            return None
+        try:
+            json.dumps(dict(self.kwargs), allow_nan=False)
+        except (TypeError, ValueError):
+            return None
+        return {"kind": self.kind, "target": self.target, "kwargs": dict(self.kwargs), "label": self.label}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelRef:
+        """The reference `to_dict` wrote."""
+        return cls(d["kind"], d["target"], tuple(sorted(d.get("kwargs", {}).items())), d.get("label", ""))
+
     def describe(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs)
         return f"{self.label}({args})" if args else self.label

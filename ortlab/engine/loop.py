@@ -76,6 +76,7 @@ class Engine:
     def __init__(self, ref: ModelRef, seed: int = 0, import_options: Options | None = None,
                  snapshot: str | Path | None = None):
         self.ref = ref
+        self.seed, self.snapshot = seed, str(snapshot) if snapshot else None  # how a run's model is built again
         self.import_options = import_options or Options()
         torch.manual_seed(seed)
         self.workload = ref.build()
@@ -135,6 +136,25 @@ class Engine:
         if burst:
             out["float64"] = reference_run if error is None else {"error": error}
         return out
+
+    def localize(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), progress: Callable | None = None,
+                 repro: str | Path | None = None, known: dict[str, Any] | None = None, origin: str = "") -> dict:
+        """The smallest module whose ORTModule run alone reproduces the first batch's gradient divergence against
+        float64, from the initial snapshot (ortlab.verdict.localize; `known`: a localization made before, reused);
+        with `repro` a folder, the regression test of that module is written there (ortlab.verdict.repro)."""
+        from ortlab.verdict.localize import Localization, localize
+
+        self.initial.restore(self.model)
+        batch = self.feed.batch(0)
+        with cfg.effective_options().applied():
+            found = Localization.from_dict(known) if known else localize(self.workload, batch, fixes, cfg.seed,
+                                                                          progress)
+        if repro is not None and found.found:
+            from ortlab.verdict.repro import write
+
+            self.initial.restore(self.model)
+            found.repro = write(self.workload, batch, found, Path(repro), cfg.seed, origin)
+        return found.to_dict()
 
     def check_import_options(self, options: Options) -> None:
         mine = self.import_options.with_read_at(ReadAt.IMPORT)
@@ -208,7 +228,8 @@ class Engine:
         path = self._run_dir(cfg)
         writer = RunWriter(path, {
             "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": options.to_dict(),
-            "model": {"factory": self.ref.describe(), **self.workload.describe()},
+            "model": {"factory": self.ref.describe(), **self.workload.describe(),
+                      "rebuild": {"ref": self.ref.to_dict(), "seed": self.seed, "snapshot": self.snapshot}},
             "device": str(device), "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
             "versions": versions(), "pid": os.getpid(), "machine": fit_threads(),
         })

@@ -52,6 +52,18 @@ class RunGradientCheck:
 
 
 @dataclass(frozen=True)
+class RunLocalize:
+    """Localize the first step's gradient divergence (ortlab.verdict.localize), optionally writing its repro;
+    the worker answers Tried... then Checked (the Localization's dict)."""
+
+    config: dict[str, Any]
+    fixes: tuple[str, ...]
+    repro: str | None = None
+    known: dict[str, Any] | None = None
+    origin: str = ""
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -77,6 +89,14 @@ class Step:
 @dataclass(frozen=True)
 class Done:
     path: str
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One module tried by the localizer: how many so far and its row (Tried.to_dict())."""
+
+    count: int
+    row: dict[str, Any]
 
 
 @dataclass(frozen=True)

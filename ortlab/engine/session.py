@@ -200,6 +200,33 @@ class Session:
         return self._request(m.RunGradientCheck(config.to_dict(), fixes, burst), config.effective_options(),
                              "comparing first-step gradients")
 
+    def localize(self, options: Options | dict | None = None, fixes: Any = (), *, seed: int = 0,
+                 progress: Callable[[int, Any], None] | None = None, repro: str | Path | None = None,
+                 known: dict[str, Any] | None = None, origin: str = ""):
+        """The smallest module whose ORTModule run alone (the rest of the model in PyTorch, the initial snapshot,
+        the first batch, every dropout off) reproduces the gradient divergence against float64: a Localization
+        (ortlab.verdict.localize), found by bisecting the module tree in the worker that holds the model.
+        `progress(tried, row)` after each module tried; `repro`: a folder to write its regression test into
+        (ortlab.verdict.repro); `known`: a localization made before (its dict), reused."""
+        from ortlab.compat.registry import AUTO, FixError, parse
+        from ortlab.engine.config import BurstConfig
+        from ortlab.verdict.localize import Localization, Tried
+
+        if parse(fixes) == AUTO:
+            raise FixError("localize takes the fixes the ORTModule run applied, by name (its meta.json says which), "
+                           "not 'auto'")
+        config = BurstConfig(backend="ortmodule", steps=1, options=self.shell_options.overlaid(options),
+                             parity=True, seed=seed, fixes=parse(fixes))
+        fixes, folder = tuple(config.fixes), str(repro) if repro is not None else None
+        if self.in_process:
+            with self._lock:
+                found = self._local_engine().localize(config, fixes, progress, folder, known, origin)
+        else:
+            on_tried = (lambda msg: progress(msg.count, Tried(**msg.row))) if progress else None
+            found = self._request(m.RunLocalize(config.to_dict(), fixes, folder, known, origin),
+                                  config.effective_options(), "localizing the divergence", on_tried)
+        return Localization.from_dict(found)
+
     def _local_engine(self):
         if self._engine is None:
             from ortlab.engine.loop import Engine
@@ -208,8 +235,9 @@ class Session:
                                   snapshot=self.snapshot)
         return self._engine
 
-    def _request(self, msg: Any, options: Options | None, what: str) -> Any:
-        """Send one request to a worker for these options and wait for its answer (Checked), Ctrl-C honoured."""
+    def _request(self, msg: Any, options: Options | None, what: str, on_tried: Callable | None = None) -> Any:
+        """Send one request to a worker for these options and wait for its answer (Checked), Ctrl-C honoured;
+        `on_tried(msg)` for each Tried on the way (the localizer's progress)."""
         with self._lock:
             w = self._worker_for_options(options)
             w.conn.send(msg)
@@ -224,6 +252,8 @@ class Session:
                     self._worker = None
                     raise WorkerError(f"the worker died (exit code {code}) while {what}; its log: {w.log_path}\n"
                                       f"{_tail(w.log_path)}")
+                if isinstance(reply, m.Tried) and on_tried:
+                    on_tried(reply)
                 if isinstance(reply, m.Checked):
                     return reply.report
                 if isinstance(reply, m.Failed):
