@@ -442,9 +442,29 @@ def step_failure(e: BaseException, exported: Any) -> Blocker:
     inferring = re.search(r"inferring an? (\w+) node", stage)
     op = op or (node.op_type if node is not None else inferring[1] if inferring else type(e).__name__)
     if message == type(e).__name__:  # a bare assertion: where it was raised
-        message = f"{message} in {stage}" + (f" on node {name}" if name else "")
+        message = f"{message} in {stage}"
+    remedy = _shape_remedy(exported, node) if "shape inference" in stage and node is not None else None
     return Blocker(kind, op, message, stage, name, module_path(name or ""), model_line(stack), stack,
-                   [read.dtype] if read.dtype else [])
+                   [read.dtype] if read.dtype else [], remedy=remedy)
+
+
+def _shape_remedy(exported: Any, node: Any) -> str:
+    """What to do when ORT's symbolic shape inference fails on `node`: where its inputs come from, and the known
+    cause when one of them is a Split whose sizes the graph computes (`chunk` of a dimension it does not divide
+    evenly, traced with dynamic shapes), whose outputs it cannot type."""
+    nodes = {o: n for n in exported.model.graph.node for o in n.output}
+    producers = [nodes[i] for i in node.input if i in nodes]
+    computed = [p for p in producers if p.op_type == "Split" and len(p.input) > 1 and p.input[1] in nodes
+                and nodes[p.input[1]].op_type != "Constant"]
+    where = "; ".join(dict.fromkeys(f"{p.op_type} at {model_line(frames(p.doc_string)) or p.name}"
+                                    for p in producers))
+    if computed:
+        return (f"no ortlab fix: ORT's symbolic shape inference cannot type the outputs of a Split whose sizes the "
+                f"graph computes ({where}; e.g. Tensor.chunk of a dimension it does not divide evenly): split with "
+                "sizes known at export (torch.split(x, [sizes], dim) with Python ints), or keep this module out "
+                "of ORTModule")
+    return (f"no ortlab fix: ORT's symbolic shape inference failed on this node, whose inputs come from {where}: "
+            "write those lines with shapes known at export, or keep this module out of ORTModule")
 
 
 def _node(exported: Any, name: str | None) -> Any:

@@ -102,6 +102,7 @@ def failure_stage(exc: BaseException) -> str | None:
     """Where inside ORTModule an exception came from, named from the deepest ORT frames of its traceback."""
     frames = []
     seen = set()
+    first = exc
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         frames += traceback.extract_tb(exc.__traceback__)
@@ -110,9 +111,14 @@ def failure_stage(exc: BaseException) -> str | None:
     for needle, stage in _ort.FAILURE_STAGES:
         hits = [(file, name) for file, name in names if needle in file or name == needle]
         if hits:
-            infer = [name for _, name in names if name.startswith("_infer_") and name != "_infer_impl"]
+            if (node := _ort.failing_node(first)) is not None:
+                return f"{stage} (inferring {node[1]} node {node[0]})"
+            infer = [name for _, name in names if name.startswith("_infer_") and name not in _NOT_AN_OP]
             return stage + (f" (inferring a {infer[-1].removeprefix('_infer_')} node)" if infer else "")
     return None
+
+
+_NOT_AN_OP = ("_infer_impl", "_infer_shapes")  # shape inference's own steps, not an operator's _infer_<op>
 
 
 def root_message(exc: BaseException | None) -> str:
