@@ -31,6 +31,7 @@ _SHAPES = (
     re.compile(r"(?P<op>GRU|LSTM)(?:Training)? and \w+ kernel only supports the forward direction"),
     re.compile(r"Node \((?P<node>[^)]*)\) Op \((?P<op>[^)]+)\)"),
     re.compile(r"[Nn]ode (?P<node>/\S+?)[:,]? .*?\bop(?:erator)? (?:type )?'?(?P<op>[A-Z]\w+)"),
+    re.compile(r"for node:? (?P<node>/\S+)"),  # the graph builder: "... does not exist:<name>for node: /m/Loop"
 )
 
 
@@ -50,7 +51,7 @@ class ReadError:
         lead = ", ".join(x for x in (self.op and f"op {self.op}", self.dtype and f"dtype {self.dtype}",
                                      self.node and f"node {self.node}") if x)
         tail = " ".join(x for x in (self.code, self.location and f"at {self.location}") if x)
-        text = f"{lead}: {self.message}" if lead and self.op not in self.message else self.message
+        text = f"{lead}: {self.message}" if lead and (self.op or self.node) not in self.message else self.message
         return f"{text} (ORT {tail})" if tail else text
 
 
