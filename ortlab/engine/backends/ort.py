@@ -199,7 +199,8 @@ class OrtBackend(Backend):
         that remove it, verified as check verifies them (exporting again with them); a failure inside ORT that the
         per-operator checks do not meet is named by its node, module and source line."""
         from ortlab.compat.advice import verified
-        from ortlab.compat.check import find, step_failure
+        from ortlab.compat.check import find
+        from ortlab.compat.failures import step_failure
 
         try:
             found = find(engine.model, b.first_inputs, b.options["onnx_opset_version"])
