@@ -76,21 +76,20 @@ class CheckReport:
         return f"blocked{tried}: {reasons}"
 
     def table(self):
-        """The blockers as rows (kind, op, module, source, nodes, fixes or remedy, whether ORT has what is missing
-        on CUDA, left after the fixes)."""
+        """The blockers as rows (kind, op, module, source, nodes, the fixes that removed it (verified) or the
+        remedy, the fixes tried that did not, whether ORT has what is missing on CUDA, left after the fixes)."""
         import pandas as pd
 
         left = {b.key for b in self.remaining}
         cuda = {True: "ORT has it", False: "missing too", None: None}
+        known = {b.key for b in self.blockers}
+        shown = self.blockers + [b for b in self.remaining if b.key not in known]
         rows = [{"kind": b.kind, "op": b.op, "types": ", ".join(b.dtypes), "module": b.module, "source": b.source,
                  "nodes": b.count, "fix": ", ".join(b.fixes) or None, "remedy": None if b.fixes else b.remedy,
-                 "on CUDA": cuda[b.cuda], "left after fixes": b.key in left} for b in self.blockers]
-        extra = [b for b in self.remaining if b.key not in {x.key for x in self.blockers}]
-        rows += [{"kind": b.kind, "op": b.op, "types": ", ".join(b.dtypes), "module": b.module, "source": b.source,
-                  "nodes": b.count, "fix": None, "remedy": b.remedy, "on CUDA": cuda[b.cuda], "left after fixes": True}
-                 for b in extra]
+                 "tried": ", ".join(b.tried) or None, "on CUDA": cuda[b.cuda], "left after fixes": b.key in left}
+                for b in shown]
         return pd.DataFrame(rows, columns=["kind", "op", "types", "module", "source", "nodes", "fix", "remedy",
-                                           "on CUDA", "left after fixes"])
+                                           "tried", "on CUDA", "left after fixes"])
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (check.json, `ortlab check --json`)."""
