@@ -413,6 +413,25 @@ class _UnsafeOps:
         return getattr(self._g, name)
 
 
+def failing_node(exc: BaseException | None) -> tuple[str, str] | None:
+    """The graph node ORT's Python was processing when `exc` was raised (symbolic shape inference takes the nodes
+    one at a time, each frame holding its `node`), read from the traceback's frames (ORT wraps the error, so its
+    causes too): (name, op type) of the outermost such frame (a node of the exported graph, not of a subgraph),
+    or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            node = frame.f_locals.get("node") if "onnxruntime" in frame.f_code.co_filename else None
+            if isinstance(getattr(node, "op_type", None), str) and isinstance(getattr(node, "name", None), str):
+                return node.name, node.op_type
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 # --- compatibility checks (ortlab.compat): ORTModule's export set-up and its gradient builder, one graph at a time
 
 

@@ -124,7 +124,8 @@ def test_multihead_attention_failure_is_reported_clearly(tmp_path):
         run = s.burst("ortmodule", 3, {"fallback_policy": "FALLBACK_DISABLE"}, progress=False)
     assert run.status == "failed"
     assert run.error.startswith("ortmodule burst failed in ORT's symbolic shape inference after export "
-                                "(inferring a Reshape node) at step 0: AssertionError")
+                                "(inferring Reshape node /_original_module/blocks/blocks.0/attn/Reshape_2) at step 0: "
+                                "AssertionError")  # the node ORT was inferring, read from its frame
     assert "MultiheadAttention" in run.meta["hint"] and "explicit-attention" in run.meta["hint"]  # cause and fix
     assert "Traceback" in run.log and "_infer_Reshape" in run.log  # the full story stays in the log
     assert load_run(run.path).status == "failed"

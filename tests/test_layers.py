@@ -15,9 +15,9 @@ from torch import nn
 from ortlab.compat import registry
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYER_FIXES = ["activations", "pixel-shuffle", "instance-norm", "rms-norm", "bidirectional-rnn", "explicit-attention",
-               "embedding-bag", "conv-transpose", "linear-interpolation", "feature-dropout", "label-smoothing",
-               "embedding-max-norm"]
+LAYER_FIXES = ["activations", "pixel-shuffle", "instance-norm", "group-norm", "layer-norm-bias", "rms-norm",
+               "bidirectional-rnn", "explicit-attention", "embedding-bag", "conv-transpose", "linear-interpolation",
+               "feature-dropout", "label-smoothing", "embedding-max-norm"]
 slow = pytest.mark.slow
 
 

@@ -45,7 +45,8 @@ class Blocker:
     stack: list[str] = field(default_factory=list)  # the Python frames, innermost first
     dtypes: list[str] = field(default_factory=list)
     count: int = 1
-    fixes: list[str] = field(default_factory=list)  # ortlab fixes that remove it (ortlab.compat.FIXES)
+    fixes: list[str] = field(default_factory=list)  # ortlab fixes that removed it, exporting again (compat.advice)
+    tried: list[str] = field(default_factory=list)  # fixes that claimed it and left it there: never named again
     remedy: str | None = None  # what a person can do when no fix exists
     cuda: bool | None = None  # whether ORT 1.19.2 has what is missing on CUDA (None: not known)
 

@@ -9,24 +9,18 @@ parameters restored after), which also meets what only the whole graph shows. No
 
 from __future__ import annotations
 
-import contextlib
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortlab.compat import registry
+from ortlab.compat import failures, registry
+from ortlab.compat.advice import PARAMETER_REMEDY, recommend, verified
 from ortlab.compat.blockers import (
     BAKED_INPUT,
     BUFFER_UPDATE,
     EXPORT_FAILED,
     FROZEN_FLOW,
-    INVALID_TYPE,
-    NO_GRADIENT,
-    NO_GRADIENT_KERNEL,
-    NO_KERNEL,
-    ORT_FAILED,
     UNSUPPORTED_OP,
     WRONG_GRADIENT,
     Blocker,
@@ -35,31 +29,10 @@ from ortlab.compat.blockers import (
     model_line,
     module_path,
 )
-from ortlab.compat.errors import FORWARD_ONLY, failure_stage, read_error, root_message
+from ortlab.compat.errors import read_error, root_message
 
 # ORTModule trains, but not the model PyTorch trains
 DIVERGING = (WRONG_GRADIENT, BAKED_INPUT, FROZEN_FLOW, BUFFER_UPDATE)
-REMEDIES = {
-    UNSUPPORTED_OP: "no ortlab fix: write this line with operators the exporter converts, or register an exporter "
-                    "symbolic for it (torch.onnx.register_custom_op_symbolic)",
-    EXPORT_FAILED: "the exporter could not trace the model: see the message; data-dependent Python in forward "
-                   "is the usual cause",
-    INVALID_TYPE: "no ortlab fix: cast the input to a type ORT accepts for this operator before it",
-    NO_KERNEL: "no ortlab fix: ORT 1.19.2 has no CPU kernel for it; write it with other operators",
-    NO_GRADIENT: "no ortlab fix: ORT 1.19.2 cannot build its gradient; write it with operators that have one, or "
-                 "keep this module out of ORTModule",
-    NO_GRADIENT_KERNEL: "no ortlab fix: ORT 1.19.2 has no CPU kernel for its gradient; write it with other "
-                        "operators",
-    ORT_FAILED: "no ortlab fix known for this failure",
-    WRONG_GRADIENT: "no ortlab fix known for this pattern: `ortlab burst --backend both --collect stats` and "
-                    "`ortlab diff` find the first operator whose gradient differs",
-    BAKED_INPUT: "keep the argument the same in every step, or pass it as a tensor the model computes with",
-    FROZEN_FLOW: "no ortlab fix: write the branch with tensors (torch.where), keep values as tensors instead of "
-                 ".item()/int(), or move the decision out of the model's forward",
-    BUFFER_UPDATE: "update the buffers outside the model's forward",
-}
-PARAMETER_REMEDY = ("no ortlab fix: change the parameters outside the model's forward (for Embedding's max_norm: "
-                    "renormalize the weight's rows with torch.no_grad() after each optimizer step) or drop max_norm")
 
 
 @dataclass
@@ -103,21 +76,20 @@ class CheckReport:
         return f"blocked{tried}: {reasons}"
 
     def table(self):
-        """The blockers as rows (kind, op, module, source, nodes, fixes or remedy, whether ORT has what is missing
-        on CUDA, left after the fixes)."""
+        """The blockers as rows (kind, op, module, source, nodes, the fixes that removed it (verified) or the
+        remedy, the fixes tried that did not, whether ORT has what is missing on CUDA, left after the fixes)."""
         import pandas as pd
 
         left = {b.key for b in self.remaining}
         cuda = {True: "ORT has it", False: "missing too", None: None}
+        known = {b.key for b in self.blockers}
+        shown = self.blockers + [b for b in self.remaining if b.key not in known]
         rows = [{"kind": b.kind, "op": b.op, "types": ", ".join(b.dtypes), "module": b.module, "source": b.source,
                  "nodes": b.count, "fix": ", ".join(b.fixes) or None, "remedy": None if b.fixes else b.remedy,
-                 "on CUDA": cuda[b.cuda], "left after fixes": b.key in left} for b in self.blockers]
-        extra = [b for b in self.remaining if b.key not in {x.key for x in self.blockers}]
-        rows += [{"kind": b.kind, "op": b.op, "types": ", ".join(b.dtypes), "module": b.module, "source": b.source,
-                  "nodes": b.count, "fix": None, "remedy": b.remedy, "on CUDA": cuda[b.cuda], "left after fixes": True}
-                 for b in extra]
+                 "tried": ", ".join(b.tried) or None, "on CUDA": cuda[b.cuda], "left after fixes": b.key in left}
+                for b in shown]
         return pd.DataFrame(rows, columns=["kind", "op", "types", "module", "source", "nodes", "fix", "remedy",
-                                           "on CUDA", "left after fixes"])
+                                           "tried", "on CUDA", "left after fixes"])
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (check.json, `ortlab check --json`)."""
@@ -188,7 +160,7 @@ def find(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) -> F
                              f"aten::{node.op_type} at opset {opset}", "export", node.name, module_path(node.name),
                              model_line(stack), stack))
     per_op, unchecked = opcheck.check_nodes(exported)
-    return Found(merge(found + per_op), exported, unchecked)
+    return Found(merge(found + failures.known_failures(exported) + per_op), exported, unchecked)
 
 
 def _export_failure(e: BaseException) -> Blocker:
@@ -199,22 +171,6 @@ def _export_failure(e: BaseException) -> Blocker:
     read = read_error(message)
     return Blocker(EXPORT_FAILED, read.op or type(e).__name__, message, "export", source=model_line(stack),
                    stack=stack)
-
-
-def recommend(blockers: list[Blocker], model: Any) -> list[str]:
-    """Attach to each blocker the fixes that remove it (or a remedy in words); the fixes, in registry order."""
-    from ortlab.compat.known import known
-
-    chosen: list[str] = []
-    for b in blockers:
-        b.fixes = registry.for_blocker(b, model)
-        found = known(b.op)
-        b.cuda = found.cuda if found else b.cuda
-        b.remedy = None if b.fixes else (f"no ortlab fix: {found.alternative}" if found else
-                                         PARAMETER_REMEDY if (b.kind, b.op) == (BUFFER_UPDATE, "parameters")
-                                         else REMEDIES.get(b.kind))
-        chosen += [f for f in b.fixes if f not in chosen]
-    return [f for f in registry.FIXES if f in chosen]
 
 
 def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path | None = None,
@@ -235,32 +191,42 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
     started = time.perf_counter()
     model.train()
     found = find(model, inputs, opset, log)
-    blockers = found.blockers
     seconds["find"] = time.perf_counter() - started
-    recommended = recommend(blockers, model)  # named on each blocker whether or not they are applied here
+    started = time.perf_counter()
+    # every blocker with the fixes that removed it, exporting again with them (named whether applied here or not)
+    recommended, with_them, blockers = verified(model, inputs, found, opset, log)
     chosen = recommended if asked == registry.AUTO else list(asked)
-    if chosen:
-        started = time.perf_counter()
+    if asked == registry.AUTO:
+        found = with_them
+    elif chosen:
         with registry.applied(model, chosen):
             found = find(model, inputs, opset, log)
-        recommend(found.blockers, model)
-        seconds["verify fixes"] = time.perf_counter() - started
+            verified(model, inputs, found, opset, log, chosen)  # what is left, with the fixes that would remove it
+    seconds["verify fixes"] = time.perf_counter() - started
     remaining, exported = found.blockers, found.exported
     trains, hazards = None, []
     if train_step and not remaining:
         started = time.perf_counter()
-        for _ in range(2):  # once more when the step finds what a fix removes (fixes="auto")
+        added: dict[str, set] = {}  # a fix a step named -> the blockers (keys) it was named for
+        for attempt in range(3):  # again when the step finds what a fix removes (fixes="auto"), to see that it does
             with registry.applied(model, chosen):
                 trains, remaining, hazards = step_check(workload, inputs, target, chosen, exported, log)
+            left = {b.key for b in remaining}
+            failed = {f: keys & left for f, keys in added.items() if keys & left}  # applied, and still there
+            for b in blockers + remaining:
+                b.tried += [f for f, keys in failed.items() if b.key in keys and f not in b.tried]
+            chosen = [f for f in chosen if f not in failed]
             blockers += [b for b in remaining if b.key not in {x.key for x in blockers}]
-            new = [f for f in recommend(remaining, model) if f not in chosen]
-            if asked != registry.AUTO or not new:
+            new = [f for f in recommend(remaining, model, chosen) if f not in chosen]
+            if asked != registry.AUTO or not new or failed or attempt == 2:
                 break
+            added = {f: {b.key for b in remaining if f in b.fixes} for f in new}
             chosen = [f for f in registry.FIXES if f in chosen or f in new]
             if all(b.kind == BUFFER_UPDATE and b.fixes for b in remaining):
                 # with pytorch-buffers the step differs only in not testing the buffers: the rest of it stands
-                remaining = []
+                remaining, new = [], []
                 break
+        _unverified([b for b in blockers if b.key in {x.key for x in remaining}] + remaining, chosen)
         seconds["training step"] = time.perf_counter() - started
     if not hazards and exported is not None:
         from ortlab.verdict.hazards import record, unique
@@ -275,6 +241,17 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
 
         write_json(out / "check.json", report.to_dict())
     return report
+
+
+def _unverified(blockers: list[Blocker], chosen: list[str]) -> None:
+    """Blockers of the last training step: fixes not applied in a step after it are not named (not seen to remove
+    it), but said to be worth a try."""
+    for b in blockers:
+        untried = [f for f in b.fixes if f not in chosen]
+        if untried:
+            b.fixes = []
+            b.remedy = (f"{', '.join(untried)} may remove it (not tried here: `ortlab check` with fixes=\"auto\" "
+                        "tries it)")
 
 
 SAMPLED_BATCHES = 8  # batches whose inputs are compared with the first's for arguments the graph bakes in
@@ -298,7 +275,7 @@ def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], export
         with hz.captured(model, 0, found_hazards):
             gradients = first_step(workload, fixes, log=log, runner=wrapped, batch=(inputs, target))
     except Exception as e:
-        return False, [_step_failure(e, exported)], hz.unique(found_hazards)
+        return False, [failures.step_failure(e, exported)], hz.unique(found_hazards)
     found_hazards = hz.unique(found_hazards)
     out = []
     if not gradients.agree:
@@ -436,32 +413,3 @@ def _mutated_buffers(workload: Any, inputs: Any) -> list[Blocker]:
                            module=names[0].rpartition(".")[0] or None,
                            remedy=None if op == "buffers" else PARAMETER_REMEDY))
     return out
-
-
-def _step_failure(e: BaseException, exported: Any) -> Blocker:
-    """A failed ORTModule step as a blocker: the kind from ORT's message, the node's module and source line
-    from the probe export."""
-    message = root_message(e)
-    read = read_error(message)
-    lowered = message.lower()
-    kind = (INVALID_TYPE if "type error" in lowered else NO_GRADIENT_KERNEL if FORWARD_ONLY in message
-            else NO_KERNEL if "could not find an implementation" in lowered
-            else NO_GRADIENT if "gradient" in lowered else UNSUPPORTED_OP if "exporting the operator" in lowered
-            else ORT_FAILED)
-    node = _node(exported, read.node)
-    stack = frames(node.doc_string) if node is not None else []
-    stage = failure_stage(e) or "training step"
-    inferring = re.search(r"inferring an? (\w+) node", stage)  # a bare assertion in ORT's shape inference
-    op = read.op or (node.op_type if node is not None else inferring[1] if inferring else type(e).__name__)
-    if message == type(e).__name__:
-        message = f"{message} in {stage}"
-    return Blocker(kind, op, message, stage, read.node, module_path(read.node or ""), model_line(stack), stack,
-                   [read.dtype] if read.dtype else [])
-
-
-def _node(exported: Any, name: str | None) -> Any:
-    if exported is None or not name:
-        return None
-    with contextlib.suppress(StopIteration):
-        return next(n for n in exported.model.graph.node if n.name == name)
-    return None

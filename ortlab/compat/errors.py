@@ -31,6 +31,7 @@ _SHAPES = (
     re.compile(r"(?P<op>GRU|LSTM)(?:Training)? and \w+ kernel only supports the forward direction"),
     re.compile(r"Node \((?P<node>[^)]*)\) Op \((?P<op>[^)]+)\)"),
     re.compile(r"[Nn]ode (?P<node>/\S+?)[:,]? .*?\bop(?:erator)? (?:type )?'?(?P<op>[A-Z]\w+)"),
+    re.compile(r"for node:? (?P<node>/\S+)"),  # the graph builder: "... does not exist:<name>for node: /m/Loop"
 )
 
 
@@ -50,7 +51,7 @@ class ReadError:
         lead = ", ".join(x for x in (self.op and f"op {self.op}", self.dtype and f"dtype {self.dtype}",
                                      self.node and f"node {self.node}") if x)
         tail = " ".join(x for x in (self.code, self.location and f"at {self.location}") if x)
-        text = f"{lead}: {self.message}" if lead and self.op not in self.message else self.message
+        text = f"{lead}: {self.message}" if lead and (self.op or self.node) not in self.message else self.message
         return f"{text} (ORT {tail})" if tail else text
 
 
@@ -102,6 +103,7 @@ def failure_stage(exc: BaseException) -> str | None:
     """Where inside ORTModule an exception came from, named from the deepest ORT frames of its traceback."""
     frames = []
     seen = set()
+    first = exc
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         frames += traceback.extract_tb(exc.__traceback__)
@@ -110,9 +112,14 @@ def failure_stage(exc: BaseException) -> str | None:
     for needle, stage in _ort.FAILURE_STAGES:
         hits = [(file, name) for file, name in names if needle in file or name == needle]
         if hits:
-            infer = [name for _, name in names if name.startswith("_infer_") and name != "_infer_impl"]
+            if (node := _ort.failing_node(first)) is not None:
+                return f"{stage} (inferring {node[1]} node {node[0]})"
+            infer = [name for _, name in names if name.startswith("_infer_") and name not in _NOT_AN_OP]
             return stage + (f" (inferring a {infer[-1].removeprefix('_infer_')} node)" if infer else "")
     return None
+
+
+_NOT_AN_OP = ("_infer_impl", "_infer_shapes")  # shape inference's own steps, not an operator's _infer_<op>
 
 
 def root_message(exc: BaseException | None) -> str:

@@ -29,6 +29,8 @@ FIXES: dict[str, str] = {
     "activations": "ortlab.compat.fixes.activations",
     "pixel-shuffle": "ortlab.compat.fixes.pixel_shuffle",
     "instance-norm": "ortlab.compat.fixes.instance_norm",
+    "group-norm": "ortlab.compat.fixes.group_norm",
+    "layer-norm-bias": "ortlab.compat.fixes.layer_norm",
     "rms-norm": "ortlab.compat.fixes.rms_norm",
     "bidirectional-rnn": "ortlab.compat.fixes.rnn",
     "explicit-attention": "ortlab.compat.fixes.multihead_attention",

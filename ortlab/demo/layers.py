@@ -158,6 +158,18 @@ def layernorm_gelu() -> Workload:
     return _sequence(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.LayerNorm(WIDTH), nn.GELU()), "LayerNorm + GELU")
 
 
+def layernorm_no_bias() -> Workload:
+    return _sequence(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.LayerNorm(WIDTH, bias=False), nn.GELU(),
+                                   nn.Linear(WIDTH, WIDTH), nn.LayerNorm(WIDTH, bias=False)),
+                     "LayerNorm(bias=False), twice")
+
+
+def groupnorm_no_bias() -> Workload:
+    norm = nn.GroupNorm(1, CHANNELS)  # timm's GroupNorm1NoBias (PoolFormerV2): one group, no bias
+    norm.bias = None
+    return _image(_conv_block(norm, nn.SiLU()), "GroupNorm(1 group, no bias)", (CHANNELS, SIZE, SIZE))
+
+
 def rms_norm() -> Workload:
     return _sequence(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.RMSNorm(WIDTH)), "RMSNorm")
 
@@ -266,6 +278,11 @@ def embedding_bag() -> Workload:
     return _ids(_Ids(nn.EmbeddingBag(VOCAB, WIDTH, mode="mean", padding_idx=0)), "EmbeddingBag(mean)", bags=True)
 
 
+def embedding_bag_2d() -> Workload:
+    return _ids(_Ids(nn.EmbeddingBag(VOCAB, WIDTH, mode="mean")), "EmbeddingBag(mean), 2-D ids, no offsets",
+                bags=True)
+
+
 class _Classifier(nn.Module):
     """A loss computed inside forward, as Hugging Face models compute theirs."""
 
@@ -308,7 +325,8 @@ LAYERS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     embedding_padding, hardswish, mish, pixel_shuffle, instance_norm, rms_norm, gru_bidirectional,
     multihead_attention, transformer_encoder_layer, embedding_bag, conv_transpose, upsample_bilinear,
     conv1d_bn, conv3d, hardsigmoid, elu, prelu, dropout, dropout2d, alpha_dropout, softmax, upsample_nearest,
-    lstm_bidirectional, rnn, transformer, embedding_max_norm, cross_entropy_smoothing, ctc)}
+    lstm_bidirectional, rnn, transformer, embedding_max_norm, cross_entropy_smoothing, ctc, layernorm_no_bias,
+    groupnorm_no_bias, embedding_bag_2d)}
 
 
 # ---------------------------------------------------------------- whole models made of the layers above

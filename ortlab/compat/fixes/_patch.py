@@ -32,3 +32,10 @@ def replacing(replacements: dict[str, Callable[..., Any]]) -> Callable[[Any], co
     """A Fix's `apply` that replaces torch.nn.functional's functions (`functional`), whatever the model: the
     replacement reaches every layer that calls them."""
     return lambda model: functional(replacements)
+
+
+def from_function(blocker: Any, function: str) -> bool:
+    """The blocker's Python stack passes through torch.nn.functional's `function` (or it has no stack: a failure
+    ORT named without a node of the probe export)."""
+    return not blocker.stack or any(frame.endswith(f": {function}") and "torch/nn/functional.py"
+                                    in frame.replace("\\", "/") for frame in blocker.stack)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT
-from ortlab.compat.fixes._patch import replacing
+from ortlab.compat.fixes._patch import from_function, replacing
 from ortlab.compat.registry import Fix
 
 OP = "InstanceNormalization"
@@ -49,4 +49,5 @@ def instance_norm(input: Any, running_mean: Any = None, running_var: Any = None,
 REPLACEMENTS = {"instance_norm": instance_norm}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("instance-norm", "F.instance_norm written out (mean, biased variance, square root)", "module",
-          removes=lambda b: b.kind == NO_GRADIENT and b.op == OP, apply=replacing(REPLACEMENTS))
+          removes=lambda b: b.kind == NO_GRADIENT and b.op == OP and from_function(b, "instance_norm"),
+          apply=replacing(REPLACEMENTS))

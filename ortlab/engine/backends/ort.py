@@ -41,6 +41,7 @@ class OrtState:
     ignored: set[tuple] = field(default_factory=set)  # (input, value) the graph did not follow, once each
     fallback_step: int | None = None  # ORTModule had fallen back to PyTorch by the end of this step
     failed_inside: bool = False  # the failure came from inside ORTModule (export, graph building, session)
+    error: BaseException | None = None  # that failure (its traceback names the node ORT was processing)
     info: dict[str, Any] = field(default_factory=dict)  # ort.json
 
 
@@ -166,6 +167,7 @@ class OrtBackend(Backend):
         if b.stage not in ORT_STAGES:
             return None
         b.state.failed_inside = True
+        b.state.error = error
         where = failure_stage(error) or f"ORTModule {b.stage}"
         if "shape inference" in where and any(isinstance(m, torch.nn.MultiheadAttention)
                                               for m in engine.model.modules()):
@@ -190,30 +192,38 @@ class OrtBackend(Backend):
                 b.status = "fallback"
                 b.extra["error"] = f"ORTModule fell back to PyTorch {when}: {b.extra['fallback']['reason']}"
         if (error is not None or (b.status == "failed" and state.failed_inside)) and b.first_inputs is not None:
-            self._locate_blockers(engine, b)
+            self._locate_blockers(engine, b, error if error is not None else state.error)
 
-    def _locate_blockers(self, engine: Engine, b: _Burst) -> None:
-        """What `ortlab check` finds on the first batch, with the fixes this burst applied still on."""
-        from ortlab.compat.check import find, recommend
+    def _locate_blockers(self, engine: Engine, b: _Burst, error: BaseException | None) -> None:
+        """What `ortlab check` finds on the first batch, with the fixes this burst applied still on, and the fixes
+        that remove it, verified as check verifies them (exporting again with them); a failure inside ORT that the
+        per-operator checks do not meet is named by its node, module and source line."""
+        from ortlab.compat.advice import verified
+        from ortlab.compat.check import find
+        from ortlab.compat.failures import step_failure
 
         try:
             found = find(engine.model, b.first_inputs, b.options["onnx_opset_version"])
+            fixes, _, _ = verified(engine.model, b.first_inputs, found, b.options["onnx_opset_version"],
+                                   applied=b.state.fixes)
         except Exception as e:  # locating is a courtesy: it must not lose the run
             b.extra["blockers_error"] = root_message(e)
             return
-        fixes = recommend(found.blockers, engine.model)
-        b.extra["blockers"] = [x.to_dict() for x in found.blockers]
-        if "fallback" in b.extra and found.blockers:
-            first = found.blockers[0]
+        blockers = found.blockers
+        if not blockers and error is not None and "fallback" not in b.extra:
+            blockers = [step_failure(error, found.exported)]
+        b.extra["blockers"] = [x.to_dict() for x in blockers]
+        if "fallback" in b.extra and blockers:
+            first = blockers[0]
             b.extra["fallback"].update(op=b.extra["fallback"].get("op") or first.op, module=first.module,
                                        source=first.source)
-        new = [f for f in fixes if f not in b.state.fixes]
-        if new:
+        if fixes:
             cause = f"{b.extra['hint']}; " if b.extra.get("hint") else ""  # a known cause named on the failure
-            b.extra["hint"] = (f"{cause}fixes {', '.join(new)} remove what ORTModule met here: burst with "
-                               "fixes=\"auto\" (--fix auto); `ortlab check` lists every blocker")
-        elif found.blockers:
-            b.extra.setdefault("hint", found.blockers[0].line())
+            b.extra["hint"] = (f"{cause}fixes {', '.join(fixes)} remove what ORTModule met here (verified by "
+                               "exporting again with them): burst with fixes=\"auto\" (--fix auto); `ortlab check` "
+                               "lists every blocker")
+        elif blockers:
+            b.extra.setdefault("hint", blockers[0].line())
 
     def finish(self, engine: Engine, b: _Burst) -> None:
         """ORT's state after the burst; the init overhead only when this burst paid it (it exported)."""
