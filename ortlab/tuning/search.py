@@ -20,10 +20,11 @@ from ortlab.options import Options
 from ortlab.tuning import measure, space
 from ortlab.tuning.errors import TuneError
 from ortlab.tuning.goals import BETTER, decide, parse_goals, score
-from ortlab.tuning.result import BASELINE, Tuning
+from ortlab.tuning.result import BASELINE, FILE, Tuning
 from ortlab.tuning.strategy import choose
 
 STOPPED = ("stopped", "interrupted")
+_clock = time.monotonic  # the budget's clock (a test replaces it)
 
 
 class Tuner:
@@ -69,11 +70,16 @@ class Tuner:
         folder.mkdir(parents=True, exist_ok=True)
         self.result = result = Tuning(goals=self.goals, path=folder, budget_min=self.budget_s / 60,
                                       base_options=self.base)
-        self._started = time.monotonic()
+        self._started = _clock()
         try:
             self._search(result)
+        except TuneError as e:
+            if result.rows:  # nothing measured is lost: say where it is
+                result.save()
+                raise TuneError(f"{e} (what was measured is kept in {folder / FILE})") from None
+            raise
         finally:
-            result.elapsed_s = time.monotonic() - self._started
+            result.elapsed_s = _clock() - self._started
             result.stopped = result.stopped or self.stopped
             result.finish()
             result.save()
@@ -114,7 +120,7 @@ class Tuner:
         """The defaults, `repeats` times (the first also reads the recompute plans), and their guard; the cost of
         one candidate (seconds), None when stopped."""
         rows = []
-        started = time.monotonic()
+        started = _clock()
         for k in range(1, self.repeats + 1):
             self._say("baseline", f"baseline {k}/{self.repeats}: the defaults", candidate=BASELINE)
             collect = {**measure.COLLECT, "plans": {}} if k == 1 else measure.COLLECT
@@ -129,22 +135,23 @@ class Tuner:
                                 f"{_model_flag(self.session)}`, which names every blocker and its fix")
             rows.append(measure.figures(run, self.warmup))
             if k == 1:
-                first_s = time.monotonic() - started
+                first_s = _clock() - started
             result.save_baseline(rows)
-        reference_started = time.monotonic()
         self._say("guard", "guard: a PyTorch burst in parity mode, the reference of every verdict")
         self.reference = self._burst("pytorch", self.guard_steps, self.base, "tune-reference", {}, parity=True)
         result.runs["pytorch reference"] = self.reference
         if self.reference.status in STOPPED:
             result.stopped = True
             return None
+        guard_started = _clock()
         guard = self._guard(self.base, "tune-guard-baseline")
+        guard_s = _clock() - guard_started
         result.baseline_verdict = guard
         result.save()
         if guard["verdict"] == "diverged":
             raise TuneError(f"with these options ORTModule trains another model than PyTorch ({guard['cause']}); "
                             f"tuning cannot fix that: see `ortlab check{_model_flag(self.session)}` and --fix auto")
-        return first_s + (time.monotonic() - reference_started)
+        return first_s + guard_s
 
     def _guard(self, options: Options, name: str) -> dict[str, Any]:
         """A parity burst with these options judged against the PyTorch reference: verdict, cause, the run."""
@@ -179,6 +186,9 @@ class Tuner:
             row.update(outcome="stopped", reasons=["stopped before it finished"])
         elif run.status != "ok":
             row.update(outcome="failed", reasons=[f"the burst ended {run.status}: {run.error}"])
+        elif self.stopped:
+            result.stopped = True
+            row.update(outcome="stopped", reasons=["stopped before its guard: not judged"])
         else:
             guard = self._guard(options, f"tune-guard-{i}")
             row.update(verdict=guard["verdict"], cause=guard["cause"], guard_run=guard["run"])
@@ -235,7 +245,7 @@ class Tuner:
                                   progress=False, **self.burst_kwargs)
 
     def _elapsed(self) -> float:
-        return time.monotonic() - self._started
+        return _clock() - self._started
 
     def _say(self, phase: str, text: str, **extra: Any) -> None:
         if self.result is not None:

@@ -173,7 +173,8 @@ def combined(winners: Sequence[Candidate]) -> Candidate | Pruned:
     merged = Options(options)
     for key, (needed, value) in NEEDS.items():
         if key in merged and merged[needed] != value:
-            return Pruned(name, f"{key} acts only with {needed}={value}, which this combination turns off")
+            return Pruned(name, f"{key} acts only with {needed}={value}, which this combination turns off: it would "
+                                "change nothing")
     return Candidate(name, options, tuple(dict.fromkeys(plans)),
                      knobs=tuple(k for w in winners for k in w.knobs))
 

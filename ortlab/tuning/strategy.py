@@ -1,7 +1,6 @@
 """How the search fits its budget: every knob alone from the baseline when the budget holds them all, else the most
-promising for the goal first; then the winners combined greedily (the best, then the best with the next winner, kept when it is better
-still) while the budget lasts. The choice and why
-are part of the result.
+promising for the goal first; then the winners combined greedily (the best, then with the next winner, kept when
+that is better still) while the budget lasts. The choice and why are part of the result.
 
 A candidate's cost is measured, not guessed: the baseline's first burst (worker start and export included) plus its
 guard (the parity burst and the verdict).
