@@ -259,3 +259,55 @@ def test_panel_shows_the_table_the_figure_and_the_best(tmp_path, clock):
     panel.conditions.value = "time: percent-min-improvment 5"
     panel.run(wait=True)
     assert "is not allowed" in panel.status.value
+
+
+# -- real ORTModule bursts
+
+SMALL = ["--steps", "4", "--warmup", "2", "--repeats", "2", "--guard-steps", "2", "--budget", "60"]
+
+
+@pytest.mark.slow
+def test_memory_goal_on_the_demo_finds_a_recompute_setting_that_agrees_and_reproduces(tmp_path, capsys):
+    from ortlab.cli import main
+
+    assert main(["tune", "--goal", "memory", "--only", "memory_opt_level", "--only", "plans", "--plans", "1",
+                 *SMALL, "--out", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["candidate"]: r for r in data["rows"]}
+    base, best = rows["baseline"], rows[data["best"]]
+    assert data["baseline_verdict"]["verdict"] == "agree"
+    assert best["verdict"] == "agree" and best["outcome"] == BETTER
+    assert best["activation_mb"] < base["activation_mb"] and best["exact"]
+    assert data["best_options"].get("memory_opt_level") or data["best_options"].get("memory_opt_config")
+    assert any("has none, so it equals level 1" in p["reason"] for p in data["pruned"])  # no type-2 plan
+    assert data["noise"]["memory"] == 0  # the account is exact: the repeats agree to the byte
+    assert "ORTMODULE_MEMORY_OPT" in data["export_lines"] and (tmp_path / data["path"] / "tune.json").is_file()
+    # the best setting again, as a plain burst in a new session: the same accounted figures
+    with Session(out=tmp_path / "again", in_process=True) as s:
+        run = s.burst("ortmodule", 4, data["best_options"], collect={"memory": {}}, progress=False)
+    assert run.memory["peak_activation_bytes"] / 2**20 == pytest.approx(best["activation_mb"])
+
+
+@pytest.mark.slow
+def test_a_candidate_that_changes_the_model_is_rejected_with_its_cause(tmp_path):
+    from ortlab.tuning import tune
+
+    t = tune("tests.factories.tune:flipped", "time", 60, steps=4, warmup=2, repeats=2, guard_steps=2,
+             only=["deepcopy_before_model_export"], out=tmp_path, in_process=True)
+    row = t.table.set_index("candidate").loc["deepcopy_before_model_export=False"]
+    assert t.baseline_verdict["verdict"] == "agree"
+    assert row["verdict"] == "diverged" and row["outcome"] == "rejected" and row["cause"]
+    assert not t.improved and "rejected deepcopy_before_model_export=False" in str(t)
+    greyed = [c for c in t.pareto().axes[0].collections if c.get_label().startswith("rejected")]
+    assert greyed and len(greyed[0].get_offsets()) == 1
+
+
+@pytest.mark.slow
+def test_a_model_that_does_not_run_on_ortmodule_points_to_check(tmp_path):
+    from ortlab.tuning import tune
+
+    with pytest.raises(TuneError, match=r"does not run on ORTModule .*see `ortlab check --model ortlab.demo:gpt "
+                                        r"--model-arg attention=\"mha\"`.*what was measured is kept in") as e:
+        tune("ortlab.demo:gpt", "time", 10, model_kwargs={"attention": "mha"}, steps=4, warmup=2, repeats=1,
+             out=tmp_path, in_process=True)
+    assert "\n" not in str(e.value)

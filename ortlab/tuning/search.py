@@ -74,7 +74,7 @@ class Tuner:
         try:
             self._search(result)
         except TuneError as e:
-            if result.rows:  # nothing measured is lost: say where it is
+            if result.runs:  # nothing measured is lost: say where it is
                 result.save()
                 raise TuneError(f"{e} (what was measured is kept in {folder / FILE})") from None
             raise
