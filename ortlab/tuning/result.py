@@ -56,6 +56,7 @@ class Tuning:
         self.save()
 
     def add(self, row: dict[str, Any], candidate: Candidate) -> None:
+        """Keep one measured candidate's row (tune.json rewritten)."""
         self.rows.append(row)
         self.candidates[candidate.name] = candidate
         self.save()
@@ -141,6 +142,7 @@ class Tuning:
         return pareto_figure(self.table, self.best_name)
 
     def headline(self) -> str:
+        """The answer in one line: the best setting and its changes, or that none beats the baseline's noise."""
         if not self.rows:
             return "nothing measured"
         objectives = " and ".join(self.goals.objectives)
@@ -151,6 +153,7 @@ class Tuning:
                 f"{self._noise_words()})")
 
     def lines(self) -> list[str]:
+        """The tuning as text lines: headline, strategy, goals, table, rejections, pruned, notes, best settings."""
         out = [self.headline()]
         if self.strategy is not None:
             out.append(f"strategy: {self.strategy.name}: {self.strategy.reason}")
@@ -185,6 +188,7 @@ class Tuning:
                 "runs": {k: str(r.path) for k, r in self.runs.items()}, "log": self.log}
 
     def save(self) -> None:
+        """Write tune.json into the tuning's folder (atomically: a reader never sees half of it)."""
         from ortlab.run import write_json
 
         write_json(self.path / FILE, self.to_dict())

@@ -131,7 +131,7 @@ class Tuner:
                 return None
             if run.status != "ok":
                 raise TuneError(f"model {self.session.ref.describe()} does not run on ORTModule with these options "
-                                f"(the baseline burst ended {run.status}: {run.error}); see `ortlab check"
+                                f"(the baseline burst ended {run.status}: {_first_line(run.error)}); see `ortlab check"
                                 f"{_model_flag(self.session)}`, which names every blocker and its fix")
             rows.append(measure.figures(run, self.warmup))
             if k == 1:
@@ -157,7 +157,7 @@ class Tuner:
         """A parity burst with these options judged against the PyTorch reference: verdict, cause, the run."""
         run = self._burst("ortmodule", self.guard_steps, options, name, {}, parity=True)
         if run.status != "ok":
-            return {"verdict": "not judged", "cause": f"the guard burst ended {run.status}: {run.error}",
+            return {"verdict": "not judged", "cause": f"the guard burst ended {run.status}: {_first_line(run.error)}",
                     "run": str(run.path), "status": run.status}
         verdict = self.session.judge(self.reference, run)
         cause = (verdict.causes[0]["text"] if verdict.causes else verdict.headline) if verdict.diverged else None
@@ -185,7 +185,7 @@ class Tuner:
             result.stopped = True
             row.update(outcome="stopped", reasons=["stopped before it finished"])
         elif run.status != "ok":
-            row.update(outcome="failed", reasons=[f"the burst ended {run.status}: {run.error}"])
+            row.update(outcome="failed", reasons=[f"the burst ended {run.status}: {_first_line(run.error)}"])
         elif self.stopped:
             result.stopped = True
             row.update(outcome="stopped", reasons=["stopped before its guard: not judged"])
@@ -271,6 +271,11 @@ def _plans(run):
         return plans(run)
     except Exception:  # no plans: the recompute candidates are pruned with this reason
         return None
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else "no reason given"
 
 
 def _model_flag(session) -> str:
