@@ -56,12 +56,12 @@ def main() -> int:
     only = args.only or (["memory_opt_level", "plans"] if args.gpt2 else None)
     with tempfile.TemporaryDirectory() as out:
         session = Timed(None, kwargs, out=out, in_process=args.in_process)
-        started = time.perf_counter()
         with session:
+            started = time.perf_counter()
             result = tune(session, args.goal, args.budget, steps=args.steps, warmup=2, only=only,
                           on_progress=lambda e: print(f"[{time.perf_counter() - started:7.1f} s] {e['text']}",
                                                       file=sys.stderr, flush=True))
-        wall = time.perf_counter() - started
+            wall = time.perf_counter() - started
         print(result)
         ratio = (wall - session.inside) / session.inside
         print(f"wall {wall:.1f} s, inside bursts and verdicts {session.inside:.1f} s, the search's own "

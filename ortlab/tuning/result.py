@@ -10,11 +10,12 @@ from typing import Any
 
 from ortlab.options import Options
 from ortlab.tuning import measure
-from ortlab.tuning.goals import BETTER, METRICS, Goals, change
+from ortlab.tuning.goals import BETTER, METRICS, MISSES, SAME, WORSE, Goals, change, decide, score
 from ortlab.tuning.space import Candidate, Pruned
 
 BASELINE = "baseline"
 FILE = "tune.json"
+DECIDED = (BETTER, SAME, WORSE, MISSES)
 COLUMNS = ["candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",
            "memory_change_pct", "stash_mb", "rss_mb", "rss_change_pct", "restart", "options", "reasons", "cause",
            "status", "run"]
@@ -61,6 +62,12 @@ class Tuning:
         self.candidates[candidate.name] = candidate
         self.save()
 
+    def decide(self, row: dict[str, Any]) -> None:
+        """Set an agreeing row's outcome, reasons and score against the baseline as measured so far."""
+        values = measure.metric_values(row)
+        outcome, reasons = decide(self.goals, self.base_values, values, self.noise)
+        row.update(outcome=outcome, reasons=reasons, score=score(self.goals, self.base_values, values, self.noise))
+
     def winners(self) -> list[tuple[Candidate, dict[str, Any]]]:
         """The single candidates that agree and are better, best first."""
         found = [(self.candidates[r["candidate"]], r) for r in self.rows[1:]
@@ -69,6 +76,11 @@ class Tuning:
 
     def finish(self) -> None:
         """Choose the best (the best score among agreeing, better candidates; else the baseline) and the notes."""
+        for row in self.rows[1:]:  # against the baseline's final figures and noise (confirmations add repeats)
+            if row.get("verdict") == "agree" and row.get("outcome") in DECIDED:
+                confirmed = [n for n in row["reasons"] if n.startswith(("confirmed", "not confirmed"))]
+                self.decide(row)
+                row["reasons"] += confirmed
         better = [r for r in self.rows[1:] if r.get("outcome") == BETTER]
         self.best_name = max(better, key=lambda r: r["score"])["candidate"] if better else BASELINE
         if self.baseline_verdict and self.baseline_verdict.get("verdict") == "agree":
