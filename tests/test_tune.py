@@ -264,6 +264,18 @@ def test_panel_shows_the_table_the_figure_and_the_best(tmp_path, clock):
     assert "is not allowed" in panel.status.value
 
 
+
+def test_the_lab_has_a_tune_tab_over_its_session(tmp_path):
+    from ortlab import Lab
+    from ortlab.widgets.tune import TunePanel
+
+    lab = Lab(out=tmp_path, in_process=True, cuda_available=False)
+    try:
+        panel = lab.extra_panels["Tune"]
+        assert "Tune" in lab.titles and isinstance(panel, TunePanel) and panel.session is lab.session
+    finally:
+        lab.close()
+
 # -- real ORTModule bursts
 
 SMALL = ["--steps", "4", "--warmup", "2", "--repeats", "2", "--guard-steps", "2", "--budget", "60"]
