@@ -64,8 +64,9 @@ print()
 print(memory.wrap_call())
 """),
     md("""
-Re-running the best setting as a plain burst reproduces its figures: the accounted memory to the byte, the step
-time within the baseline's noise (this machine's, measured above).
+Re-running the best setting as a plain burst reproduces its figures: the accounted memory to the byte. The step
+time is as steady as the machine: compare it with the baseline's noise measured above (on a shared machine the
+load can change between two bursts by more than that).
 """),
     code("""
 # NBVAL_CHECK_OUTPUT

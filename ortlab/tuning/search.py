@@ -29,8 +29,8 @@ _clock = time.monotonic  # the budget's clock (a test replaces it)
 
 class Tuner:
     """One tuning of one model: `run()` returns the Tuning, `stop()` (another thread, a widget's button) ends it
-    after the burst in progress and keeps what was measured. `on_progress(event)` gets a dict with "text" (and
-    "phase", "candidate", "done", "total") for every step of the search."""
+    after the burst in progress and keeps what was measured. `on_progress(event)` gets a dict with "phase" and "text"
+    (and "candidate" where one is concerned) for every step of the search."""
 
     def __init__(self, session_or_model: Any = None, goal: Any = "time", budget: float = 10.0, *, steps: int = 8,
                  warmup: int = 3, repeats: int = 3, guard_steps: int = 3, only: Any = None,
