@@ -148,7 +148,8 @@ class Tuning:
         ])
 
     def pareto(self):
-        """Step time against activation memory: the baseline marked, rejected settings greyed, the best ringed."""
+        """The pareto figure: step time against activation memory, the baseline marked, rejected settings greyed,
+        the best ringed."""
         from ortlab.tuning.figures import pareto_figure
 
         return pareto_figure(self.table, self.best_name)
