@@ -326,3 +326,26 @@ def test_a_model_that_does_not_run_on_ortmodule_points_to_check(tmp_path):
         tune("ortlab.demo:gpt", "time", 10, model_kwargs={"attention": "mha"}, steps=4, warmup=2, repeats=1,
              out=tmp_path, in_process=True)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_stop_during_a_candidate_keeps_what_was_measured(tmp_path):
+    """A Stop from the candidate's second step (a step callback, no timer): that burst ends, nothing later runs,
+    the baseline and the stopped candidate stay in the result and in tune.json."""
+    from ortlab.tuning import Tuner
+
+    phase = {}
+
+    def on_step(row):
+        if phase.get("now") == "candidate" and row["step"] == 1:
+            tuner.stop()
+
+    tuner = Tuner(None, "time", 30, steps=4, warmup=2, repeats=1, guard_steps=2, out=tmp_path, in_process=True,
+                  only=["enable_compute_optimizer", "deepcopy_before_model_export"], on_step=on_step,
+                  on_progress=lambda e: phase.update(now=e["phase"]))
+    t = tuner.run()
+    assert t.stopped and [r["candidate"] for r in t.rows] == ["baseline", "enable_compute_optimizer=False"]
+    assert t.rows[-1]["outcome"] == "stopped" and t.rows[-1]["status"] in ("stopped", "interrupted")
+    assert t.rows[0]["median_step_ms"] > 0 and not t.improved
+    saved = json.loads((t.path / "tune.json").read_text())
+    assert saved["stopped"] and len(saved["rows"]) == 2
