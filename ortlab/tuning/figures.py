@@ -24,9 +24,12 @@ def pareto_figure(table, best: str | None = None):
     chosen = ok[ok["candidate"] == best] if best and best != "baseline" else ok.iloc[0:0]
     ax.scatter(chosen["median_step_ms"], chosen["activation_mb"], facecolors="none", edgecolors="tab:red", s=260,
                linewidths=2, label="best", zorder=4)
+    names: dict[tuple[float, float], list[tuple[str, bool]]] = {}  # settings at one point share a label
     for name, x, y, grey in zip(ok["candidate"], ok["median_step_ms"], ok["activation_mb"], rejected, strict=True):
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7,
-                    color=GREY if grey else "black")
+        names.setdefault((x, y), []).append((name, grey))
+    for (x, y), group in names.items():
+        ax.annotate("\n".join(n for n, _ in group), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7,
+                    color=GREY if all(g for _, g in group) else "black")
     front = _front(list(zip(ok[~rejected]["median_step_ms"], ok[~rejected]["activation_mb"], strict=True)))
     if len(front) > 1:
         ax.plot(*zip(*front, strict=True), linestyle="--", alpha=0.5, color="tab:blue", label="pareto front")
