@@ -173,7 +173,7 @@ def test_time_goal_one_knob_at_a_time_then_the_winners_combined(tmp_path, clock)
     # the baseline is the defaults, three times, and once more before each gain is confirmed back to back: its
     # noise is their range over their median
     assert table.loc["baseline", "repeats"] == 3 + 3 and table.loc["baseline", "median_step_ms"] == 100.0
-    assert t.noise["time"] == pytest.approx(0.03)
+    assert t.noise["time"] == pytest.approx(0.03) and "noise over 6 repeats" in table.loc["baseline", "reasons"]
     assert "confirmed back to back" in table.loc["enable_compute_optimizer=False", "reasons"]
     assert table.loc["deepcopy_before_model_export=False", "outcome"] == SAME  # -3%: within the noise
     assert table.loc["deepcopy_before_model_export=False", "time_change_pct"] == 0

@@ -52,8 +52,9 @@ class Tuning:
         figures, self.noise = measure.baseline(rows)
         self.base_values = measure.metric_values(figures)
         row = {"candidate": BASELINE, "outcome": "baseline", "options": {}, "knobs": [], "restart": False,
-               "status": "ok", "repeats": len(rows), "reasons": [self._noise_words()], **figures}
+               "status": "ok", "repeats": len(rows), **figures}
         self.rows = [row, *self.rows[1:]] if self.rows else [row]
+        row["reasons"] = [self._noise_words()]
         self.save()
 
     def add(self, row: dict[str, Any], candidate: Candidate) -> None:
