@@ -44,6 +44,8 @@ _EXPORTS = {
     "plans": "ortlab.recompute",
     "plan_sweep": "ortlab.recompute",
     "what_if": "ortlab.recompute",
+    "tune": "ortlab.tuning",
+    "Tuning": "ortlab.tuning",
     "load_graphs": "ortlab.graphs:load",
     "memory": "ortlab.account:memory",
     "torch_memory": "ortlab.account:torch_memory",
@@ -56,7 +58,7 @@ _EXPORTS = {
 
 # Subpackages reachable as attributes (`ortlab.graphs.load(run)`); no public name above equals a submodule's name
 # (importing the submodule would rebind the attribute), which tests/test_api.py checks.
-_PACKAGES = ("account", "activations", "compat", "graphs", "recompute", "verdict")
+_PACKAGES = ("account", "activations", "compat", "graphs", "recompute", "tuning", "verdict")
 
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 

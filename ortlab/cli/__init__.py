@@ -59,13 +59,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ortlab.cli import activations, burst, check, compare, env, graphs, memory, options, plans, repro, runs, time
+    from ortlab.cli import activations, burst, check, compare, env, graphs, memory, options, plans, repro, runs, time, tune
 
     p = _Parser(prog="ortlab", description="Explore ONNX Runtime's ORTModule: options, bursts, runs, "
                                 "exported graphs, recompute plans, activation statistics.",
                 epilog="Each command's flags and defaults: ortlab COMMAND --help, all of them in docs/cli.md.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (env, options, check, burst, compare, runs, graphs, plans, memory, time, activations, repro):
+    for module in (env, options, check, burst, compare, runs, graphs, plans, memory, time, tune, activations, repro):
         module.register(sub)
     return p
 

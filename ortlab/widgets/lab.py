@@ -19,6 +19,7 @@ _VIEW_TABS = (
     ("Activations", "ortlab.widgets.activations", "ActivationsPanel", "runs"),
     ("Memory", "ortlab.widgets.memory", "MemoryPanel", "runs"),
     ("Time", "ortlab.widgets.time", "TimePanel", "runs"),
+    ("Tune", "ortlab.widgets.tune", "TunePanel", "session"),
 )
 
 

@@ -1,0 +1,221 @@
+"""The result of a tuning: one row per setting measured (the baseline first), what was pruned and why, the strategy
+and why, the best settings as Options, as `ORTMODULE_*` export lines and as the call that wraps a model with them;
+a table, a pareto figure and tune.json in the tuning's folder (rewritten as the search goes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ortlab.options import Options
+from ortlab.tuning import measure
+from ortlab.tuning.goals import BETTER, METRICS, MISSES, SAME, WORSE, Goals, change, decide, score
+from ortlab.tuning.space import Candidate, Pruned
+
+BASELINE = "baseline"
+FILE = "tune.json"
+DECIDED = (BETTER, SAME, WORSE, MISSES)
+COLUMNS = ["candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",
+           "memory_change_pct", "stash_mb", "rss_mb", "rss_change_pct", "restart", "options", "reasons", "cause",
+           "status", "run"]
+
+
+@dataclass
+class Tuning:
+    """`table` (DataFrame), `best` (Options), `export_lines()`, `wrap_call()`, `pareto()`, `pruned`, `strategy`,
+    `noise` (each metric's relative spread over the baseline's repeats), `notes`, `path` (its folder)."""
+
+    goals: Goals
+    path: Path
+    budget_min: float
+    base_options: Options = field(default_factory=Options)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    runs: dict[str, Any] = field(default_factory=dict)
+    pruned: list[Pruned] = field(default_factory=list)
+    strategy: Any = None
+    noise: dict[str, float] = field(default_factory=dict)
+    base_values: dict[str, float | None] = field(default_factory=dict)
+    baseline_verdict: dict[str, Any] | None = None
+    best_name: str | None = None
+    stopped: bool = False
+    budget_spent: bool = False
+    elapsed_s: float = 0.0
+    log: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    # -- building
+
+    def save_baseline(self, rows: list[dict[str, Any]]) -> None:
+        """The baseline's row from its repeats (median figures) and the noise they show."""
+        figures, self.noise = measure.baseline(rows)
+        self.base_values = measure.metric_values(figures)
+        row = {"candidate": BASELINE, "outcome": "baseline", "options": {}, "knobs": [], "restart": False,
+               "status": "ok", "repeats": len(rows), **figures}
+        self.rows = [row, *self.rows[1:]] if self.rows else [row]
+        row["reasons"] = [self._noise_words()]
+        self.save()
+
+    def add(self, row: dict[str, Any], candidate: Candidate) -> None:
+        """Keep one measured candidate's row (tune.json rewritten)."""
+        self.rows.append(row)
+        self.candidates[candidate.name] = candidate
+        self.save()
+
+    def decide(self, row: dict[str, Any]) -> None:
+        """Set an agreeing row's outcome, reasons and score against the baseline as measured so far."""
+        values = measure.metric_values(row)
+        outcome, reasons = decide(self.goals, self.base_values, values, self.noise)
+        row.update(outcome=outcome, reasons=reasons, score=score(self.goals, self.base_values, values, self.noise))
+
+    def winners(self) -> list[tuple[Candidate, dict[str, Any]]]:
+        """The single candidates that agree and are better, best first."""
+        found = [(self.candidates[r["candidate"]], r) for r in self.rows[1:]
+                 if r.get("outcome") == BETTER and len(self.candidates[r["candidate"]].knobs) == 1]
+        return sorted(found, key=lambda cr: -cr[1]["score"])
+
+    def finish(self) -> None:
+        """Choose the best (the best score among agreeing, better candidates; else the baseline) and the notes."""
+        for row in self.rows[1:]:  # against the baseline's final figures and noise (confirmations add repeats)
+            if row.get("verdict") == "agree" and row.get("outcome") in DECIDED:
+                confirmed = [n for n in row["reasons"] if n.startswith(("confirmed", "not confirmed"))]
+                self.decide(row)
+                row["reasons"] += confirmed
+        better = [r for r in self.rows[1:] if r.get("outcome") == BETTER]
+        self.best_name = max(better, key=lambda r: r["score"])["candidate"] if better else BASELINE
+        if self.baseline_verdict and self.baseline_verdict.get("verdict") == "agree":
+            self.notes.append("every setting is guarded by a parity burst (dropout off, compute optimizer off) "
+                              "judged against one PyTorch parity burst: what ORT's compute optimizer changes is not "
+                              "judged")
+        if self.noise:
+            self.notes.append(self._noise_words())
+        if self.stopped:
+            self.notes.append("stopped: the table holds what was measured before the Stop")
+
+    # -- reading
+
+    @property
+    def best(self) -> Options:
+        """The best settings found (the baseline's options when nothing beats it beyond its noise)."""
+        for row in self.rows:
+            if row["candidate"] == self.best_name:
+                return self.base_options.replace(**row.get("options") or {})
+        return self.base_options
+
+    @property
+    def improved(self) -> bool:
+        """Whether a setting beats the baseline beyond its noise (and agrees)."""
+        return self.best_name not in (None, BASELINE)
+
+    @property
+    def table(self):
+        """One row per setting measured, the baseline first, with its changes (percent; 0 within the noise)."""
+        import pandas as pd
+
+        rows = []
+        for r in self.rows:
+            row = {**r, "options": _text(r.get("options") or {}), "reasons": "; ".join(r.get("reasons") or [])}
+            for metric, name in (("time", "time_change_pct"), ("memory", "memory_change_pct"),
+                                 ("rss", "rss_change_pct")):
+                value = change(self.base_values.get(metric), r.get(METRICS[metric][0]), self.noise.get(metric, 0))
+                row[name] = None if value is None else 100 * value
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        return df.reindex(columns=[*COLUMNS, *(c for c in df.columns if c not in COLUMNS)])
+
+    def pruned_table(self):
+        """What was not run, and why (DataFrame)."""
+        import pandas as pd
+
+        return pd.DataFrame([p.to_dict() for p in self.pruned], columns=["name", "reason"])
+
+    def export_lines(self) -> str:
+        """The shell lines that set the best options outside ortlab (empty when the defaults are best)."""
+        return self.best.export_lines()
+
+    def wrap_call(self) -> str:
+        """The Python that trains a model with the best options. `ortlab.wrap` is not part of ortlab yet: the call
+        is printed as text, followed by what does the same today."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.best.to_dict().items())
+        return "\n".join([
+            f"ortlab.wrap(model, options=ortlab.Options({args}))  # planned: not in ortlab yet; the same today:",
+            "from onnxruntime.training.ortmodule import ORTModule",
+            f"options = ortlab.Options({args})",
+            "with options.applied():  # the ORTMODULE_* variables; ORT reads them at construction and export",
+            "    model = ORTModule(model)  # keep the first training step inside the block",
+            *(["# options read at import: export them before Python starts (export_lines())"]
+              if any(c.restart for c in self.candidates.values() if c.name == self.best_name) else []),
+        ])
+
+    def pareto(self):
+        """The pareto figure: step time against activation memory, the baseline marked, rejected settings greyed,
+        the best ringed."""
+        from ortlab.tuning.figures import pareto_figure
+
+        return pareto_figure(self.table, self.best_name)
+
+    def headline(self) -> str:
+        """The answer in one line: the best setting and its changes, or that none beats the baseline's noise."""
+        if not self.rows:
+            return "nothing measured"
+        objectives = " and ".join(self.goals.objectives)
+        if self.improved:
+            return f"best for {objectives}: {self.best_name} ({'; '.join(self._row(self.best_name)['reasons'])})"
+        tried = sum(1 for r in self.rows[1:] if r.get("outcome") not in ("stopped", "failed"))
+        return (f"no setting beats the baseline on {objectives} beyond its noise ({tried} measured; "
+                f"{self._noise_words()})")
+
+    def lines(self) -> list[str]:
+        """The tuning as text lines: headline, strategy, goals, table, rejections, pruned, notes, best settings."""
+        out = [self.headline()]
+        if self.strategy is not None:
+            out.append(f"strategy: {self.strategy.name}: {self.strategy.reason}")
+        out.append(f"goals: {self.goals}")
+        cols = ["candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",
+                "memory_change_pct", "rss_mb"]
+        out.append(self.table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        out += [f"rejected {r['candidate']}: {r['cause']}" for r in self.rows if r.get("outcome") == "rejected"]
+        out += [f"pruned {p.name}: {p.reason}" for p in self.pruned]
+        out += [f"note: {n}" for n in self.notes]
+        if self.improved:
+            out += ["best options: " + repr(self.best), "export lines:", self.export_lines(), "in Python:",
+                    self.wrap_call()]
+        out.append(f"folder: {self.path}")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def __repr__(self) -> str:
+        return f"Tuning({len(self.rows)} settings, best={self.best_name!r}, path={self.path})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tuning as plain data (tune.json)."""
+        return {"goals": self.goals.to_dict(), "budget_min": self.budget_min, "elapsed_s": self.elapsed_s,
+                "base_options": self.base_options.to_dict(), "rows": self.rows, "noise": self.noise,
+                "baseline_values": self.base_values, "baseline_verdict": self.baseline_verdict,
+                "strategy": self.strategy.to_dict() if self.strategy is not None else None,
+                "pruned": [p.to_dict() for p in self.pruned], "best": self.best_name,
+                "best_options": self.best.to_dict(), "export_lines": self.export_lines(),
+                "stopped": self.stopped, "budget_spent": self.budget_spent, "notes": self.notes,
+                "runs": {k: str(r.path) for k, r in self.runs.items()}, "log": self.log}
+
+    def save(self) -> None:
+        """Write tune.json into the tuning's folder (atomically: a reader never sees half of it)."""
+        from ortlab.run import write_json
+
+        write_json(self.path / FILE, self.to_dict())
+
+    def _row(self, name: str) -> dict[str, Any]:
+        return next(r for r in self.rows if r["candidate"] == name)
+
+    def _noise_words(self) -> str:
+        parts = [f"{m} {100 * v:.1f}%" for m, v in self.noise.items()]
+        repeats = self.rows[0].get("repeats", 0) if self.rows else 0
+        return (f"the baseline's noise over {repeats} repeats (range / median): {', '.join(parts)}; a change "
+                "within it counts as none")
+
+
+def _text(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items())
