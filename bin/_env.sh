@@ -8,14 +8,23 @@ set -euo pipefail
 ORTLAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Python 3.10 or 3.11: onnxruntime-training 1.19.2, ORTModule's last release, ships wheels for 3.8-3.11 and torch 2.6
-# for 3.9-3.13. Each has its own lock (requirements.lock: 3.11; requirements-py310.lock: 3.10).
+# for 3.9-3.13. Each has its own lock (requirements.lock: 3.11; requirements-py310.lock: 3.10). The choice, in order:
+# ORTLAB_PYTHON; the active python3 (so PYENV_VERSION=3.10.13, or a 3.10 bin/ first on PATH, gets 3.10); python3.11;
+# python3.10. Prints the interpreter's real path (not a pyenv shim's).
 _ortlab_python() {
   local candidate found=""
-  for candidate in "${ORTLAB_PYTHON:-}" python3.11 python3.10 python3; do
-    [ -n "$candidate" ] || continue
+  if [ -n "${ORTLAB_PYTHON:-}" ]; then
+    if "$ORTLAB_PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 10), (3, 11)))' 2>/dev/null; then
+      "$ORTLAB_PYTHON" -c 'import sys; print(sys.executable)'; return 0
+    fi
+    echo "ortlab: ORTLAB_PYTHON=$ORTLAB_PYTHON is not a Python 3.10 or 3.11 (one of the two is needed)" >&2
+    return 1
+  fi
+  for candidate in python3 python3.11 python3.10; do
     command -v "$candidate" >/dev/null 2>&1 || continue
     if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 10), (3, 11)))' 2>/dev/null; then
-      command -v "$candidate"; return 0
+      [ "$candidate" = python3 ] || echo "ortlab: python3 is not 3.10 or 3.11 ($found); using $candidate" >&2
+      "$candidate" -c 'import sys; print(sys.executable)'; return 0
     fi
     found="$found $candidate=$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)"
   done
@@ -26,12 +35,11 @@ _ortlab_python() {
 }
 
 _ortlab_ensure_env() {
-  local python key root lock
+  local python version key root lock
   python=$(_ortlab_python)
+  version=$("$python" -c 'import platform; print(platform.python_version())')
   lock="$ORTLAB_ROOT/requirements.lock"
-  if "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))'; then
-    lock="$ORTLAB_ROOT/requirements-py310.lock"
-  fi
+  case "$version" in 3.10.*) lock="$ORTLAB_ROOT/requirements-py310.lock" ;; esac
   # ENV_RECIPE: bump it when the way the environment is built changes what is in it
   key=$( (cat "$lock"; "$python" -c 'import sys; print(sys.version)'; echo "recipe 2") | sha256sum | cut -c1-16)
   root=${ORTLAB_ENV_ROOT:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ortlab}
@@ -40,16 +48,13 @@ _ortlab_ensure_env() {
   exec 9>"$root/.lock"
   flock 9
   if [ ! -f "$ORTLAB_VENV/.complete" ]; then
-    echo "ortlab: building the environment in $ORTLAB_VENV (once per lock file: ~5 GB of packages, then ~4 min compiling ORTModule's extensions)" >&2
+    echo "ortlab: building the environment for Python $version ($python) from ${lock##*/} in $ORTLAB_VENV" >&2
+    echo "ortlab: once per lock and Python: ~2.5 GB of downloads, ~7 GB on disk, then 5-15 min compiling ORTModule's extensions; progress below" >&2
     rm -rf "$ORTLAB_VENV"
     "$python" -m venv "$ORTLAB_VENV"
-    local log="$root/install-$key.log"
-    if ! "$ORTLAB_VENV/bin/python" -m pip install --no-input --disable-pip-version-check \
-         -r "$lock" >"$log" 2>&1; then
-      grep -v "^WARNING: Location" "$log" | tail -25 >&2
-      echo "ortlab: installing the pinned packages failed; full log: $log" >&2
-      return 1
-    fi
+    "$python" "$ORTLAB_ROOT/scripts/install_progress.py" "$root/install-$key.log" "$ORTLAB_VENV" -- \
+      "$ORTLAB_VENV/bin/python" -m pip install --no-input --disable-pip-version-check --progress-bar off \
+      -r "$lock" || return 1
     touch "$ORTLAB_VENV/.packages"
   fi
   # ortlab itself, once (its entry point and metadata); the code each run uses is its checkout's (PYTHONPATH below)
@@ -61,9 +66,9 @@ _ortlab_ensure_env() {
       return 1
     fi
   fi
-  export PYTHONPATH="$ORTLAB_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH="$ORTLAB_ROOT${PYTHONPATH:+:$PYTHONPATH}" ORTLAB_LOCK="$lock"
   if [ ! -f "$ORTLAB_VENV/.complete" ]; then
-    "$ORTLAB_VENV/bin/ortlab" setup
+    "$ORTLAB_VENV/bin/python" -m ortlab.cli setup
     touch "$ORTLAB_VENV/.complete"
   fi
   # the newest transformers in a side folder, for the model-family tests (requirements-side.lock; Python 3.11)

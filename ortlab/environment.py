@@ -10,6 +10,8 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -60,6 +62,29 @@ def _nvcc_cuda_major() -> str | None:
     return None
 
 
+def _compile(name: str, command: list[str], cwd: Path, env: dict, log, every: float = 20.0) -> tuple[int, str]:
+    """One extension's build, saying every `every` seconds that it is still going (and since when): a cold start
+    must never look hung."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        while True:
+            try:
+                proc.wait(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                log(f"ortlab setup: still compiling {name} ({_clock(time.monotonic() - start)})")
+        out.seek(0)
+        output = out.read()
+    log(f"ortlab setup: {name} {'compiled' if proc.returncode == 0 else 'failed'} in "
+        f"{_clock(time.monotonic() - start)}")
+    return proc.returncode, output
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
+
+
 def setup(force: bool = False, log=print) -> dict[str, bool]:
     """Build ORTModule's torch C++ extensions into the installed onnxruntime package.
 
@@ -100,14 +125,12 @@ def setup(force: bool = False, log=print) -> dict[str, bool]:
     for name in todo:
         kind = "cpu" if name in CPU_EXTENSIONS else "cuda"
         setup_py = cpp_dir / kind / name / "setup.py"
-        log(f"ortlab setup: compiling {name} (a few minutes on 2 cores)...")
-        proc = subprocess.run(
-            [sys.executable, str(setup_py), "build"], cwd=cpp_dir, env=env, capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        log(f"ortlab setup: compiling {name} ({todo.index(name) + 1} of {len(todo)}; minutes on 2 cores)...")
+        returncode, output = _compile(name, [sys.executable, str(setup_py), "build"], cpp_dir, env, log)
+        if returncode != 0:
+            tail = "\n".join(output.strip().splitlines()[-15:])
             raise SetupError(
-                f"compiling ORTModule's '{name}' extension failed (exit {proc.returncode}). Needed: g++, the "
+                f"compiling ORTModule's '{name}' extension failed (exit {returncode}). Needed: g++, the "
                 f"Python {platform.python_version()} headers (python3-dev) and ninja. Last lines:\n{tail}"
             )
         for so in glob.glob(str(cpp_dir / "build" / "lib.*" / f"{name}*.so")):
