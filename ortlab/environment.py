@@ -154,6 +154,9 @@ class Problem:
 class Report:
     python: str
     platform: str
+    interpreter: str  # the Python the environment was made from (a venv's base), then the environment itself
+    lock: str | None  # the lock bin/ortlab installed this environment from (None outside bin/ortlab)
+    ortlab_from: str  # the checkout (or site-packages) whose ortlab is running
     versions: dict[str, str | None]
     cuda_available: bool
     gpu_name: str | None
@@ -169,7 +172,10 @@ class Report:
         return asdict(self) | {"ok": self.ok}
 
     def __str__(self) -> str:
-        lines = [f"Python       {self.python} ({self.platform}; ortlab supports 3.10 and 3.11)"]
+        lines = [f"Python       {self.python} ({self.platform}; ortlab supports 3.10 and 3.11)",
+                 f"interpreter  {self.interpreter}",
+                 f"lock         {self.lock or 'none (not an environment bin/ortlab made)'}",
+                 f"ortlab from  {self.ortlab_from}"]
         from ortlab.versions import TESTED_TRANSFORMERS
 
         tested = {"transformers": f" (model families tested with {', '.join(TESTED_TRANSFORMERS)}: "
@@ -272,9 +278,14 @@ def doctor() -> Report:
     provider, problem = _ort_cuda_provider(cuda_available)
     if problem:
         problems.append(problem)
+    base = getattr(sys, "_base_executable", sys.executable)
+    interpreter = base if sys.prefix == sys.base_prefix else f"{base} (environment: {sys.prefix})"
     return Report(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
+        interpreter=interpreter,
+        lock=os.environ.get("ORTLAB_LOCK"),
+        ortlab_from=str(Path(__file__).resolve().parents[1]),
         versions=versions,
         cuda_available=cuda_available,
         gpu_name=gpu_name,
