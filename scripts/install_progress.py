@@ -1,5 +1,5 @@
 """Run a pip install for bin/_env.sh and say what it is doing: pip's full output goes to a log, the terminal gets a
-line per download with its size and the total so far, and a line at least every 20 s while pip is quiet (a large
+line per download with its size and the total so far, and a line at least every ~20 s while pip is quiet (a large
 download, unpacking), with the elapsed time and the environment's size. A failed install shows pip's error lines
 first (the resolver's notices bury them otherwise), then the log's path. Standard library only: it runs with the
 Python the environment is built from, before the environment exists.
@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-QUIET_S = 20  # the longest pip may run without a line on the terminal
+QUIET_S = 15  # pip quiet this long gets a line (measuring the environment adds seconds on a busy machine)
 # pip's "Downloading torch-2.6.0-cp310-...whl (766.7 MB)", "Using cached ...whl (1.2 MB)"
 FETCH = re.compile(r"^\s*(Downloading|Using cached) (\S+) \((\d+(?:\.\d+)?) (kB|MB|GB)\)")
 UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
