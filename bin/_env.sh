@@ -59,6 +59,7 @@ _ortlab_ensure_env() {
   fi
   # ortlab itself, once (its entry point and metadata); the code each run uses is its checkout's (PYTHONPATH below)
   if [ ! -f "$ORTLAB_VENV/.complete" ]; then
+    echo "ortlab: installing ortlab's entry point and metadata; then ORTModule's C++ extensions (torch loads first)" >&2
     if ! "$ORTLAB_VENV/bin/python" -m pip install --no-input --disable-pip-version-check --no-deps \
          --no-build-isolation -e "$ORTLAB_ROOT" >"$root/install-ortlab.log" 2>&1; then
       grep -v "^WARNING: Location" "$root/install-ortlab.log" | tail -25 >&2
