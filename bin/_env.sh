@@ -12,19 +12,17 @@ ORTLAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # ORTLAB_PYTHON; the active python3 (so PYENV_VERSION=3.10.13, or a 3.10 bin/ first on PATH, gets 3.10); python3.11;
 # python3.10. Prints the interpreter's real path (not a pyenv shim's).
 _ortlab_python() {
-  local candidate found=""
+  local candidate found="" pick='import sys; sys.exit(1) if sys.version_info[:2] not in ((3, 10), (3, 11)) else print(sys.executable)'
   if [ -n "${ORTLAB_PYTHON:-}" ]; then
-    if "$ORTLAB_PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 10), (3, 11)))' 2>/dev/null; then
-      "$ORTLAB_PYTHON" -c 'import sys; print(sys.executable)'; return 0
-    fi
+    "$ORTLAB_PYTHON" -c "$pick" 2>/dev/null && return 0
     echo "ortlab: ORTLAB_PYTHON=$ORTLAB_PYTHON is not a Python 3.10 or 3.11 (one of the two is needed)" >&2
     return 1
   fi
   for candidate in python3 python3.11 python3.10; do
     command -v "$candidate" >/dev/null 2>&1 || continue
-    if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 10), (3, 11)))' 2>/dev/null; then
+    if "$candidate" -c "$pick" 2>/dev/null; then
       [ "$candidate" = python3 ] || echo "ortlab: python3 is not 3.10 or 3.11 ($found); using $candidate" >&2
-      "$candidate" -c 'import sys; print(sys.executable)'; return 0
+      return 0
     fi
     found="$found $candidate=$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)"
   done
@@ -35,13 +33,13 @@ _ortlab_python() {
 }
 
 _ortlab_ensure_env() {
-  local python version key root lock
+  local python version full key root lock
   python=$(_ortlab_python)
-  version=$("$python" -c 'import platform; print(platform.python_version())')
+  { read -r version; read -r full; } < <("$python" -c 'import platform, sys; print(platform.python_version()); print(sys.version)')
   lock="$ORTLAB_ROOT/requirements.lock"
   case "$version" in 3.10.*) lock="$ORTLAB_ROOT/requirements-py310.lock" ;; esac
   # ENV_RECIPE: bump it when the way the environment is built changes what is in it
-  key=$( (cat "$lock"; "$python" -c 'import sys; print(sys.version)'; echo "recipe 2") | sha256sum | cut -c1-16)
+  key=$( (cat "$lock"; echo "$full"; echo "recipe 2") | sha256sum | cut -c1-16)
   root=${ORTLAB_ENV_ROOT:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ortlab}
   ORTLAB_VENV="$root/env-$key"
   mkdir -p "$root"
@@ -72,10 +70,13 @@ _ortlab_ensure_env() {
     "$ORTLAB_VENV/bin/python" -m ortlab.cli setup
     touch "$ORTLAB_VENV/.complete"
   fi
-  # the newest transformers in a side folder, for the model-family tests (requirements-side.lock; Python 3.11)
-  ORTLAB_SIDE_PACKAGES=$("$ORTLAB_VENV/bin/python" "$ORTLAB_ROOT/scripts/side_packages.py")
-  # torchvision and timm in another, for the model-zoo tests (requirements-zoo.lock)
-  ORTLAB_ZOO_PACKAGES=$("$ORTLAB_VENV/bin/python" "$ORTLAB_ROOT/scripts/side_packages.py" --lock requirements-zoo.lock)
+  # the newest transformers in a side folder, for the model-family tests (requirements-side.lock; Python 3.11), and
+  # torchvision and timm in another, for the model-zoo tests (requirements-zoo.lock); one Python for both
+  local side
+  side=$("$ORTLAB_VENV/bin/python" "$ORTLAB_ROOT/scripts/side_packages.py" --lock requirements-side.lock \
+         --lock requirements-zoo.lock)
+  ORTLAB_SIDE_PACKAGES=$(sed -n 1p <<<"$side")
+  ORTLAB_ZOO_PACKAGES=$(sed -n 2p <<<"$side")
   flock -u 9
   export PATH="$ORTLAB_VENV/bin:$PATH" VIRTUAL_ENV="$ORTLAB_VENV" ORTLAB_SIDE_PACKAGES ORTLAB_ZOO_PACKAGES
 }

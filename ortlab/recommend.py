@@ -24,7 +24,8 @@ class Recommendation:
     @property
     def line(self) -> str:
         """The recommendation as the one line a summary ends with."""
-        action = "stay on PyTorch" if self.backend == "pytorch" else f"train with {NAMES.get(self.backend, self.backend)}"
+        name = NAMES.get(self.backend, self.backend)
+        action = "stay on PyTorch" if self.backend == "pytorch" else f"train with {name}"
         caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy else ""
         return f"recommendation: {action}: {self.reason}{caveat}"
 

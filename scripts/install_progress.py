@@ -8,6 +8,7 @@ Usage: python scripts/install_progress.py LOG ENV_FOLDER -- pip-command..."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -25,10 +26,8 @@ def _size(path: str) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):  # a file pip just moved
                 total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
     return total
 
 
@@ -98,7 +97,7 @@ def main(argv: list[str]) -> int:
         return 0
     errors = [ln for ln in lines if ln.startswith("ERROR:")]
     rest = [ln for ln in lines[-12:] if ln not in errors and not ln.startswith("WARNING: Location")]
-    print("\n".join(errors + ["", "pip's last lines:"] + rest), file=sys.stderr)
+    print("\n".join([*errors, "", "pip's last lines:", *rest]), file=sys.stderr)
     print(f"ortlab: installing the pinned packages failed (pip exit {code}); full log: {log_path}", file=sys.stderr)
     return code
 
