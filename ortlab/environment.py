@@ -22,6 +22,14 @@ ORT_CUDA_MAJOR = "11"  # onnxruntime-training 1.19.2's wheel is a CUDA 11.8 buil
 SUPPORTED_PYTHONS = ((3, 10), (3, 11))  # onnxruntime-training 1.19.2 has wheels up to 3.11; each has a lock
 
 
+def cache_root() -> Path:
+    """Where ortlab keeps what it builds outside a checkout (bin/_env.sh's environments, the compiled kernels):
+    ORTLAB_ENV_ROOT when set, else $XDG_CACHE_HOME/ortlab, else ~/.cache/ortlab. One variable moves all of it."""
+    if os.environ.get("ORTLAB_ENV_ROOT"):
+        return Path(os.environ["ORTLAB_ENV_ROOT"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ortlab"
+
+
 class SetupError(RuntimeError):
     """The extension build failed; the message says what is missing and what to install."""
 
@@ -157,6 +165,7 @@ class Report:
     interpreter: str  # the Python the environment was made from (a venv's base), then the environment itself
     lock: str | None  # the lock bin/ortlab installed this environment from (None outside bin/ortlab)
     ortlab_from: str  # the checkout (or site-packages) whose ortlab is running
+    cache: str  # cache_root(): environments and compiled kernels (ORTLAB_ENV_ROOT moves it)
     versions: dict[str, str | None]
     cuda_available: bool
     gpu_name: str | None
@@ -175,7 +184,8 @@ class Report:
         lines = [f"Python       {self.python} ({self.platform}; ortlab supports 3.10 and 3.11)",
                  f"interpreter  {self.interpreter}",
                  f"lock         {self.lock or 'none (not an environment bin/ortlab made)'}",
-                 f"ortlab from  {self.ortlab_from}"]
+                 f"ortlab from  {self.ortlab_from}",
+                 f"cache        {self.cache} (environments, compiled kernels; ORTLAB_ENV_ROOT moves it)"]
         from ortlab.versions import TESTED_TRANSFORMERS
 
         tested = {"transformers": f" (model families tested with {', '.join(TESTED_TRANSFORMERS)}: "
@@ -286,6 +296,7 @@ def doctor() -> Report:
         interpreter=interpreter,
         lock=os.environ.get("ORTLAB_LOCK"),
         ortlab_from=str(Path(__file__).resolve().parents[1]),
+        cache=str(cache_root()),
         versions=versions,
         cuda_available=cuda_available,
         gpu_name=gpu_name,

@@ -98,3 +98,17 @@ def test_two_clones_sharing_one_environment_each_run_their_own_ortlab(tmp_path):
         assert f"environment: {sys.prefix})" in r.stdout, r.stdout + r.stderr
         seen.append(next(line for line in r.stdout.splitlines() if line.startswith("ortlab from")))
     assert seen == [f"ortlab from  {first}", f"ortlab from (second) {second}", f"ortlab from  {first}"]
+
+
+def test_ortlab_env_root_moves_the_compiled_kernels_too(tmp_path):
+    """One variable moves everything ortlab builds outside a checkout: the environments (bin/_env.sh) and the C
+    kernels compiled on first use, which went to ~/.cache/ortlab whatever ORTLAB_ENV_ROOT said."""
+    code = "from ortlab.kernels import stats_kernel; print(stats_kernel() is not None)"
+    env = dict(os.environ, ORTLAB_ENV_ROOT=str(tmp_path / "root"), HOME=str(tmp_path / "home"))
+    env.pop("XDG_CACHE_HOME", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    if r.stdout.strip() != "True":
+        pytest.skip("no C compiler here: the kernels fall back to numpy and write nothing")
+    assert list((tmp_path / "root" / "kernels").glob("ortlab_stats_*")), sorted(tmp_path.rglob("*"))
+    assert not (tmp_path / "home").exists()
