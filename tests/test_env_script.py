@@ -112,3 +112,23 @@ def test_ortlab_env_root_moves_the_compiled_kernels_too(tmp_path):
         pytest.skip("no C compiler here: the kernels fall back to numpy and write nothing")
     assert list((tmp_path / "root" / "kernels").glob("ortlab_stats_*")), sorted(tmp_path.rglob("*"))
     assert not (tmp_path / "home").exists()
+
+
+def test_a_failed_install_shows_pips_error_first_and_each_download_with_its_size(tmp_path):
+    """pip's resolver notices came before its one ERROR line (the 25th of 25 shown); now the error leads."""
+    pip = tmp_path / "pip"
+    pip.write_text("#!/bin/sh\n"
+                   "echo 'Collecting torch==2.6.0'\n"
+                   "echo '  Downloading torch-2.6.0-cp310-cp310-manylinux1_x86_64.whl (766.7 MB)'\n"
+                   + "echo 'INFO: pip is looking at multiple versions of networkx'\n" * 24 +
+                   "echo \"ERROR: Package 'networkx' requires a different Python: 3.10.13 not in '>=3.11'\"\n"
+                   "exit 1\n")
+    pip.chmod(0o755)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "install_progress.py"), str(tmp_path / "log"),
+                        str(tmp_path), "--", str(pip)], capture_output=True, text=True)
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert "downloading torch-2.6.0 (766.7 MB); 767 MB downloaded so far" in lines[0]
+    assert lines[1] == "ERROR: Package 'networkx' requires a different Python: 3.10.13 not in '>=3.11'"
+    assert lines[-1] == f"ortlab: installing the pinned packages failed (pip exit 1); full log: {tmp_path / 'log'}"
+    assert (tmp_path / "log").read_text().count("INFO: pip is looking") == 24
