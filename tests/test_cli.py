@@ -52,7 +52,8 @@ def test_a_missing_model_file_is_named_before_torch_loads(command, tmp_path):
     r = subprocess.run([sys.executable, "-c", code, command, "--model", "nosuch.py:make", "--out", str(tmp_path)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout.strip() == "torch not loaded", r.stdout + r.stderr
-    assert r.stderr.strip() == f"ortlab {command}: model file 'nosuch.py' does not exist (from --model 'nosuch.py:make')"
+    expected = f"ortlab {command}: model file 'nosuch.py' does not exist (from --model 'nosuch.py:make')"
+    assert r.stderr.strip() == expected
 
 
 def test_doctor_json():
