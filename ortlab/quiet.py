@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import warnings
 
-# (category, the start of the message as a regex without ':' (pytest's filter syntax splits on it), why it says
-# nothing about the run)
+# (category, the start of the message as a regex without ':' (pytest's filter syntax splits on it), the module it
+# is attributed to ("": any), why it says nothing about the run)
 QUIET = (
-    ("UserWarning", "WARNING. failed to get cudart_version from onnxruntime build info",
+    ("UserWarning", "WARNING. failed to get cudart_version from onnxruntime build info", "",
      "onnxruntime's import on a CPU-only machine: its CUDA build info is not there"),
-    ("UserWarning", "DeepSpeed import error",
+    ("UserWarning", "DeepSpeed import error", "",
      "onnxruntime-training's ZeRO offload hooks look for DeepSpeed, which ortlab does not use"),
-    ("FutureWarning", "Setting `training` to something other than default is deprecated",
+    ("FutureWarning", "Setting `training` to something other than default is deprecated", "",
      "ORTModule's own call of torch.onnx.export (training=TRAINING), not the user's"),
+    ("DeprecationWarning", "'[a-zA-Z]+' deprecated - use", "matplotlib",
+     "matplotlib 3.9's own calls of pyparsing's renamed methods, on its first figure (14 in the suite's summary)"),
 )
 
 
 def install() -> None:
     """Add the filters (once per process: ortlab's import does it; warnings.filterwarnings drops duplicates)."""
-    for category, message, _why in QUIET:
-        warnings.filterwarnings("ignore", message=message, category=getattr(__import__("builtins"), category))
+    import builtins
+
+    for category, message, module, _why in QUIET:
+        warnings.filterwarnings("ignore", message=message, category=getattr(builtins, category), module=module)

@@ -29,6 +29,6 @@ def test_onnxruntimes_import_warning_is_silenced_by_ortlabs_import_and_others_ar
 
 def test_the_suites_filters_carry_ortlabs():
     filters = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["filterwarnings"]
-    for category, message, _why in QUIET:
-        entry = f"ignore:{message}:{category}"
+    for category, message, module, _why in QUIET:
+        entry = f"ignore:{message}:{category}" + (f":{module}" if module else "")
         assert entry in filters, f"pyproject.toml's filterwarnings lacks {entry}"
