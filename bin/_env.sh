@@ -47,7 +47,8 @@ _ortlab_ensure_env() {
   flock 9
   if [ ! -f "$ORTLAB_VENV/.complete" ]; then
     echo "ortlab: building the environment for Python $version ($python) from ${lock##*/} in $ORTLAB_VENV" >&2
-    echo "ortlab: once per lock and Python: ~2.5 GB of downloads, ~7 GB on disk, then 5-15 min compiling ORTModule's extensions; progress below" >&2
+    echo "ortlab: once per lock and Python: 3.5 GB of downloads, 7 GB on disk, then ORTModule's C++ extensions" \
+         "compile (~4 min on 2 idle cores; 40+ min at nice 10 on a machine loaded 10x); progress below" >&2
     rm -rf "$ORTLAB_VENV"
     "$python" -m venv "$ORTLAB_VENV"
     "$python" "$ORTLAB_ROOT/scripts/install_progress.py" "$root/install-$key.log" "$ORTLAB_VENV" -- \
