@@ -2,7 +2,10 @@
 
 from importlib import import_module as _import_module
 
+from ortlab import quiet as _quiet
+
 __version__ = "0.1.0"
+_quiet.install()  # third-party warnings that say nothing about a run (ortlab/quiet.py)
 
 # name -> "module" or "module:attribute"; loaded on first use, so that `import ortlab` imports neither torch nor
 # onnxruntime.

@@ -10,6 +10,8 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,6 +20,14 @@ CPU_EXTENSIONS = ("aten_op_executor", "torch_interop_utils")
 CUDA_EXTENSIONS = ("fused_ops", "torch_gpu_allocator")
 ORT_CUDA_MAJOR = "11"  # onnxruntime-training 1.19.2's wheel is a CUDA 11.8 build
 SUPPORTED_PYTHONS = ((3, 10), (3, 11))  # onnxruntime-training 1.19.2 has wheels up to 3.11; each has a lock
+
+
+def cache_root() -> Path:
+    """Where ortlab keeps what it builds outside a checkout (bin/_env.sh's environments, the compiled kernels):
+    ORTLAB_ENV_ROOT when set, else $XDG_CACHE_HOME/ortlab, else ~/.cache/ortlab. One variable moves all of it."""
+    if os.environ.get("ORTLAB_ENV_ROOT"):
+        return Path(os.environ["ORTLAB_ENV_ROOT"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ortlab"
 
 
 class SetupError(RuntimeError):
@@ -60,6 +70,29 @@ def _nvcc_cuda_major() -> str | None:
     return None
 
 
+def _compile(name: str, command: list[str], cwd: Path, env: dict, log, every: float = 20.0) -> tuple[int, str]:
+    """One extension's build, saying every `every` seconds that it is still going (and since when): a cold start
+    must never look hung."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        while True:
+            try:
+                proc.wait(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                log(f"ortlab setup: still compiling {name} ({_clock(time.monotonic() - start)})")
+        out.seek(0)
+        output = out.read()
+    log(f"ortlab setup: {name} {'compiled' if proc.returncode == 0 else 'failed'} in "
+        f"{_clock(time.monotonic() - start)}")
+    return proc.returncode, output
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
+
+
 def setup(force: bool = False, log=print) -> dict[str, bool]:
     """Build ORTModule's torch C++ extensions into the installed onnxruntime package.
 
@@ -100,14 +133,12 @@ def setup(force: bool = False, log=print) -> dict[str, bool]:
     for name in todo:
         kind = "cpu" if name in CPU_EXTENSIONS else "cuda"
         setup_py = cpp_dir / kind / name / "setup.py"
-        log(f"ortlab setup: compiling {name} (a few minutes on 2 cores)...")
-        proc = subprocess.run(
-            [sys.executable, str(setup_py), "build"], cwd=cpp_dir, env=env, capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        log(f"ortlab setup: compiling {name} ({todo.index(name) + 1} of {len(todo)}; minutes on 2 cores)...")
+        returncode, output = _compile(name, [sys.executable, str(setup_py), "build"], cpp_dir, env, log)
+        if returncode != 0:
+            tail = "\n".join(output.strip().splitlines()[-15:])
             raise SetupError(
-                f"compiling ORTModule's '{name}' extension failed (exit {proc.returncode}). Needed: g++, the "
+                f"compiling ORTModule's '{name}' extension failed (exit {returncode}). Needed: g++, the "
                 f"Python {platform.python_version()} headers (python3-dev) and ninja. Last lines:\n{tail}"
             )
         for so in glob.glob(str(cpp_dir / "build" / "lib.*" / f"{name}*.so")):
@@ -131,6 +162,10 @@ class Problem:
 class Report:
     python: str
     platform: str
+    interpreter: str  # the Python the environment was made from (a venv's base), then the environment itself
+    lock: str | None  # the lock bin/ortlab installed this environment from (None outside bin/ortlab)
+    ortlab_from: str  # the checkout (or site-packages) whose ortlab is running
+    cache: str  # cache_root(): environments and compiled kernels (ORTLAB_ENV_ROOT moves it)
     versions: dict[str, str | None]
     cuda_available: bool
     gpu_name: str | None
@@ -146,7 +181,11 @@ class Report:
         return asdict(self) | {"ok": self.ok}
 
     def __str__(self) -> str:
-        lines = [f"Python       {self.python} ({self.platform}; ortlab supports 3.10 and 3.11)"]
+        lines = [f"Python       {self.python} ({self.platform}; ortlab supports 3.10 and 3.11)",
+                 f"interpreter  {self.interpreter}",
+                 f"lock         {self.lock or 'none (not an environment bin/ortlab made)'}",
+                 f"ortlab from  {self.ortlab_from}",
+                 f"cache        {self.cache} (environments, compiled kernels; ORTLAB_ENV_ROOT moves it)"]
         from ortlab.versions import TESTED_TRANSFORMERS
 
         tested = {"transformers": f" (model families tested with {', '.join(TESTED_TRANSFORMERS)}: "
@@ -249,9 +288,15 @@ def doctor() -> Report:
     provider, problem = _ort_cuda_provider(cuda_available)
     if problem:
         problems.append(problem)
+    base = getattr(sys, "_base_executable", sys.executable)
+    interpreter = base if sys.prefix == sys.base_prefix else f"{base} (environment: {sys.prefix})"
     return Report(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
+        interpreter=interpreter,
+        lock=os.environ.get("ORTLAB_LOCK"),
+        ortlab_from=str(Path(__file__).resolve().parents[1]),
+        cache=str(cache_root()),
         versions=versions,
         cuda_available=cuda_available,
         gpu_name=gpu_name,

@@ -153,6 +153,15 @@ class Comparison:
                          "failed": (run.error if run is not None and s.get("status") != "ok" else None)})
         return pd.DataFrame(rows)
 
+    def recommendation(self):
+        """Which backend to train with and why (ortlab.recommend.Recommendation): faster after N steps with the
+        same numerics, or stay on PyTorch with each other backend's reason."""
+        from ortlab.recommend import recommend
+
+        summaries = {b: (r.summary() if (r := self.run(b)) is not None else {"status": "not run"})
+                     for b in self.backends}
+        return recommend(summaries, {b: v.status if (v := self.verdict_of(b)) else None for b in self.others})
+
     def __str__(self) -> str:
         d = self.to_dict()
 

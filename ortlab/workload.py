@@ -9,11 +9,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ortlab.errors import InputError
+
+if TYPE_CHECKING:  # torch is imported where it is used: the CLI checks a --model before loading torch
+    import torch
 
 
 class WorkloadError(InputError):
@@ -217,6 +218,8 @@ class ModelRef:
 
 def to_device(value: Any, device: torch.device) -> Any:
     """Move every tensor in a nested structure of tuples, lists and dicts to `device`."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         return value.to(device)
     if isinstance(value, Mapping):

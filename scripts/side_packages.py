@@ -1,12 +1,12 @@
-"""Install a side lock into a side folder and print the folder. Usage:
-python scripts/side_packages.py [--lock NAME] [FOLDER] (default lock: requirements-side.lock; default folder:
-<this environment>/side-<lock hash>).
+"""Install side locks into side folders and print each folder, a line per lock. Usage:
+python scripts/side_packages.py [--lock NAME]... [FOLDER] (default lock: requirements-side.lock; default folder:
+<this environment>/side-<lock hash>; FOLDER only with one lock).
 
 Two side locks: requirements-side.lock (the newest transformers, for the model-family tests) and
 requirements-zoo.lock (torchvision and timm, for the model-zoo tests of the verdict and of `check`). Each is
 installed with --no-deps beside the pinned torch, into its own folder, which goes first on PYTHONPATH for the
 processes that use it; ortlab's environment is not touched. Installed once: a `.complete` marker is written last,
-so an interrupted install is redone. A lock whose packages need a newer Python prints nothing (the newest
+so an interrupted install is redone. A lock whose packages need a newer Python prints an empty line (the newest
 transformers needs Python 3.11: the family tests with it are skipped on 3.10)."""
 
 from __future__ import annotations
@@ -42,15 +42,17 @@ def install(lock: Path, folder: Path) -> Path:
 
 
 def main(argv: list[str]) -> None:
-    name = "requirements-side.lock"
-    if argv[:1] == ["--lock"]:
-        name, argv = argv[1], argv[2:]
-    if name not in LOCKS:
-        sys.exit(f"side_packages: unknown lock {name!r}; one of {', '.join(LOCKS)}")
-    if sys.version_info < LOCKS[name]:
-        return
-    lock = ROOT / name
-    print(install(lock, Path(argv[0]) if argv else default_folder(lock)))
+    names = []
+    while argv[:1] == ["--lock"]:
+        names, argv = [*names, argv[1]], argv[2:]
+    for name in names or ["requirements-side.lock"]:
+        if name not in LOCKS:
+            sys.exit(f"side_packages: unknown lock {name!r}; one of {', '.join(LOCKS)}")
+        if sys.version_info < LOCKS[name]:
+            print()  # an empty line: this lock's packages need a newer Python
+            continue
+        lock = ROOT / name
+        print(install(lock, Path(argv[0]) if argv else default_folder(lock)))
 
 
 if __name__ == "__main__":

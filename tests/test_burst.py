@@ -25,6 +25,11 @@ def test_parity_mode_pytorch_and_ortmodule_agree(demo_session):
     assert losses["pytorch"].iloc[-1] < losses["pytorch"].iloc[0]  # it trains
     summary = comparison.to_dict()
     assert summary["ort_init_s"] > 0 and summary["step_time_ratio"] > 0
+    # the recommendation follows from the figures above, whichever way the machine's timings went
+    recommendation = comparison.recommendation()
+    faster = summary["step_time_ratio"] < 1 and (summary["verdict"] or {}).get("status") == "agree"
+    assert recommendation.backend == ("ortmodule" if faster else "pytorch"), recommendation.line
+    assert recommendation.line.startswith("recommendation: ")
 
 
 @pytest.mark.slow

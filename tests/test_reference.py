@@ -7,6 +7,8 @@ import importlib.util
 import inspect
 import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -196,3 +198,22 @@ def test_links_into_the_references_land_on_a_heading():
             if anchor not in pages[name]:
                 broken.append(f"{path.name}: {name}#{anchor}")
     assert not broken, f"links to no heading: {', '.join(broken)}"
+
+
+def _shape(text: str) -> list[str]:
+    """A summary's lines with the numbers masked and the machine-dependent lines left out (a busy machine, the runs'
+    folders): what must read the same in the README as in a burst printed today."""
+    skip = ("busy machine", "runs: ", "      runs/")
+    return [re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", line).rstrip() for line in text.splitlines()
+            if line.strip() and not line.startswith(skip)]
+
+
+@pytest.mark.slow
+def test_the_readmes_sample_output_is_what_burst_prints(tmp_path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("What `bin/ortlab burst` printed")
+    sample = readme[readme.index("```\n", start) + 4:readme.index("```\n", readme.index("```\n", start) + 4)]
+    r = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--steps", "3", "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _shape(r.stdout) == _shape(sample), "README.md's sample output is stale: paste what bin/ortlab burst prints"

@@ -137,6 +137,7 @@ def test_burst_panel_records_statistics_and_graphs_without_code(lab):
     assert (pytorch.path / "stats.npz").is_file() and (ortmodule.path / "stats.npz").is_file()
     assert list((ortmodule.path / "onnx").glob("*_execution_model_training.onnx"))
     assert ortmodule.meta["config"]["collect"] == {"memory": {}, "stats": {}}  # the memory account: on by default
+    assert "ortmodule verdict:" in panel.status.value and "recommendation: " in panel.status.value  # after the verdict
 
 
 def test_figure_areas_show_nothing_until_they_hold_a_figure(lab):

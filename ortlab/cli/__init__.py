@@ -102,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = f"ortlab {args.command}"
     _warnings_in_one_line(where)
     try:
+        if getattr(args, "model", None) is not None:  # a missing file or a bad form, named before torch loads
+            from ortlab.workload import ModelRef
+
+            ModelRef.of(args.model)
         return args.func(args)
     except (InputError, WorkerError) as e:
         print(f"{where}: {getattr(e, 'cli', None) or e}", file=sys.stderr)

@@ -15,15 +15,17 @@ def cmd_compare(args) -> int:
     kwargs, options = burst_kwargs(args)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         comparison = session.compare(args.steps, options, backends=backends, **kwargs)
-    decision = comparison.decision()
+    decision, recommendation = comparison.decision(), comparison.recommendation()
     if args.json:
-        print_json({**comparison.to_dict(), "decision": decision.to_dict(orient="records")})
+        print_json({**comparison.to_dict(), "decision": decision.to_dict(orient="records"),
+                    "recommendation": recommendation.to_dict()})
     else:
         print(comparison)
         print()
-        print("which backend to train with:")
+        print("the backends side by side:")
         shown = decision.astype(object).where(decision.notna(), "-")
         print(shown.to_string(index=False, max_colwidth=70, float_format=lambda v: f"{v:.2f}"))
+        print(recommendation.line)
     sys.stdout.flush()
     return outcome(comparison.runs, comparison, args.allow_fallback)
 
@@ -35,7 +37,7 @@ def register(sub) -> None:
                        "speed after start-up, start-up cost, steps to break even, memory, numerics",
                        description="Train the same steps from one snapshot on every backend, judge each against "
                        "PyTorch (first-step gradients; in parity mode losses and end state; each against float64 PyTorch), "
-                       "and print which backend to train with. Exit 1 when a backend failed or diverged.")
+                       "and print which backend to train with, and why. Exit 1 when a backend failed or diverged.")
     c.add_argument("--backends", default="all", metavar="BACKEND[,BACKEND]",
                    help="the backends (pytorch is always the reference): all, both, or a comma list")
     c.add_argument("--parity", action=argparse.BooleanOptionalAction, default=True,

@@ -19,7 +19,7 @@ def cmd_setup(args) -> int:
     from ortlab.environment import SetupError, setup
 
     try:
-        setup(force=args.force)
+        setup(force=args.force, log=lambda line: print(line, flush=True))
     except SetupError as e:
         print(f"ortlab setup: {e}", file=sys.stderr)
         return 1

@@ -225,6 +225,12 @@ class BurstPanel(W.VBox):
                                       if r.status not in ("interrupted", "stopped")}
             self.status.value = self._summary(runs, self.last_verdicts)
             self._show_distances()
+            if self.last_verdicts:
+                from ortlab.recommend import recommend
+
+                line = recommend({r.backend: r.summary() for r in runs},
+                                 {b: v.status for b, v in self.last_verdicts.items()}).line
+                self.status.value += f"<br><b>{html.escape(line)}</b>"
         except Exception as e:  # shown in the panel, never printed over the notebook
             first_line = f"{type(e).__name__}: {e}".splitlines()[0]
             self.status.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"

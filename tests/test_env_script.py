@@ -1,0 +1,134 @@
+"""bin/_env.sh: which Python and lock it picks (and says so), and that checkouts sharing one environment each run
+their own ortlab."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ("dirname", "sh", "sha256sum", "cut", "mkdir", "flock", "rm", "cat")
+
+
+def _fake_python(folder: Path, name: str, version: str) -> None:
+    """A stand-in interpreter: answers _env.sh's questions as Python `version` would, and fails to make a venv (so
+    the script stops right after saying what it chose)."""
+    path = folder / name
+    path.write_text(f"""#!/bin/sh
+case "$*" in
+  *sys.executable*) echo "{path}";;
+  *python_version*) echo "{version}"; echo "{version} (fake)";;
+  *) exit 3;;
+esac
+""")
+    path.chmod(0o755)
+
+
+def _env_sh(folder: Path, **env) -> subprocess.CompletedProcess:
+    for tool in TOOLS:
+        if not (folder / tool).exists():
+            (folder / tool).symlink_to(shutil.which(tool))
+    return subprocess.run([shutil.which("bash"), str(ROOT / "bin" / "_env.sh")], capture_output=True, text=True,
+                          env={"PATH": str(folder), "HOME": str(folder), "ORTLAB_ENV_ROOT": str(folder / "envs"),
+                               **env})
+
+
+def test_the_active_python3_wins_over_a_python311_on_path(tmp_path):
+    """PYENV_VERSION=3.10.13 (or a 3.10 bin/ first on PATH) makes python3 a 3.10, while a python3.11 is on PATH
+    too: 3.10 and its lock are used, and the first line says so."""
+    _fake_python(tmp_path, "python3", "3.10.13")
+    _fake_python(tmp_path, "python3.11", "3.11.7")
+    r = _env_sh(tmp_path)
+    assert r.returncode != 0  # the fake cannot make a venv
+    assert f"for Python 3.10.13 ({tmp_path}/python3) from requirements-py310.lock" in r.stderr, r.stderr
+
+
+def test_ortlab_python_wins_and_an_unsupported_one_is_named(tmp_path):
+    _fake_python(tmp_path, "python3", "3.10.13")
+    _fake_python(tmp_path, "python3.11", "3.11.7")
+    r = _env_sh(tmp_path, ORTLAB_PYTHON=str(tmp_path / "python3.11"))
+    assert f"for Python 3.11.7 ({tmp_path}/python3.11) from requirements.lock" in r.stderr, r.stderr
+    (tmp_path / "python3.12").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "python3.12").chmod(0o755)
+    r = _env_sh(tmp_path, ORTLAB_PYTHON=str(tmp_path / "python3.12"))
+    assert r.returncode != 0
+    assert r.stderr.strip() == f"ortlab: ORTLAB_PYTHON={tmp_path}/python3.12 is not a Python 3.10 or 3.11 (one of " \
+                               "the two is needed)"
+
+
+def test_a_python3_of_another_version_falls_back_and_says_so(tmp_path):
+    (tmp_path / "python3").write_text('#!/bin/sh\ncase "$*" in *%d.%d*) echo 3.12;; *) exit 1;; esac\n')
+    (tmp_path / "python3").chmod(0o755)
+    _fake_python(tmp_path, "python3.11", "3.11.7")
+    r = _env_sh(tmp_path)
+    assert "python3 is not 3.10 or 3.11 ( python3=3.12); using python3.11" in r.stderr, r.stderr
+    assert "for Python 3.11.7" in r.stderr
+
+
+def _clone(into: Path) -> Path:
+    """What a fresh clone holds of what bin/ortlab needs (the working tree's files, committed or not)."""
+    into.mkdir()
+    for name in ("bin", "scripts", "ortlab"):
+        shutil.copytree(ROOT / name, into / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for lock in ROOT.glob("requirements*.lock"):
+        shutil.copy(lock, into / lock.name)
+    return into
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(sys.prefix, ".complete").is_file(), reason="needs an environment bin/_env.sh built")
+def test_two_clones_sharing_one_environment_each_run_their_own_ortlab(tmp_path):
+    """The environment is shared (keyed by lock and Python, not by checkout); ortlab's code is not. Two clones used
+    one after the other, then the first again: each `doctor` runs from its own checkout, whichever checkout the
+    environment was built from."""
+    first, second = _clone(tmp_path / "first"), _clone(tmp_path / "second")
+    (second / "ortlab" / "environment.py").write_text(
+        (second / "ortlab" / "environment.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
+    env = dict(os.environ, ORTLAB_ENV_ROOT=str(Path(sys.prefix).parent),
+               ORTLAB_PYTHON=getattr(sys, "_base_executable", sys.executable))
+    env.pop("PYTHONPATH", None)
+    seen = []
+    for clone in (first, second, first):
+        r = subprocess.run([str(clone / "bin" / "ortlab"), "doctor"], capture_output=True, text=True, env=env,
+                           cwd=tmp_path)
+        assert "building the environment" not in r.stderr, "the clone did not find the shared environment"
+        assert f"environment: {sys.prefix})" in r.stdout, r.stdout + r.stderr
+        seen.append(next(line for line in r.stdout.splitlines() if line.startswith("ortlab from")))
+    assert seen == [f"ortlab from  {first}", f"ortlab from (second) {second}", f"ortlab from  {first}"]
+
+
+def test_ortlab_env_root_moves_the_compiled_kernels_too(tmp_path):
+    """One variable moves everything ortlab builds outside a checkout: the environments (bin/_env.sh) and the C
+    kernels compiled on first use, which went to ~/.cache/ortlab whatever ORTLAB_ENV_ROOT said."""
+    code = "from ortlab.kernels import stats_kernel; print(stats_kernel() is not None)"
+    env = dict(os.environ, ORTLAB_ENV_ROOT=str(tmp_path / "root"), HOME=str(tmp_path / "home"))
+    env.pop("XDG_CACHE_HOME", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    if r.stdout.strip() != "True":
+        pytest.skip("no C compiler here: the kernels fall back to numpy and write nothing")
+    assert list((tmp_path / "root" / "kernels").glob("ortlab_stats_*")), sorted(tmp_path.rglob("*"))
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_failed_install_shows_pips_error_first_and_each_download_with_its_size(tmp_path):
+    """pip's resolver notices came before its one ERROR line (the 25th of 25 shown); now the error leads."""
+    pip = tmp_path / "pip"
+    pip.write_text("#!/bin/sh\n"
+                   "echo 'Collecting torch==2.6.0'\n"
+                   "echo '  Downloading torch-2.6.0-cp310-cp310-manylinux1_x86_64.whl (766.7 MB)'\n"
+                   + "echo 'INFO: pip is looking at multiple versions of networkx'\n" * 24 +
+                   "echo \"ERROR: Package 'networkx' requires a different Python: 3.10.13 not in '>=3.11'\"\n"
+                   "exit 1\n")
+    pip.chmod(0o755)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "install_progress.py"), str(tmp_path / "log"),
+                        str(tmp_path), "--", str(pip)], capture_output=True, text=True)
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert "downloading torch-2.6.0 (766.7 MB); 767 MB downloaded so far" in lines[0]
+    assert lines[1] == "ERROR: Package 'networkx' requires a different Python: 3.10.13 not in '>=3.11'"
+    assert lines[-1] == f"ortlab: installing the pinned packages failed (pip exit 1); full log: {tmp_path / 'log'}"
+    assert (tmp_path / "log").read_text().count("INFO: pip is looking") == 24
