@@ -59,7 +59,21 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ortlab.cli import activations, burst, check, compare, env, graphs, memory, options, plans, repro, runs, time, tune
+    from ortlab.cli import (
+        activations,
+        burst,
+        check,
+        compare,
+        env,
+        graphs,
+        memory,
+        options,
+        plans,
+        repro,
+        runs,
+        time,
+        tune,
+    )
 
     p = _Parser(prog="ortlab", description="Explore ONNX Runtime's ORTModule: options, bursts, runs, "
                                 "exported graphs, recompute plans, activation statistics.",
