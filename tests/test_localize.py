@@ -57,6 +57,8 @@ def test_a_localization_reads_as_one_line_and_round_trips():
                                                                        "model (Net): ")
     assert not Localization(None, note="no luck").found
     assert worst_text({**worst, "factor": 2.345}).endswith("is 2.3x further from float64 than PyTorch's")
+    assert worst_text({**worst, "factor": 5e4, "norm": 1.7e-3}).endswith("5e+04x further from float64 than "
+                                                                         "PyTorch's (an error of 106% of its norm)")
     assert worst_text({**worst, "factor": 6e33, "ort": 7e24, "norm": 0.1}).endswith(
         "is 6e+33x further from float64 than PyTorch's (an error of 7e+25 times its norm)")
     assert worst_text({**worst, "tensor": INPUT, "pytorch": 0.0}) == (
