@@ -114,6 +114,15 @@ def test_repro_asks_for_the_model_when_the_run_cannot_name_it(tmp_path):
         ortlab.repro(path)
 
 
+def test_a_stored_localization_that_found_nothing_is_reported_exit_1(tmp_path):
+    path = _fake_run(tmp_path, "ortmodule", {"status": "diverged", "gradients": {"agree": False},
+                                             "localized": {"path": None, "note": "no module reproduces it"}})
+    done = subprocess.run([sys.executable, "-m", "ortlab.cli", "repro", str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.strip() == "the divergence does not reproduce against float64: no module reproduces it"
+
+
 def test_localize_takes_the_fixes_a_run_applied_by_name_not_auto(tmp_path):
     from ortlab import Session
     from ortlab.compat.registry import FixError
