@@ -57,6 +57,8 @@ def test_a_localization_reads_as_one_line_and_round_trips():
                                                                        "model (Net): ")
     assert not Localization(None, note="no luck").found
     assert worst_text({**worst, "factor": 2.345}).endswith("is 2.3x further from float64 than PyTorch's")
+    assert worst_text({**worst, "factor": 5e4, "norm": 1.7e-3}).endswith("5e+04x further from float64 than "
+                                                                         "PyTorch's (an error of 106% of its norm)")
     assert worst_text({**worst, "factor": 6e33, "ort": 7e24, "norm": 0.1}).endswith(
         "is 6e+33x further from float64 than PyTorch's (an error of 7e+25 times its norm)")
     assert worst_text({**worst, "tensor": INPUT, "pytorch": 0.0}) == (
@@ -110,6 +112,15 @@ def test_repro_asks_for_the_model_when_the_run_cannot_name_it(tmp_path):
     path = _fake_run(tmp_path, "ortmodule", {"status": "diverged", "gradients": {"agree": False}})
     with pytest.raises(ortlab.InputError, match="pass it: ortlab repro RUN --model module:callable"):
         ortlab.repro(path)
+
+
+def test_a_stored_localization_that_found_nothing_is_reported_exit_1(tmp_path):
+    path = _fake_run(tmp_path, "ortmodule", {"status": "diverged", "gradients": {"agree": False},
+                                             "localized": {"path": None, "note": "no module reproduces it"}})
+    done = subprocess.run([sys.executable, "-m", "ortlab.cli", "repro", str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.strip() == "the divergence does not reproduce against float64: no module reproduces it"
 
 
 def test_localize_takes_the_fixes_a_run_applied_by_name_not_auto(tmp_path):

@@ -115,7 +115,8 @@ def worst_text(worst: dict[str, Any] | None) -> str:
         return f"ORT's gradient of {what} is {worst['ort']:.2g} from float64, where PyTorch's is exact"
     factor, relative = worst["factor"], worst["ort"] / worst["norm"] if worst.get("norm") else None
     times = f"{factor:.2g}x" if factor < 10 or factor >= 1e4 else f"{factor:.0f}x"
-    error = ("" if relative is None else f" (an error of {100 * relative:.2g}% of its norm)" if relative < 10
+    percent = "" if relative is None else f"{100 * relative:.2g}" if relative < 0.1 else f"{100 * relative:.0f}"
+    error = ("" if relative is None else f" (an error of {percent}% of its norm)" if relative < 10
              else f" (an error of {relative:.2g} times its norm)")
     return f"ORT's gradient of {what} is {times} further from float64 than PyTorch's{error}"
 

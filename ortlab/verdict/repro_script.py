@@ -4,7 +4,7 @@ It needs only torch and onnxruntime-training. It rebuilds the module (its class 
 file, its state and the activations at its input from the .pt file beside this script, captured on the first
 batch of an ortlab run), runs one forward and backward with the gradient that reached its output there, on
 bare ORTModule (fallback disabled), on PyTorch fp32 and on PyTorch float64, and judges each gradient as ortlab
-does: ORT's may be at most FACTOR times further from float64 than PyTorch fp32's, plus small floors.
+does: ORT's may be at most CASE["factor"] times further from float64 than PyTorch fp32's, plus small floors.
 Exit 0: ORT's gradients agree; 1: ORT's gradient is wrong; 2: the module could not be run.
 The .pt file holds the module pickled: load only files you made (torch.load with weights_only=False).
 """
