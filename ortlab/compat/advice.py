@@ -78,7 +78,7 @@ def _annotate(b: Blocker) -> None:
     b.remedy = remedy
 
 
-def confirm(before: list[Blocker], after: list[Blocker], model: Any) -> list[str]:
+def confirm(before: list[Blocker], after: list[Blocker]) -> list[str]:
     """Drop from each blocker of `before` the fixes it still has in `after` (exported with them): they are tried,
     not named; the fixes left named on some blocker, in registry order."""
     left = {b.key for b in after}
@@ -108,7 +108,7 @@ def verified(model: Any, inputs: Any, found: Any, opset: int = 17, log: Path | N
             break
         with registry.applied(model, [*chosen, *names]):
             after = find(model, inputs, opset, log)
-        kept = confirm(found.blockers, after.blockers, model)
+        kept = confirm(found.blockers, after.blockers)
         if not kept:
             break  # nothing removed: what `found` holds stands
         if kept != names:  # what is left is what the fixes that work leave

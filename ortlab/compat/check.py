@@ -226,7 +226,7 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
                 # with pytorch-buffers the step differs only in not testing the buffers: the rest of it stands
                 remaining, new = [], []
                 break
-        _unverified([b for b in blockers if b.key in {x.key for x in remaining}] + remaining, chosen)
+        unverified([b for b in blockers if b.key in {x.key for x in remaining}] + remaining, chosen)
         seconds["training step"] = time.perf_counter() - started
     if not hazards and exported is not None:
         from ortlab.verdict.hazards import record, unique
@@ -243,7 +243,7 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
     return report
 
 
-def _unverified(blockers: list[Blocker], chosen: list[str]) -> None:
+def unverified(blockers: list[Blocker], chosen: list[str]) -> None:
     """Blockers of the last training step: fixes not applied in a step after it are not named (not seen to remove
     it), but said to be worth a try."""
     for b in blockers:

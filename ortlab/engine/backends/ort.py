@@ -198,8 +198,8 @@ class OrtBackend(Backend):
         """What `ortlab check` finds on the first batch, with the fixes this burst applied still on, and the fixes
         that remove it, verified as check verifies them (exporting again with them); a failure inside ORT that the
         per-operator checks do not meet is named by its node, module and source line."""
-        from ortlab.compat.advice import verified
-        from ortlab.compat.check import find
+        from ortlab.compat.advice import recommend, verified
+        from ortlab.compat.check import find, unverified
         from ortlab.compat.failures import step_failure
 
         try:
@@ -211,7 +211,10 @@ class OrtBackend(Backend):
             return
         blockers = found.blockers
         if not blockers and error is not None and "fallback" not in b.extra:
+            # met by the whole graph only: a fix for it is seen to work by a training step (check), not here
             blockers = [step_failure(error, found.exported)]
+            recommend(blockers, engine.model, b.state.fixes)
+            unverified(blockers, [])
         b.extra["blockers"] = [x.to_dict() for x in blockers]
         if "fallback" in b.extra and blockers:
             first = blockers[0]
