@@ -388,7 +388,9 @@ class Session:
     # -- worker
 
     def _worker_for(self, cfg) -> _Worker:
-        return self._worker_for_options(cfg.effective_options() if cfg.backend == "ortmodule" else None)
+        from ortlab.engine.backends import registered
+
+        return self._worker_for_options(registered(cfg.backend).imports(cfg.effective_options()))
 
     def _worker_for_options(self, options: Options | None) -> _Worker:
         """A worker whose import-time options are those of `options` (None: any worker serves, e.g. PyTorch)."""
@@ -514,10 +516,11 @@ class Session:
 def parse_backends(value: Any) -> tuple[str, ...]:
     """"both" (PyTorch and ORTModule), "all", "pytorch,compile" or a sequence -> the backends of a comparison,
     PyTorch first (every other is compared with it); a bad name raises naming what is allowed."""
-    from ortlab.engine.config import BACKENDS, BurstError
+    from ortlab.engine.backends import BACKENDS, REFERENCE
+    from ortlab.engine.config import BurstError
 
     if isinstance(value, str):
-        value = {"both": ("pytorch", "ortmodule"), "all": BACKENDS}.get(value.strip(), value.split(","))
+        value = {"both": ("pytorch", "ortmodule"), "all": tuple(BACKENDS)}.get(value.strip(), value.split(","))
     names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
     for name in names:
         if name not in BACKENDS:
@@ -525,7 +528,7 @@ def parse_backends(value: Any) -> tuple[str, ...]:
     if len(names) < 2:
         raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
                          "pytorch,ortmodule,compile")
-    return ("pytorch", *(n for n in names if n != "pytorch"))
+    return (REFERENCE, *(n for n in names if n != REFERENCE))
 
 
 def _has_data(conn: Connection) -> bool:
