@@ -20,7 +20,7 @@ _EXPORTS = {
     "Verdict": "ortlab.verdict.judge",
     "CheckReport": "ortlab.compat.check",
     "FIXES": "ortlab.compat.registry",
-    "WorkerError": "ortlab.engine.session",
+    "WorkerError": "ortlab.engine.client",
     "BurstError": "ortlab.engine.config",
     "InputError": "ortlab.errors",
     "OrtlabError": "ortlab.errors",

@@ -17,13 +17,12 @@ from ortlab.cli.common import (
     print_json,
     seed,
 )
-
-INTERRUPTED = ("interrupted", "stopped")
+from ortlab.run import ENDED_EARLY
 
 
 def cmd_burst(args) -> int:
-    from ortlab.engine.backends import BACKENDS
-    from ortlab.engine.session import Session, parse_backends
+    from ortlab.engine.backends import BACKENDS, parse_backends
+    from ortlab.engine.session import Session
 
     backends = (args.backend,) if args.backend in BACKENDS else parse_backends(args.backend)
     kwargs, options = burst_kwargs(args)
@@ -75,7 +74,7 @@ def outcome(runs, comparison, allow_fallback: bool) -> int:
         for key in ("error", "hint"):
             if run.meta.get(key) and run.status != "ok":
                 print(f"ortlab burst: {run.backend}: {run.meta[key]}", file=sys.stderr)
-    if any(r.status in INTERRUPTED for r in runs):
+    if any(r.status in ENDED_EARLY for r in runs):
         return 130
     diverged = [v for v in (comparison.verdict_of(b) for b in comparison.others) if v is not None and v.diverged] \
         if comparison is not None else []

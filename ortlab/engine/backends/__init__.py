@@ -68,6 +68,12 @@ def names() -> tuple[str, ...]:
     return tuple(BACKENDS)
 
 
+def has(name: str | None, flag: str) -> bool:
+    """Whether the backend `name` has one of its entry's flags (reference, onnx_stages, import_options); False for
+    a name not registered here (an old run's)."""
+    return name in BACKENDS and bool(getattr(BACKENDS[name], flag))
+
+
 def label(name: str) -> str:
     """What a view calls a backend (its name when it is not registered here: an old run)."""
     return BACKENDS[name].label if name in BACKENDS else name
@@ -83,6 +89,21 @@ def checked_settings(cfg: Config) -> dict[str, Any]:
             module, _, attr = target.partition(":")
             out[field] = getattr(importlib.import_module(module), attr)(getattr(cfg, field))
     return out
+
+
+def parse_backends(value: Any) -> tuple[str, ...]:
+    """"both" (PyTorch and ORTModule), "all", "pytorch,compile" or a sequence -> the backends of a comparison,
+    PyTorch first (every other is compared with it); a bad name raises naming what is allowed."""
+    if isinstance(value, str):
+        value = {"both": ("pytorch", "ortmodule"), "all": tuple(BACKENDS)}.get(value.strip(), value.split(","))
+    names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
+    for name in names:
+        if name not in BACKENDS:
+            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all")
+    if len(names) < 2:
+        raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
+                         "pytorch,ortmodule,compile")
+    return (REFERENCE, *(n for n in names if n != REFERENCE))
 
 
 class Backend:
