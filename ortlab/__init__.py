@@ -18,7 +18,7 @@ _EXPORTS = {
     "check": "ortlab.engine.session",
     "judge": "ortlab.verdict.judge",
     "Verdict": "ortlab.verdict.judge",
-    "CheckReport": "ortlab.compat.check",
+    "CheckReport": "ortlab.compat.report",
     "FIXES": "ortlab.compat.registry",
     "WorkerError": "ortlab.engine.client",
     "BurstError": "ortlab.engine.config",
