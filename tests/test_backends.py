@@ -60,6 +60,17 @@ def test_the_registry_is_data_and_its_names_a_closed_set():
         registered("jit")
 
 
+def test_every_registered_backend_keeps_the_contract():
+    import torch
+
+    from ortlab.engine.backends import make
+    from ortlab.engine.types import Backend
+
+    for name in BACKENDS:
+        backend = make(name, torch.nn.Linear(2, 2))
+        assert isinstance(backend, Backend) and backend.name == name
+
+
 def test_a_collector_refuses_a_backend_it_does_not_serve():
     from ortlab.engine import BurstConfig
 

@@ -130,9 +130,10 @@ class Session:
             runs[backend] = self.burst(backend, steps, options, **kwargs)
             if runs[backend].status in ENDED_EARLY:
                 break
-        for backend, run in runs.items():
-            if backend != chosen[0] and run.status not in ENDED_EARLY:  # chosen[0]: the reference
-                self.judge(runs["pytorch"], run)
+        reference = runs[chosen[0]]  # PyTorch: parse_backends puts the registry's reference first
+        for run in runs.values():
+            if run is not reference and run.status not in ENDED_EARLY:
+                self.judge(reference, run)
         return Comparison(**runs, backends=chosen)
 
     def check(self, fixes: Any = "auto", options: Options | dict | None = None):
