@@ -67,7 +67,7 @@ class OrtBackend(Backend):
         saying why."""
         fixes = self._apply_fixes(engine, b, inputs)
         runner, row = self.wrapper.prepare(b.options, b.cfg.parity, inputs, b.path.name, b.path / "onnx",
-                                             extra_key=graph_key(b.collectors), fixes=fixes)
+                                           extra_key=graph_key(b.collectors), fixes=fixes)
         if engine.pending_transition is not None:
             pending, engine.pending_transition = engine.pending_transition, None
             row = Transition(b.path.name, 0, pending.action, f"{pending.reason}; then {row.action}: {row.reason}",
@@ -132,7 +132,7 @@ class OrtBackend(Backend):
         graph-per-value (not under DDP: its module is fixed), else a transitions row and a record, once each."""
         per_value = "graph-per-value" in b.state.fixes and not b.cfg.distributed
         runner, row, ignored = self.wrapper.follow(inputs, b.path.name, step, per_value, b.options,
-                                                     b.path / "onnx")
+                                                   b.path / "onnx")
         if row is not None:
             b.runner = runner
             b.transitions.append(row)
