@@ -52,7 +52,7 @@ def main() -> int:
         for backend in ("pytorch", "ortmodule"):
             cfg = BurstConfig(backend=backend, steps=args.steps, out=out)
             engine.run(BurstConfig(backend=backend, steps=2, out=out))  # warm up (and export once)
-            runner = engine.model if backend == "pytorch" else engine.wrapper.ort_module
+            runner = engine.runner  # the model, or the ORTModule of the warm-up burst
             bare_loop(engine, runner, 2)
             rounds = paired(args.rounds, lambda: timed(bare_loop, engine, runner, args.steps),  # noqa: B023
                             lambda: timed(engine.run, cfg))  # noqa: B023

@@ -307,11 +307,6 @@ def patch_label_hook_bug() -> None:
     gtm.__dict__["_add_check_label_sparsity_hook"]._ortlab_patched = True
 
 
-def label_hook_patched() -> bool:
-    gtm = _private("onnxruntime.training.ortmodule._graph_transition_manager", "GraphTransitionManager")
-    return bool(getattr(gtm.__dict__.get("_add_check_label_sparsity_hook"), "_ortlab_patched", False))
-
-
 # Function names in ORT's traceback -> the stage a person would name (most specific first).
 FAILURE_STAGES = (
     ("symbolic_shape_infer", "ORT's symbolic shape inference after export"),

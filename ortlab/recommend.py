@@ -8,6 +8,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ortlab.engine.backends import has
+
 NAMES = {"pytorch": "PyTorch", "ortmodule": "ORTModule", "compile": "torch.compile"}
 
 
@@ -25,7 +27,7 @@ class Recommendation:
     def line(self) -> str:
         """The recommendation as the one line a summary ends with."""
         name = NAMES.get(self.backend, self.backend)
-        action = "stay on PyTorch" if self.backend == "pytorch" else f"train with {name}"
+        action = "stay on PyTorch" if has(self.backend, "reference") else f"train with {name}"
         caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy else ""
         return f"recommendation: {action}: {self.reason}{caveat}"
 
@@ -45,7 +47,7 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
                               busy=busy)
     reasons, best = [], None
     for backend, summary in summaries.items():
-        if backend == "pytorch":
+        if has(backend, "reference"):
             continue
         name, summary = NAMES.get(backend, backend), summary or {}
         step, verdict = summary.get("median_step_s"), verdicts.get(backend)

@@ -34,11 +34,28 @@ class RecordError(InputError):
 
 
 @dataclass
+class _UsersWrap:
+    """The user's own ORTModule, read as collectors read a backend's ORT wrap (ortlab.engine.wrapper.Wrapper)."""
+
+    ort_module: Any
+
+    def internals(self) -> _ort.Wrap:
+        return _ort.Wrap(self.ort_module, True)
+
+
+@dataclass
+class _Trained:
+    """What collectors read of the backend that trains (an Engine's `current` backend): its ORT wrap, if any."""
+
+    wrapper: _UsersWrap | None = None
+
+
+@dataclass
 class _Host:
-    """What a collector sees of the process that trains: the user's torch module."""
+    """What a collector sees of the process that trains: the user's torch module and its backend."""
 
     model: Any
-    ort_module: Any = None  # the user's ORTModule, when the loop trains one
+    current: _Trained
 
 
 def _in_jupyter_kernel() -> bool:
@@ -124,7 +141,7 @@ class Recorder:
         return self
 
     def _host(self) -> _Host:
-        return _Host(self.inner, self.model if self.ortmodule else None)
+        return _Host(self.inner, _Trained(_UsersWrap(self.model) if self.ortmodule else None))
 
     def step(self, loss: Any = None, **metrics: Any) -> None:
         """One training step ended: its loss (a tensor or a number) and any other numbers to keep."""

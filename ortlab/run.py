@@ -4,6 +4,7 @@ what each view adds. Partial runs stay readable: metrics are appended per step a
 from __future__ import annotations
 
 import datetime as _dt
+import enum
 import errno
 import itertools
 import json
@@ -15,8 +16,21 @@ from typing import Any
 
 from ortlab.errors import InputError
 
-# "fallback": the burst finished, but ORTModule fell back to PyTorch (its steps are PyTorch's, not ORT's)
-STATUSES = ("running", "ok", "fallback", "interrupted", "stopped", "failed", "crashed")
+
+class RunStatus(enum.StrEnum):
+    """What meta.json says of a run (the strings on disk)."""
+
+    RUNNING = "running"
+    OK = "ok"
+    FALLBACK = "fallback"  # the burst finished, but ORTModule fell back to PyTorch (its steps are PyTorch's, not ORT's)
+    INTERRUPTED = "interrupted"  # Ctrl-C or a Stop honoured after a step
+    STOPPED = "stopped"  # the worker was ended after a Stop it did not honour
+    FAILED = "failed"
+    CRASHED = "crashed"  # the process died
+
+
+STATUSES = tuple(s.value for s in RunStatus)
+ENDED_EARLY = (RunStatus.INTERRUPTED, RunStatus.STOPPED)  # a user's Stop: a comparison goes no further
 DISTRIBUTED_KEYS = ("nproc", "nnodes", "ranks", "in_sync", "out_of_sync", "checkpoint", "failed_rank", "rank_graphs",
                     "imbalance")
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ortlab.engine.backends import BACKENDS, REFERENCE, has
 from ortlab.run import Run
 
-OTHERS = ("ortmodule", "compile")  # what PyTorch is compared with, in this order
+OTHERS = tuple(b for b in BACKENDS if b != REFERENCE)  # what PyTorch is compared with, in this order
 # What a run that fell back to PyTorch cannot show of ORTModule (its figures would be PyTorch's under its name).
 _COMPARED = ("median_step_s", "ort_init_s", "startup_s", "saved_for_backward_mb", "activation_peak_mb")
 
@@ -30,12 +31,12 @@ class Comparison:
 
     def run(self, backend: str) -> Run | None:
         """The run of `backend`, or None (not asked for, not run, or not a backend)."""
-        return getattr(self, backend) if backend in ("pytorch", *OTHERS) else None
+        return getattr(self, backend) if backend in BACKENDS and hasattr(self, backend) else None
 
     @property
     def others(self) -> list[str]:
         """The backends compared with PyTorch."""
-        return [b for b in self.backends if b != "pytorch"]
+        return [b for b in self.backends if b != REFERENCE]
 
     def losses(self):
         """The loss per step (DataFrame), one column per backend, and each other backend's absolute difference from
@@ -49,7 +50,7 @@ class Comparison:
                                 else pd.Series(dtype=float))
         df = pd.DataFrame(columns)
         for backend in self.others:
-            df["abs_diff" if backend == "ortmodule" else f"{backend}_diff"] = (df["pytorch"] - df[backend]).abs()
+            df[_diff_column(backend)] = (df[REFERENCE] - df[backend]).abs()
         return df
 
     def verdict_of(self, backend: str):
@@ -84,7 +85,7 @@ class Comparison:
         pt, run = self.pytorch.summary(), self.run(backend)
         other = run.summary() if run is not None else {}
         losses = self.losses().dropna(subset=[backend]) if run is not None else None
-        column = "abs_diff" if backend == "ortmodule" else f"{backend}_diff"
+        column = _diff_column(backend)
         out: dict[str, Any] = {"max_loss_diff": None, "step_time_ratio": None, "saved_for_backward_ratio": None,
                                "startup_s": other.get("startup_s")}
         if self.not_compared_of(backend):
@@ -136,9 +137,10 @@ class Comparison:
         for backend in self.backends:
             run = self.run(backend)
             s = run.summary() if run is not None else {"status": "not run"}
-            verdict = self.verdict_of(backend) if backend != "pytorch" else None
+            reference = has(backend, "reference")
+            verdict = self.verdict_of(backend) if not reference else None
             step, startup = s.get("median_step_s"), s.get("startup_s") or 0.0
-            if backend == "pytorch" or run is None or s.get("status") != "ok" or not step:
+            if reference or run is None or s.get("status") != "ok" or not step:
                 even = None
             else:
                 gain = (pt.get("median_step_s") or 0) - step
@@ -148,7 +150,7 @@ class Comparison:
                          "start-up (s)": s.get("startup_s"), "steps to break even": even,
                          "kept for backward (MB)": s.get("saved_for_backward_mb"),
                          "peak resident set (MB)": s.get("peak_mem_mb"),
-                         "numerics": "reference" if backend == "pytorch" else
+                         "numerics": "reference" if reference else
                          (verdict.headline if verdict is not None else "not judged"),
                          "failed": (run.error if run is not None and s.get("status") != "ok" else None)})
         return pd.DataFrame(rows)
@@ -180,7 +182,7 @@ class Comparison:
                           for i, line in enumerate(Verdict.from_dict(versus["verdict"]).lines())]
             if versus.get("not_compared"):
                 lines.append(f"{name}loss difference, step time ratio, memory: not compared: {versus['not_compared']}")
-            elif backend == "ortmodule":
+            elif has(backend, "onnx_stages"):  # ORTModule's lines, as ortlab has always printed them
                 lines.append(f"max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}")
                 lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) "
                              f"{fmt(versus['step_time_ratio'], '.2f')}")
@@ -203,6 +205,11 @@ class Comparison:
         return "\n".join(lines)
 
 
+def _diff_column(backend: str) -> str:
+    """A backend's loss-difference column: `abs_diff` for ORTModule (its name since the first release)."""
+    return {"ortmodule": "abs_diff"}.get(backend, f"{backend}_diff")
+
+
 def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool = False) -> list[str]:
     """The lines of the table every burst summary starts with: one labelled row per figure, one column per
     backend (`summaries`: each backend's Run.summary()), for one backend or several alike."""
@@ -217,9 +224,10 @@ def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool 
              ("median step (ms)", "median_step_s", "ms"), (process, "peak_mem_mb", ".0f"),
              ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
              ("activation peak (MB)", "activation_peak_mb", ".2f")]
-    if len(backends) > 2 or "compile" in backends:
+    compiles = any("compile_s" in (d.get(b) or {}) for b in backends)  # a torch.compile run (its compile.json)
+    if len(backends) > 2 or compiles:
         shown.insert(4, ("start-up (s)", "startup_s", ".2f"))
-    if "compile" in backends:
+    if compiles:
         shown += [("graph breaks", "graph_breaks", "d"), ("recompiles", "recompiles", "d")]
     for label, key, spec in shown:
         vals = []

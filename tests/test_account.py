@@ -324,7 +324,7 @@ def _burst(kwargs: dict, level: int, out: Path):
     engine = Engine(ModelRef.of(None, **kwargs))
     options = Options({"save_onnx": True, "memory_opt_level": level})
     path = engine.run(BurstConfig(backend="ortmodule", steps=1, options=options, out=str(out)))
-    return path, engine.wrapper.internals().memory_observer()
+    return path, engine.backend("ortmodule").wrapper.internals().memory_observer()
 
 
 @pytest.mark.slow
@@ -381,7 +381,8 @@ def test_a_plan_that_moves_the_stash_saves_nothing(tmp_path):
                                   out=str(tmp_path)))
     options = Options({"save_onnx": True, "memory_opt_config": str(config)})
     planned = engine.run(BurstConfig(backend="ortmodule", steps=1, options=options, out=str(tmp_path)))
-    predicted = {p.cluster_id: p.ort_saving for p in engine.wrapper.internals().memory_observer().plans}
+    observer = engine.backend("ortmodule").wrapper.internals().memory_observer()
+    predicted = {p.cluster_id: p.ort_saving for p in observer.plans}
     assert predicted["Add+:1:-1"] == 524288
     dims = {"idx_dim0": 8, "idx_dim1": 64}
     a0, a1 = memory(base, dims=dims), memory(planned, dims=dims)

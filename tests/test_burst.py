@@ -61,7 +61,7 @@ def test_rewrap_only_when_options_change(tmp_path):
 def test_input_schema_and_requires_grad_changes_are_reasons(tmp_path):
     engine = Engine(ModelRef.of())
     x, _ = engine.workload.batch(0)
-    wrapper = engine.wrapper
+    wrapper = engine.backend("ortmodule").wrapper
     checking = Options(skipcheck_policy="SKIP_CHECK_DISABLED")
     with checking.applied():
         ort, row = wrapper.prepare(checking, False, x, "r1", tmp_path)
@@ -84,7 +84,7 @@ def test_default_skip_check_policy_means_no_reexport(tmp_path):
     input dtype runs through the old graph. The transition row says so, and ORT's own state agrees."""
     engine = Engine(ModelRef.of())
     x, _ = engine.workload.batch(0)
-    wrapper = engine.wrapper
+    wrapper = engine.backend("ortmodule").wrapper
     ort, _ = wrapper.prepare(Options(), False, x, "r1", tmp_path)
     ort(x).sum().backward()
     assert wrapper.exported_since_last_check()

@@ -98,7 +98,7 @@ def test_burst_table(tmp_path):
 def test_options_reference_page_is_generated_from_the_registry():
     from pathlib import Path
 
-    from ortlab.options import registry_markdown
+    from ortlab.cli.options import registry_markdown
 
     page = Path(__file__).resolve().parents[1] / "docs" / "options.md"
     assert page.read_text(encoding="utf-8") == registry_markdown(), \

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ortlab.engine.backends import parse_backends
 from ortlab.engine.config import BurstConfig, BurstError
-from ortlab.engine.session import parse_backends
 
 BREAKS = Path(__file__).resolve().parents[1] / "ortlab" / "demo" / "breaks.py"
 slow = pytest.mark.slow

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ortlab import Session
+from ortlab import BurstError, Session
 from ortlab.account import memory
 from ortlab.recompute import (
     PlanError,
@@ -170,8 +170,11 @@ def test_sweep_on_larger_activations_against_ort_prediction(tmp_path):
     assert t.loc["level 1", "accounted_peak_mb"] < t.loc["none", "accounted_peak_mb"] / 2
 
 
-def test_pytorch_run_has_no_plans(session):
-    run = session.burst("pytorch", 1, collect={"plans": {}}, progress=False)
+def test_pytorch_run_has_no_plans(session, tmp_path):
+    with pytest.raises(BurstError, match=r"^collector 'plans' is not allowed on backend 'pytorch' \(it reads ORT's "
+                       r"recompute plans\); allowed on: ortmodule$"):
+        session.burst("pytorch", 1, collect={"plans": {}}, progress=False)
+    run = session.burst("pytorch", 1, progress=False)  # a run without plans.json says why
     with pytest.raises(PlanError, match="PyTorch burst: plans exist only for ORTModule bursts"):
         plans(run)
 

@@ -43,10 +43,17 @@ def test_fp16_model_keeps_fp32_master_weights(tmp_path):
 
 def test_model_only_state_dict_loads(tmp_path):
     w = gpt()
+    with torch.no_grad():
+        for p in w.model.parameters():
+            p.add_(1.0)  # weights a fresh model does not have
     torch.save(w.model.state_dict(), tmp_path / "plain.pt")
     snap = Snapshot.load(tmp_path / "plain.pt")
     assert snap.optimizer is None
-    snap.restore(gpt().model)
+    fresh = gpt().model
+    assert not torch.equal(fresh.head.weight, w.model.head.weight)
+    snap.restore(fresh)
+    saved = w.model.state_dict()
+    assert all(torch.equal(v, saved[k]) for k, v in fresh.state_dict().items())
 
 
 class _Evil:

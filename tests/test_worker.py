@@ -1,5 +1,6 @@
 """Bursts in the worker process: Stop, crashes, worker reuse, and the Jupyter-kernel hang it exists to avoid."""
 
+import re
 import threading
 from pathlib import Path
 
@@ -63,6 +64,8 @@ def test_a_crash_kills_the_worker_not_the_caller(tmp_path):
     assert run.status == "crashed" and "SIGKILL" in run.error
     assert len(run.metrics) == 2
     assert load_run(run.path).status == "crashed"
+    log = Path(re.search(r"the worker's in (\S+\.log)", run.error).group(1))  # a crashed worker's log is kept
+    assert log.is_file() and log.parent == tmp_path and list(tmp_path.glob(".worker-*.log")) == [log]
 
 
 def test_bad_factory_gives_a_clear_error(tmp_path):

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.account.record import AUTOGRAD, COUNTS, FILE, GRAPH, missing
-from ortlab.engine.collectors import Collector
+from ortlab.engine.backends import label, registered
+from ortlab.engine.types import Collector, MemoryAccount
 
 # ORTModule -> its execution model: ORT writes the graphs only when it exports, and a later burst that reuses
 # the wrap has none of its own.
@@ -35,16 +36,17 @@ class MemoryCollector(Collector):
         self._data: dict[str, Any] | None = None
 
     def start(self, engine, cfg, run_dir: Path) -> None:
-        if cfg.backend == "pytorch":
+        if registered(cfg.backend).memory is MemoryAccount.AUTOGRAD:
             self._data = _autograd(engine, cfg)
 
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
         from ortlab.run import write_json
 
-        if cfg.backend == "ortmodule":
+        account = registered(cfg.backend).memory
+        if account is MemoryAccount.GRAPH:
             self._data = _graph(engine, cfg, run_dir, status)
-        elif cfg.backend == "compile" and engine.runner is not None and status == "ok":
-            self._data = _autograd(engine, cfg, runner=engine.runner)  # what the compiled graphs save
+        elif account is MemoryAccount.AUTOGRAD_RUNNER and engine.runner is not None and status == "ok":
+            self._data = _autograd(engine, cfg, runner=engine.runner)  # what the burst's (compiled) graphs save
         elif self._data is None:
             self._data = missing(AUTOGRAD, f"the burst ended ({status}) before the account was taken")
         write_json(run_dir / FILE, self._data)
@@ -109,7 +111,7 @@ def _autograd(engine, cfg, runner: Any = None) -> dict[str, Any]:
     except Exception as e:  # the account must not cost the burst
         return missing(AUTOGRAD, f"autograd's account failed: {type(e).__name__}: {root_message(e)}")
     counts = COUNTS[AUTOGRAD] if runner is None else (
-        "torch.compile: the storages its compiled graphs save for backward in one step on the first batch; "
+        f"{label(cfg.backend)}: the storages its compiled graphs save for backward in one step on the first batch; "
         "parameters, inputs and what the loss saves apart")
     return {"kind": AUTOGRAD, "counts": counts, **account.to_dict()}
 
@@ -121,12 +123,13 @@ def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
 
     if not cfg.effective_options()["save_onnx"]:
         return missing(GRAPH, NO_SAVE_ONNX)
-    ort_module = engine.wrapper.ort_module
+    wrapper = engine.current.wrapper  # a backend whose memory account is its ORT wrap's graph
+    ort_module = wrapper.ort_module
     if ort_module is None:
         return missing(GRAPH, f"the burst ended ({status}) before ORTModule wrapped the model: no execution graph")
     if status == "fallback":
         return missing(GRAPH, "ORTModule fell back to PyTorch: no ORT execution graph ran in this burst")
-    path = engine.wrapper.internals().stage_path("execution_model")
+    path = wrapper.internals().stage_path("execution_model")
     note = None
     if path is not None:
         _GRAPHS[ort_module] = path
@@ -139,8 +142,8 @@ def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
     try:
         with random_state_kept():
             inputs, _ = engine.feed.batch(0)  # this burst's first batch (its sampler's, its rank's)
-        account = account_of(path, load_run(run_dir), input_shapes=engine.wrapper.input_shapes(inputs),
-                             user_inputs=engine.wrapper.post_export().get("user_inputs"))
+        account = account_of(path, load_run(run_dir), input_shapes=wrapper.input_shapes(inputs),
+                             user_inputs=wrapper.post_export().get("user_inputs"))
     except Exception as e:  # the account must not cost the burst
         return missing(GRAPH, f"the account of {path.name} failed: {type(e).__name__}: {root_message(e)}")
     data = {"kind": GRAPH, "counts": COUNTS[GRAPH], **account.to_dict(timeline=True)}

@@ -28,7 +28,8 @@ from ortlab.activations.errors import StatsError
 from ortlab.activations.structure import leaves, substitute
 from ortlab.activations.summarize import Summarizer
 from ortlab.activations.table import FIELDS, FORMAT, STATS_FILE
-from ortlab.engine.collectors import Collector
+from ortlab.engine.backends import registered
+from ortlab.engine.types import Collector, StatsTaps
 
 ROOT = "(root)"  # the name of the model's own output
 _NF = len(FIELDS)
@@ -149,7 +150,7 @@ class StatsCollector(Collector):
         self._hooks: list[tuple[torch.nn.Module, bool, _Hook]] = []  # (module, pre-hook?, hook), set in start
         self._handles: list = []  # while the hooks are registered
         self._graph = False
-        self._compiled = False  # a torch.compile burst (set in start)
+        self._compiled = False  # hooks kept out of a compiled graph, for the whole burst (set in start)
         self._frames: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._fw, self._bw = np.empty((0, _NF)), np.empty((0, _NF))  # this step's rows, per slot
         self._fws, self._bws = np.empty((0, samples), np.float32), np.empty((0, samples), np.float32)
@@ -170,8 +171,9 @@ class StatsCollector(Collector):
     def start(self, engine, cfg, run_dir: Path) -> None:
         if pythonop.active() not in (None, self):
             raise StatsError("another stats collector is active in this process (a burst inside a burst?)")
-        self._graph = cfg.backend == "ortmodule"
-        self._compiled = cfg.backend == "compile"
+        taps = registered(cfg.backend).stats_taps
+        self._graph = taps is StatsTaps.GRAPH
+        self._compiled = taps is StatsTaps.COMPILED_HOOKS
         if self._graph:
             pythonop.prepare_export()
         model = engine.model

@@ -55,7 +55,9 @@ def noise_floor(session, reference, other_seed: int | None = None) -> NoiseFloor
     it)."""
     meta = reference.meta
     cfg = dict(meta.get("config") or {})
-    if meta.get("backend") != "pytorch":
+    from ortlab.engine.backends import has
+
+    if not has(meta.get("backend"), "reference"):
         raise ActivationsError(f"the noise floor repeats a PyTorch run; {reference.path.name} is a "
                                f"{meta.get('backend')} run")
     if "stats" not in (cfg.get("collect") or {}):

@@ -109,7 +109,7 @@ def _warnings_in_one_line(where: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ortlab.engine.session import WorkerError
+    from ortlab.engine.client import WorkerError
     from ortlab.errors import InputError
 
     args = build_parser().parse_args(argv)

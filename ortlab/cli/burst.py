@@ -17,13 +17,12 @@ from ortlab.cli.common import (
     print_json,
     seed,
 )
-
-INTERRUPTED = ("interrupted", "stopped")
+from ortlab.run import ENDED_EARLY
 
 
 def cmd_burst(args) -> int:
-    from ortlab.engine.config import BACKENDS
-    from ortlab.engine.session import Session, parse_backends
+    from ortlab.engine.backends import BACKENDS, parse_backends
+    from ortlab.engine.session import Session
 
     backends = (args.backend,) if args.backend in BACKENDS else parse_backends(args.backend)
     kwargs, options = burst_kwargs(args)
@@ -75,7 +74,7 @@ def outcome(runs, comparison, allow_fallback: bool) -> int:
         for key in ("error", "hint"):
             if run.meta.get(key) and run.status != "ok":
                 print(f"ortlab burst: {run.backend}: {run.meta[key]}", file=sys.stderr)
-    if any(r.status in INTERRUPTED for r in runs):
+    if any(r.status in ENDED_EARLY for r in runs):
         return 130
     diverged = [v for v in (comparison.verdict_of(b) for b in comparison.others) if v is not None and v.diverged] \
         if comparison is not None else []
@@ -126,7 +125,7 @@ def add_burst_args(b) -> None:
 
     from ortlab.compat.registry import FIXES
     from ortlab.engine.collectors import COLLECTORS
-    from ortlab.engine.config import DEVICES, OPTIMIZERS, PRECISIONS, SAMPLERS
+    from ortlab.engine.types import Device, Optimizer, Precision, Sampler
 
     add_model_args(b)
     b.add_argument("--steps", type=positive_int, default=20, help="training steps per backend")
@@ -139,16 +138,17 @@ def add_burst_args(b) -> None:
     b.add_argument("--allow-fallback", action="store_true",
                    help="exit 0 even when ORTModule fell back to PyTorch (the run's status stays 'fallback')")
     add_compile_args(b)
-    b.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+    b.add_argument("--optimizer", default="adamw", choices=[str(o) for o in Optimizer],
                    help="zero1: AdamW with its state sharded over the ranks (ZeRO stage 1, with --nproc > 1); "
                    "fused_adam needs CUDA")
     b.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")
     b.add_argument("--seed", type=seed, default=0,
                    help="seeds the burst's random numbers: dropout, a sampler's shuffle (the model starts from "
                    "the session's snapshot)")
-    b.add_argument("--precision", default="fp32", choices=PRECISIONS,
+    b.add_argument("--precision", default="fp32", choices=[str(p) for p in Precision],
                    help="fp16: torch.autocast and a GradScaler (CUDA only)")
-    b.add_argument("--device", default="auto", choices=DEVICES, help="auto: CUDA when there is a GPU, else the CPU")
+    b.add_argument("--device", default="auto", choices=[str(d) for d in Device],
+                   help="auto: CUDA when there is a GPU, else the CPU")
     b.add_argument("--save-graphs", action="store_true",
                    help="save ORTModule's exported graphs into the run (the option save_onnx=true)")
     b.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
@@ -176,7 +176,8 @@ def add_burst_args(b) -> None:
     d.add_argument("--save-checkpoint", action="store_true",
                    help="write the full fp32 weights at the end (checkpoint.pt; ZeRO-1 shards gathered); loads "
                    "as Session(snapshot=PATH)")
-    d.add_argument("--sampler", choices=SAMPLERS, help="how the ranks share a workload's dataset (e.g. --model-arg "
+    d.add_argument("--sampler", choices=[str(s) for s in Sampler],
+                   help="how the ranks share a workload's dataset (e.g. --model-arg "
                    "variable_length=true): torch's DistributedSampler or ORT's load-balancing sampler, which gives "
                    "every rank samples of similar complexity each step (default: the dataset in order)")
     add_out_arg(b)
@@ -188,7 +189,7 @@ def backend_list(text: str) -> str:
     """--backend's value, checked: one backend, both, all, or a comma list of backends."""
     import argparse
 
-    from ortlab.engine.config import BACKENDS
+    from ortlab.engine.backends import BACKENDS
 
     names = [n.strip() for n in text.split(",")] if text not in ("both", "all") else [text]
     bad = [n for n in names if n not in (*BACKENDS, "both", "all")]

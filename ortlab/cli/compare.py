@@ -9,7 +9,8 @@ from ortlab.cli.common import model_kwargs, print_json
 
 
 def cmd_compare(args) -> int:
-    from ortlab.engine.session import Session, parse_backends
+    from ortlab.engine.backends import parse_backends
+    from ortlab.engine.session import Session
 
     backends = parse_backends(args.backends)
     kwargs, options = burst_kwargs(args)

@@ -6,7 +6,7 @@ from ortlab.cli.common import CliError, add_json_arg, print_json
 
 
 def cmd_options(args) -> int:
-    from ortlab.options import REGISTRY, by_area, registry_markdown
+    from ortlab.options import REGISTRY, by_area
 
     if args.markdown:
         print(registry_markdown(), end="")
@@ -41,3 +41,44 @@ def register(sub) -> None:
     o.add_argument("--area", help="only options whose feature area contains this text")
     o.add_argument("--markdown", action="store_true", help="the reference page docs/options.md")
     o.set_defaults(func=cmd_options)
+
+
+def registry_markdown() -> str:
+    """The options reference page (docs/options.md), generated from the registry."""
+    lines = [
+        "# ORTModule options",
+        "",
+        "Generated from `ortlab.options.REGISTRY` by `ortlab options --markdown`; a test keeps this page equal to it.",
+        "`--option KEY=VALUE` (burst, compare, check, bisect) and `options=` in Python take either the option's name",
+        "(`memory_opt_level=1`) or its variable (`ORTMODULE_MEMORY_OPT_LEVEL=1`).",
+        "Every `ORTMODULE_*` variable that onnxruntime-training 1.19.2 reads or its guidelines document, and the",
+        "`DebugOptions` fields. **Read at** is taken from the 1.19.2 source (a test checks it against the AST):",
+        "",
+        "- `import`: read once when onnxruntime is imported. ortlab starts a new worker process; in-process, restart "
+        "the kernel.",
+        "- `construction`: read when `ORTModule(...)` is built. ortlab re-wraps the model, which re-exports it.",
+        "- `export`: read while exporting. ortlab re-wraps so the model is exported again.",
+        "- `runtime`: read when the feature first runs.",
+        "- `never`: documented, but 1.19.2 never reads it; setting it has no effect.",
+        "",
+        "**Graph**: a change alters the exported or optimized graph. **CUDA**: needs a GPU (disabled on the CPU).",
+        "",
+    ]
+    header = "| option | variable | type | default | allowed | read at | graph | CUDA | description |"
+    from ortlab.options import by_area
+
+    for area, specs in by_area().items():
+        lines += ["", f"## {area}", "", header, "|---|---|---|---|---|---|---|---|---|"]
+        for s in specs:
+            lines.append(_markdown_row(s))
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_row(s) -> str:
+    default = "" if s.default == "" else f"`{s.default}`"
+    allowed = s.allowed().replace("|", "\\|")
+    notes = s.description + ("" if s.documented else " *(not in the guidelines)*")
+    variable = f"`{s.env}`" if s.env else "(DebugOptions)"
+    graph, cuda = ("yes" if s.changes_graph else ""), ("yes" if s.needs_cuda else "")
+    return (f"| `{s.name}` | {variable} | {s.kind.value} | {default} | {allowed} "
+            f"| {s.read_at.value} | {graph} | {cuda} | {notes} |")

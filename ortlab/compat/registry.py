@@ -10,6 +10,7 @@ it. `ortlab check` says which fix removes which blocker; a burst applies none, t
 from __future__ import annotations
 
 import contextlib
+import enum
 import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,6 +49,14 @@ class FixError(InputError):
     """A fix that is not known, or a fixes argument that is not "auto", "none" or fix names."""
 
 
+class FixKind(enum.StrEnum):
+    """What a fix changes (the strings check.json and the fix table keep)."""
+
+    EXPORTER = "exporter"  # a symbolic: how the exporter writes an operator
+    MODULE = "module"  # the model's code or modules, parameters kept
+    ENGINE = "engine"  # how ortlab drives ORTModule: the engine reads the fix's name; `apply` changes nothing
+
+
 @dataclass(frozen=True)
 class Fix:
     """A compatibility fix. `removes(blocker)` says whether it removes a blocker; `applies_to(model)` whether it
@@ -55,11 +64,13 @@ class Fix:
 
     name: str
     summary: str  # one line: what it changes
-    kind: str  # "exporter" (a symbolic), "module" (the model's code or modules, parameters kept), "engine" (how
-    # ortlab drives ORTModule: the engine reads the fix's name; `apply` changes nothing)
+    kind: FixKind
     removes: Callable[[Any], bool]
     apply: Callable[[Any], contextlib.AbstractContextManager]
     applies_to: Callable[[Any], bool] = lambda model: True
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", FixKind(self.kind))
 
     def describe(self) -> dict[str, str]:
         return {"name": self.name, "kind": self.kind, "summary": self.summary,

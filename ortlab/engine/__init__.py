@@ -1,8 +1,10 @@
-"""Bursts: the training loop in named steps (`loop`), the ORTModule wrapper and its transitions (`wrapper`),
-the worker process and its typed messages (`worker`, `messages`), and the kernel-side `Session`."""
+"""Bursts: the training loop in named steps (`loop`), what differs per backend (`backends`: the registry and
+one module each; the ORT backend keeps its ORTModule wrap, `wrapper`), the plain types and contracts every
+module shares (`types`), the worker process, its typed messages and its client (`worker`, `messages`,
+`client`), and the kernel-side `Session`."""
 
-from ortlab.engine.collectors import Collector
-from ortlab.engine.config import BurstConfig, BurstError
+from ortlab.engine.config import BurstConfig
+from ortlab.engine.types import BurstError, Collector
 
 __all__ = ["BurstConfig", "BurstError", "Collector", "Engine", "Session", "WorkerError"]
 
@@ -12,8 +14,12 @@ def __getattr__(name: str):  # torch is imported only when the loop or the sessi
         from ortlab.engine.loop import Engine
 
         return Engine
-    if name in ("Session", "WorkerError"):
-        from ortlab.engine import session as _session
+    if name == "Session":
+        from ortlab.engine.session import Session
 
-        return getattr(_session, name)
+        return Session
+    if name == "WorkerError":
+        from ortlab.engine.client import WorkerError
+
+        return WorkerError
     raise AttributeError(f"module 'ortlab.engine' has no attribute {name!r}")

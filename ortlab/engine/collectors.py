@@ -1,58 +1,65 @@
-"""Optional per-burst data collection (recompute plans, activation statistics): the protocol and the registry."""
+"""Optional per-burst data collection (recompute plans, activation statistics, the memory account, time): the
+registry. The contract, `Collector`, is in ortlab.engine.types."""
 
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
-if TYPE_CHECKING:
-    from ortlab.engine.config import BurstConfig
-    from ortlab.engine.loop import Engine
+from ortlab.engine.types import BurstError, Collector, Config
 
-# name -> "module:Class", loaded lazily in whichever process runs the burst. A collector class is built with the
-# keyword arguments given in BurstConfig.collect[name].
-COLLECTORS: dict[str, str] = {
-    "memory": "ortlab.account.collector:MemoryCollector",  # the activation-memory account (memory.json)
-    "plans": "ortlab.recompute.collector:PlanCollector",  # the memory optimizer's recompute plans (ORTModule bursts)
-    "stats": "ortlab.activations.collect:StatsCollector",  # per-step activation and gradient statistics
-    "time": "ortlab.timing.collector:TimeCollector",  # where a step's time goes: profiled steps (time.json)
+__all__ = ["COLLECTORS", "Collector", "Registered", "check", "graph_key", "make_collectors"]
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One collector: where its class is (loaded lazily in whichever process runs the burst, built with the
+    keyword arguments given in BurstConfig.collect[name]), which backends it serves and how its settings are
+    checked before anything starts."""
+
+    target: str  # "module:Class"
+    serves: str | None = None  # the backend registry's flag it needs (ortlab.engine.backends.Registered); None: all
+    why: str = ""  # said when a backend without it is refused
+    settings: str | None = None  # "module:function(settings, burst steps)" raising on bad settings
+
+    def load(self) -> type:
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+COLLECTORS: dict[str, Registered] = {
+    "memory": Registered("ortlab.account.collector:MemoryCollector"),  # the activation-memory account (memory.json)
+    "plans": Registered("ortlab.recompute.collector:PlanCollector", serves="onnx_stages",
+                        why="it reads ORT's recompute plans"),  # the memory optimizer's recompute plans
+    "stats": Registered("ortlab.activations.collect:StatsCollector"),  # per-step activation and gradient statistics
+    "time": Registered("ortlab.timing.collector:TimeCollector",  # where a step's time goes: profiled steps
+                       settings="ortlab.timing.collector:profiled_steps"),
 }
 
 
-class Collector:
-    """What a collector implements; every method is optional. `changes_graph = True` means its instrumentation
-    is part of the exported graph, so a burst with it needs its own ORTModule wrap (`graph_key` names it).
-    `times_phases = True`: the engine also calls `phase` as each step's forward, backward and optimizer begin and
-    as the step ends (only such collectors: the others cost nothing there)."""
+def check(cfg: Config) -> None:
+    """The collectors `cfg` asks for are known, serve its backend and have good settings (one line if not)."""
+    from ortlab.engine.backends import BACKENDS, registered
 
-    changes_graph = False
-    graph_key: str | None = None
-    times_phases = False
-
-    def start(self, engine: Engine, cfg: BurstConfig, run_dir: Path) -> None:
-        """Before the first step and before ORTModule wraps the model."""
-
-    def step_begin(self, step: int) -> None: ...
-
-    def step_end(self, step: int) -> None: ...
-
-    def phase(self, step: int, name: str) -> None:
-        """With times_phases: "forward", "backward", "optimizer" as each begins, "end" once the step's loss is
-        read (the step's time as the engine measures it ends there); a recorded loop (ortlab.record): "loop" as
-        each iteration begins, "end" at its rec.step()."""
-
-    def finish(self, engine: Engine, cfg: BurstConfig, run_dir: Path, status: str) -> None:
-        """Always called (also after a failure): write results into run_dir and undo any global change."""
+    unknown = sorted(set(cfg.collect) - set(COLLECTORS))
+    if unknown:
+        raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")
+    backend = registered(cfg.backend)
+    for name, settings in sorted(cfg.collect.items()):
+        entry = COLLECTORS[name]
+        if entry.serves is not None and not getattr(backend, entry.serves):
+            served = ", ".join(n for n, r in BACKENDS.items() if getattr(r, entry.serves))
+            raise BurstError(f"collector {name!r} is not allowed on backend {cfg.backend!r} ({entry.why}); allowed "
+                             f"on: {served}")
+        if entry.settings is not None:
+            module, _, attr = entry.settings.partition(":")
+            getattr(importlib.import_module(module), attr)(settings, cfg.steps)
 
 
-def make_collectors(collect: dict[str, dict]) -> dict[str, Collector]:
+def make_collectors(collect: dict[str, dict[str, Any]]) -> dict[str, Collector]:
     """The collectors a burst asked for, by name (sorted, so the order is stable)."""
-    out = {}
-    for name, kwargs in sorted(collect.items()):
-        module, _, attr = COLLECTORS[name].partition(":")
-        out[name] = getattr(importlib.import_module(module), attr)(**(kwargs or {}))
-    return out
+    return {name: COLLECTORS[name].load()(**(kwargs or {})) for name, kwargs in sorted(collect.items())}
 
 
 def graph_key(collectors: dict[str, Collector]) -> tuple[str, ...]:

@@ -7,20 +7,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ortlab.engine.backends import NAMES as BACKENDS  # pytorch, ortmodule, compile
-from ortlab.errors import InputError
+from ortlab.engine.backends import checked_settings, registered
+from ortlab.engine.collectors import check as check_collectors
+from ortlab.engine.types import BurstError, Device, MemoryAccount, Optimizer, Precision, Sampler
 from ortlab.options import Options
 
-OPTIMIZERS = ("adamw", "sgd", "fused_adam", "fp16_optimizer", "zero1")
-PRECISIONS = ("fp32", "fp16")
-DEVICES = ("auto", "cpu", "cuda")
-SAMPLERS = ("distributed", "load_balancing")  # ortlab.engine.sampling; None: a dataset in order
+__all__ = ["BurstConfig", "BurstError", "make_optimizer", "resolve_device"]
+
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
-
-
-class BurstError(InputError):
-    """A burst that cannot start as asked (bad argument, device or optimizer not available here)."""
-
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -57,18 +51,16 @@ class BurstConfig:
     compile: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        from ortlab.engine.collectors import COLLECTORS
-
         def check(label, value, allowed):
-            if value not in allowed:
+            if value not in [str(a) for a in allowed]:
                 raise BurstError(f"{label} {value!r} is not allowed; allowed: {', '.join(allowed)}")
 
-        check("backend", self.backend, BACKENDS)
-        check("optimizer", self.optimizer, OPTIMIZERS)
-        check("precision", self.precision, PRECISIONS)
-        check("device", self.device, DEVICES)
-        if self.sampler is not None and self.sampler not in SAMPLERS:
-            raise BurstError(f"sampler {self.sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)} (or None: "
+        registered(self.backend)
+        check("optimizer", self.optimizer, Optimizer)
+        check("precision", self.precision, Precision)
+        check("device", self.device, Device)
+        if self.sampler is not None and self.sampler not in [str(s) for s in Sampler]:
+            raise BurstError(f"sampler {self.sampler!r} is not allowed; allowed: {', '.join(Sampler)} (or None: "
                              "a dataset in order)")
         if not _whole(self.steps) or self.steps < 1:
             raise BurstError(f"steps {self.steps!r} is not allowed; allowed: a whole number >= 1")
@@ -85,20 +77,14 @@ class BurstConfig:
         if not isinstance(self.collect, dict):
             raise BurstError(f"collect {self.collect!r} is not allowed; allowed: a dict of collector name -> settings")
         from ortlab.compat.registry import parse
-        from ortlab.engine.backends.compiled import settings
 
         object.__setattr__(self, "fixes", parse(self.fixes))
         if not isinstance(self.compile, dict):
             raise BurstError(f"compile {self.compile!r} is not allowed; allowed: a dict of mode, dynamic, fullgraph, "
                              "backend")
-        object.__setattr__(self, "compile", settings(self.compile))
-        unknown = sorted(set(self.collect) - set(COLLECTORS))
-        if unknown:
-            raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")
-        if "time" in self.collect:  # its steps must lie inside the burst: said before anything starts
-            from ortlab.timing.collector import profiled_steps
-
-            profiled_steps(self.collect["time"], self.steps)
+        for name, value in checked_settings(self).items():  # each backend's own settings, by its entry
+            object.__setattr__(self, name, value)
+        check_collectors(self)  # known, serving this backend, settings inside the burst: said before anything starts
         self._check_ranks()
 
     @property
@@ -129,16 +115,17 @@ class BurstConfig:
             raise BurstError(f"save_checkpoint {self.save_checkpoint!r} is not allowed; allowed: True or False")
         if self.optimizer == "zero1" and not self.distributed:
             raise BurstError("optimizer 'zero1' shards AdamW across processes and needs nproc * nnodes >= 2; "
-                             f"with one process use one of: {', '.join(o for o in OPTIMIZERS if o != 'zero1')}")
+                             f"with one process use one of: {', '.join(o for o in Optimizer if o != Optimizer.ZERO1)}")
         if self.save_checkpoint and not self.distributed:
             raise BurstError("save_checkpoint is for bursts of several processes (nproc * nnodes >= 2); a "
                              "single-process burst's weights: ortlab.snapshot.Snapshot")
 
     def effective_options(self) -> Options:
         """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute); the
-        memory account of an ORTModule burst reads the execution graph ORT saves (save_onnx on)."""
+        memory account of a backend's execution graph reads the graph ORT saves (save_onnx on)."""
         options = self.options.replace(enable_compute_optimizer=False) if self.parity else self.options
-        if self.backend == "ortmodule" and "memory" in self.collect and not options["save_onnx"]:
+        graph = registered(self.backend).memory is MemoryAccount.GRAPH
+        if graph and "memory" in self.collect and not options["save_onnx"]:
             options = options.replace(save_onnx=True)
         return options
 

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ortlab import balance
+from ortlab.engine.backends import registered
 from ortlab.engine.config import BurstConfig, BurstError, resolve_device
 from ortlab.engine.machine import available_cores, load_average, warn_oversubscribed
 from ortlab.engine.orphan import on_parent_death
-from ortlab.options import Options, ReadAt
+from ortlab.options import Options
 from ortlab.run import Run, RunWriter, load_run, mark, new_run_dir, write_json
 
 KILL_GRACE_S = 5.0  # after SIGTERM to the agent, before SIGKILL
@@ -122,7 +123,7 @@ def _check_devices(cfg: BurstConfig) -> None:
 
 def _start_agent(spec_dir: Path, cfg: BurstConfig, log_path: Path) -> subprocess.Popen:
     env = {**RANK_ENV, **os.environ}  # the user's own values win
-    imports = Options(cfg.effective_options().with_read_at(ReadAt.IMPORT) if cfg.backend == "ortmodule" else {})
+    imports = registered(cfg.backend).imports(cfg.effective_options()) or Options()
     with imports.applied(env):
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])

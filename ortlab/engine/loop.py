@@ -21,14 +21,14 @@ import torch
 
 from ortlab.capture import captured_output
 from ortlab.compat.errors import root_message
-from ortlab.engine.backends import Backend, make
+from ortlab.engine.backends import Backend, make, registered
 from ortlab.engine.collectors import Collector, make_collectors
-from ortlab.engine.config import BurstConfig, BurstError, make_optimizer, resolve_device
+from ortlab.engine.config import BurstConfig, make_optimizer, resolve_device
 from ortlab.engine.machine import Contention, fit_threads
 from ortlab.engine.parity import parity
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
-from ortlab.engine.wrapper import Transition, Wrapper
+from ortlab.engine.types import BurstError, Transition
 from ortlab.options import Options, ReadAt
 from ortlab.run import RunWriter, new_run_dir
 from ortlab.snapshot import Snapshot
@@ -82,15 +82,15 @@ class Engine:
         self.workload = ref.build()
         self.model = self.workload.model
         self.initial = Snapshot.load(snapshot) if snapshot else Snapshot.take(self.model)
-        self.wrapper = Wrapper(self.model)
         self.feed = Feed(self.workload)  # the batches of the current burst (set for each burst: its sampler)
         self.pending_transition: Transition | None = None  # e.g. "new worker", set by the worker
         self.backends: dict[str, Backend] = {}  # one of each, made on first use (each may keep what it built)
         self.runner: Any = None  # the module the current (or last) burst trains
+        self.current: Backend | None = None  # the backend of the current (or last) burst
 
     def backend(self, name: str) -> Backend:
         if name not in self.backends:
-            self.backends[name] = make(name)
+            self.backends[name] = make(name, self.model)
         return self.backends[name]
 
     def check(self, fixes: Any = "auto", options: Options | None = None, out: str | Path | None = None):
@@ -124,15 +124,10 @@ class Engine:
                 error = str(e)
         self.initial.restore(self.model)
         batch = self.feed.batch(0)
-        if cfg.backend == "compile":
-            runner = self.backend("compile").compiled(self.model, cfg.compile)
-            reuse = None
-        else:
-            runner = reuse = self.wrapper.parity_wrap(cfg.effective_options(), fixes, batch[0]) if cfg.parity \
-                else None
+        runner, exports = self.backend(cfg.backend).gradient_runner(self, cfg, tuple(fixes), batch)
         with cfg.effective_options().applied():
             check = first_step(self.workload, fixes, cfg.seed, runner=runner, batch=batch, exact=first64 or True)
-        out = {**check.to_dict(), "exported": cfg.backend == "ortmodule" and reuse is None}
+        out = {**check.to_dict(), "exported": exports}
         if burst:
             out["float64"] = reference_run if error is None else {"error": error}
         return out
@@ -207,8 +202,9 @@ class Engine:
 
     def _prepare(self, cfg: BurstConfig) -> _Burst:
         options = cfg.effective_options()
-        if cfg.backend == "ortmodule":
-            self.check_import_options(options)
+        wanted = registered(cfg.backend).imports(options)
+        if wanted is not None:
+            self.check_import_options(wanted)
         device = resolve_device(cfg.device)
         if cfg.precision == "fp16" and device.type != "cuda":
             raise BurstError("precision 'fp16' needs CUDA (torch.autocast float16 + GradScaler); use fp32 on the CPU")
@@ -236,8 +232,9 @@ class Engine:
         scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.model.train()
         timers = [c for c in collectors.values() if c.times_phases]
+        self.current = self.backend(cfg.backend)
         return _Burst(cfg, options, device, path, writer, optimizer, collectors, timers, PeakMemory(device), feed,
-                      self.backend(cfg.backend), scaler, runner=self.model)
+                      self.current, scaler, runner=self.model)
 
     def _feed(self, cfg: BurstConfig) -> Feed:
         """The batches this process trains on (a rank of a distributed burst: its share)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ortlab.engine.config import BurstError
+from ortlab.engine.types import BurstError
 from ortlab.workload import Workload
 
 

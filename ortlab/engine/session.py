@@ -9,42 +9,24 @@ takes only the worker. A worker is kept while it can serve the next burst (same 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ortlab.engine import messages as m
-from ortlab.errors import OrtlabError
-from ortlab.options import Options, ReadAt
-from ortlab.run import Run, load_run, mark
+from ortlab.engine.backends import parse_backends
+from ortlab.engine.client import Client, WorkerError
+from ortlab.engine.progress import Bar, chain
+from ortlab.options import Options
+from ortlab.run import ENDED_EARLY, Run, load_run
 
 if TYPE_CHECKING:
     from ortlab.summary import Comparison
 
-KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
-_log_numbers = itertools.count()
-
-
-class WorkerError(OrtlabError, RuntimeError):
-    """The worker could not start or answered with an error; the message says why."""
-
-
-@dataclass
-class _Worker:
-    proc: subprocess.Popen
-    conn: Connection
-    import_options: Options
-    log_path: Path
+__all__ = ["Session", "WorkerError", "burst", "check", "session"]
 
 
 @dataclass
@@ -75,13 +57,11 @@ class Session:
         self.ref = ModelRef.of(self.model, **self.model_kwargs)
         if self.shell_options is None:
             self.shell_options = Options.from_environ()
-        self._worker: _Worker | None = None
+        self._client = Client(self.ref, self.seed, self.snapshot, self.out)  # the worker (ortlab.engine.client)
         self._engine = None
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._force_stop = False  # a second Stop (Ctrl-C) while the first is being honoured: end the burst now
-        self._new_worker_reason: tuple[str, dict] | None = None
-        self.worker_starts = 0
 
     # -- public
 
@@ -118,8 +98,8 @@ class Session:
 
     def _burst(self, cfg, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
         """Run a burst without keeping it among the session's runs (the evidence a verdict is made of)."""
-        bar = _Bar(cfg) if progress else None
-        callback = _chain(on_step, bar.update if bar else None)
+        bar = Bar(cfg) if progress else None
+        callback = chain(on_step, bar.update if bar else None)
         try:
             with self._lock, self._ctrl_c_stops(active=not self.in_process or cfg.distributed):
                 self._stop_requested.clear()
@@ -147,11 +127,12 @@ class Session:
         runs: dict[str, Run] = {}
         for backend in chosen:
             runs[backend] = self.burst(backend, steps, options, **kwargs)
-            if runs[backend].status in ("interrupted", "stopped"):
+            if runs[backend].status in ENDED_EARLY:
                 break
-        for backend, run in runs.items():
-            if backend != "pytorch" and run.status not in ("interrupted", "stopped"):
-                self.judge(runs["pytorch"], run)
+        reference = runs[chosen[0]]  # PyTorch: parse_backends puts the registry's reference first
+        for run in runs.values():
+            if run is not reference and run.status not in ENDED_EARLY:
+                self.judge(reference, run)
         return Comparison(**runs, backends=chosen)
 
     def check(self, fixes: Any = "auto", options: Options | dict | None = None):
@@ -239,27 +220,7 @@ class Session:
         """Send one request to a worker for these options and wait for its answer (Checked), Ctrl-C honoured;
         `on_tried(msg)` for each Tried on the way (the localizer's progress)."""
         with self._lock:
-            w = self._worker_for_options(options)
-            w.conn.send(msg)
-            while True:
-                try:
-                    reply = self._receive_step(w)
-                except KeyboardInterrupt:
-                    self.stop()
-                    continue
-                if reply is None:
-                    code = w.proc.wait()
-                    self._worker = None
-                    raise WorkerError(f"the worker died (exit code {code}) while {what}; its log: {w.log_path}\n"
-                                      f"{_tail(w.log_path)}")
-                if isinstance(reply, m.Tried) and on_tried:
-                    on_tried(reply)
-                if isinstance(reply, m.Checked):
-                    return reply.report
-                if isinstance(reply, m.Failed):
-                    from ortlab.engine.config import BurstError
-
-                    raise BurstError(reply.message) if reply.bad_input else WorkerError(reply.message)
+            return self._client.request(msg, options, what, self.stop, on_tried)
 
     def stop(self) -> None:
         """Stop the running burst: it ends cleanly after the step it is in, keeping its steps; a worker that shows
@@ -268,12 +229,8 @@ class Session:
         if self._stop_requested.is_set():
             self._force_stop = True
         self._stop_requested.set()  # in-process bursts and ranks check it after every step
-        w = self._worker
-        if self.in_process:
-            return
-        if w is None or w.proc.poll() is not None:
-            return
-        w.proc.send_signal(signal.SIGINT)
+        if not self.in_process:
+            self._client.interrupt()
 
     @contextlib.contextmanager
     def _ctrl_c_stops(self, active: bool) -> Iterator[None]:
@@ -300,19 +257,16 @@ class Session:
     @property
     def worker_pid(self) -> int | None:
         """The worker process's id while it runs, else None."""
-        return self._worker.proc.pid if self._worker and self._worker.proc.poll() is None else None
+        return self._client.pid
+
+    @property
+    def worker_starts(self) -> int:
+        """How many worker processes this session started."""
+        return self._client.starts
 
     def close(self) -> None:
-        """End the worker process (also at the end of a `with` block); the runs stay on disk."""
-        w, self._worker = self._worker, None
-        if w is None:
-            return
-        try:
-            w.conn.send(m.Shutdown())
-            w.proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            _kill(w.proc)
-        w.conn.close()
+        """End the worker process (also at the end of a `with` block; its log goes with it); the runs stay."""
+        self._client.close()
 
     def __enter__(self) -> Session:
         return self
@@ -333,6 +287,11 @@ class Session:
     def _run_in_process(self, cfg, callback) -> Path:
         return self._local_engine().run(cfg, on_step=callback, should_stop=self._stop_requested.is_set)
 
+    # -- in a worker
+
+    def _run_in_worker(self, cfg, callback) -> Path:
+        return self._client.run(cfg, callback, self._stop_requested, lambda: self._force_stop)
+
     # -- ranks
 
     def _run_ranks(self, cfg, callback) -> Path:
@@ -340,195 +299,6 @@ class Session:
 
         return launch.run(self.ref, self.seed, self.snapshot, cfg, callback, self._stop_requested.is_set,
                           lambda: self._force_stop)
-
-    # -- worker
-
-    def _worker_for(self, cfg) -> _Worker:
-        return self._worker_for_options(cfg.effective_options() if cfg.backend == "ortmodule" else None)
-
-    def _worker_for_options(self, options: Options | None) -> _Worker:
-        """A worker whose import-time options are those of `options` (None: any worker serves, e.g. PyTorch)."""
-        wanted = options.with_read_at(ReadAt.IMPORT) if options is not None else None
-        w = self._worker
-        reason, changes = None, {}
-        if w is not None and w.proc.poll() is not None:
-            reason = f"the previous worker had exited (code {w.proc.returncode})"
-            self._worker = w = None
-        if w is not None and wanted is not None and Options(wanted) != w.import_options:
-            old = w.import_options
-            changes = {k: {"old": o, "new": n} for k, (o, n) in old.diff(Options(wanted)).items()}
-            reason = "import-time options changed: " + ", ".join(
-                f"{k} {v['old']!r} -> {v['new']!r}" for k, v in changes.items()) + " (ORT reads them once per process)"
-            self.close()
-            w = None
-        if w is None:
-            if self._new_worker_reason:
-                reason, changes = self._new_worker_reason
-                self._new_worker_reason = None
-            w = self._start_worker(Options(wanted or {}), reason, changes)
-        return w
-
-    def _start_worker(self, import_options: Options, reason: str | None, changes: dict) -> _Worker:
-        parent, child = socket.socketpair()
-        out = Path(self.out).expanduser().resolve()
-        out.mkdir(parents=True, exist_ok=True)
-        log_path = out / f".worker-{os.getpid()}-{next(_log_numbers)}.log"  # one per worker: bursts may share out
-        env = dict(os.environ)
-        with import_options.applied(env):
-            env["PYTHONUNBUFFERED"] = "1"
-            env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "ortlab.engine.worker", str(child.fileno())],
-                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    env=env, cwd=os.getcwd(), start_new_session=True,
-                )
-        child.close()
-        conn = Connection(os.dup(parent.fileno()))
-        parent.close()
-        self.worker_starts += 1
-        w = _Worker(proc, conn, import_options, log_path)
-        self._worker = w
-        conn.send(m.Init(self.ref.kind, self.ref.target, tuple(self.ref.kwargs), self.ref.label, self.seed,
-                         import_options.to_dict(), str(self.snapshot) if self.snapshot else None, reason, changes))
-        msg = self._receive(w, timeout=600)
-        if not isinstance(msg, m.Ready):
-            self._worker = None
-            _kill(proc)
-            if isinstance(msg, m.Failed) and msg.bad_input:
-                from ortlab.workload import WorkloadError
-
-                raise WorkloadError(msg.message)
-            detail = (msg.message if isinstance(msg, m.Failed) else None) or _tail(log_path) or "no reason given"
-            raise WorkerError(f"the worker for model {self.ref.describe()} did not start: {detail}")
-        return w
-
-    def _receive(self, w: _Worker, timeout: float) -> dict | None:
-        """The next message, or None when the worker died or `timeout` seconds passed."""
-        deadline = time.monotonic() + timeout
-        while (msg := self._receive_step(w)) == "tick":
-            if time.monotonic() > deadline:
-                return None
-        return msg
-
-    def _run_in_worker(self, cfg, callback) -> Path:
-        from ortlab.engine.grace import StopGrace
-
-        w = self._worker_for(cfg)
-        w.conn.send(m.RunBurst(cfg.to_dict()))
-        path: Path | None = None
-        grace, killed = StopGrace(w.proc.pid, again=lambda: self._force_stop), False
-        while True:
-            msg = self._receive_step(w)
-            if self._stop_requested.is_set():
-                grace.start()
-            if msg == "tick":
-                if not killed and grace.expired():
-                    _kill(w.proc)
-                    killed = True
-                continue
-            grace.progress()
-            if msg is None:  # the worker died
-                code = w.proc.wait()
-                self._worker = None
-                stopped = self._stop_requested.is_set()
-                what = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-                self._new_worker_reason = (
-                    "the previous worker was stopped" if stopped else f"the previous worker crashed ({what})", {})
-                if path is None:
-                    raise WorkerError(f"the worker died ({what}) before the burst started; its log: {w.log_path}\n"
-                                      f"{_tail(w.log_path)}")
-                if stopped:
-                    mark(path, "stopped", error=f"stopped: the worker was terminated ({what}) because "
-                                               f"{grace.reason or 'it did not end the burst after the Stop request'}")
-                else:
-                    mark(path, "crashed", error=f"the worker process died ({what}) during the burst; the log is kept "
-                                               f"in {path / 'log.txt'}")
-                return path
-            if isinstance(msg, m.Started):
-                path = Path(msg.path)
-            elif isinstance(msg, m.Step):
-                if callback:
-                    callback(msg.row)
-            elif isinstance(msg, m.Done):
-                return Path(msg.path)
-            elif isinstance(msg, m.Failed):
-                from ortlab.engine.config import BurstError
-
-                raise BurstError(msg.message) if msg.bad_input else WorkerError(msg.message)
-
-    def _receive_step(self, w: _Worker):
-        """A message, "tick" when none came within 0.1 s, or None when the worker died with nothing left to read."""
-        try:
-            if w.conn.poll(0.1):
-                return w.conn.recv()
-        except (EOFError, OSError):
-            return None
-        return None if w.proc.poll() is not None and not _has_data(w.conn) else "tick"
-
-
-def parse_backends(value: Any) -> tuple[str, ...]:
-    """"both" (PyTorch and ORTModule), "all", "pytorch,compile" or a sequence -> the backends of a comparison,
-    PyTorch first (every other is compared with it); a bad name raises naming what is allowed."""
-    from ortlab.engine.config import BACKENDS, BurstError
-
-    if isinstance(value, str):
-        value = {"both": ("pytorch", "ortmodule"), "all": BACKENDS}.get(value.strip(), value.split(","))
-    names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
-    for name in names:
-        if name not in BACKENDS:
-            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all")
-    if len(names) < 2:
-        raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
-                         "pytorch,ortmodule,compile")
-    return ("pytorch", *(n for n in names if n != "pytorch"))
-
-
-def _has_data(conn: Connection) -> bool:
-    try:
-        return conn.poll(0)
-    except (EOFError, OSError):
-        return False
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def _chain(*callbacks):
-    live = [c for c in callbacks if c]
-    if not live:
-        return None
-    return lambda row: [c(row) for c in live]
-
-
-class _Bar:
-    def __init__(self, cfg):
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=cfg.steps, desc=cfg.backend, unit="step", leave=True)
-
-    def update(self, row: dict) -> None:
-        self.bar.set_postfix(loss=f"{row['loss']:.4f}", refresh=False)
-        self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
-
 
 _sessions: dict[tuple, Session] = {}
 

@@ -40,7 +40,7 @@ class _Orphan:
 def _serve(conn: Connection) -> None:
     from ortlab.engine.config import BurstConfig
     from ortlab.engine.loop import Engine
-    from ortlab.engine.wrapper import Transition
+    from ortlab.engine.types import Transition
     from ortlab.errors import InputError
     from ortlab.options import Options
     from ortlab.workload import ModelRef

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import torch
 
 from ortlab import _ort
 from ortlab.compat.errors import root_message
+from ortlab.engine.types import Transition
 from ortlab.options import SPECS, Options, ReadAt
 from ortlab.verdict.inputs import InputWatch
 
@@ -49,22 +49,6 @@ def wrap_key(options: Options, parity: bool, extra: tuple = ()) -> tuple:
 
 def options_read_at(name: str) -> ReadAt:
     return SPECS[name].read_at
-
-
-@dataclass
-class Transition:
-    """One row of the transition table: what happened before a burst's first step, or when ORT re-exported."""
-
-    run: str
-    step: int
-    action: str  # "new worker", "wrap", "re-wrap", "reuse", "re-export", "rebuild gradient graph"
-    reason: str
-    changes: dict[str, Any]
-    ort_exported: bool | None = None  # filled from ORT's own state after the step
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "step": self.step, "action": self.action, "reason": self.reason,
-                "changes": self.changes, "ort_exported": self.ort_exported}
 
 
 class Wrapper:

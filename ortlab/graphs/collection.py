@@ -196,7 +196,9 @@ def _nothing_found(folder: Path, run) -> str:
     options = run.meta.get("effective_options") or {}
     t = run.transitions
     reused = bool(len(t)) and "ort_exported" in t and not t["ort_exported"].fillna(False).any()
-    if run.backend != "ortmodule":
+    from ortlab.engine.backends import has
+
+    if not has(run.backend, "onnx_stages"):
         why = f"it is a {run.backend} burst: only ORTModule bursts export graphs"
     elif not options.get("save_onnx"):
         why = "it ran without save_onnx: run the burst with options={'save_onnx': True}"

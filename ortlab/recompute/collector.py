@@ -7,7 +7,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ortlab.engine.collectors import Collector
+from ortlab.engine.types import Collector
 from ortlab.recompute.observer import read_plans, recompute_nodes
 from ortlab.recompute.table import PLANS_FILE
 
@@ -17,7 +17,8 @@ _GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class PlanCollector(Collector):
-    """Collector "plans": after the first ORTModule step, writes ORT's recompute plans into plans.json.
+    """Collector "plans": after the first ORTModule step, writes ORT's recompute plans into plans.json (ORTModule
+    bursts only: its registry entry serves backends with ONNX stages, and config refuses the others).
 
     `steady_peak=True` resets the process's peak-memory counter after step 0, so the run's peak_mem_mb of
     later steps measures training steps, not the export (which dominates the first step's peak on the CPU)."""
@@ -37,7 +38,7 @@ class PlanCollector(Collector):
             _reset_peak(self._engine)
 
     def step_end(self, step: int) -> None:
-        if step == 0 and self._cfg.backend == "ortmodule":
+        if step == 0:  # the collector serves backends with ONNX stages only (ortlab.engine.collectors)
             with contextlib.suppress(Exception):  # must not fail the burst; finish() retries and reports
                 self._collect()
 
@@ -50,12 +51,13 @@ class PlanCollector(Collector):
         write_json(self._run_dir / PLANS_FILE, data)  # now: a worker that dies later keeps the plans
 
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
-        if cfg.backend != "ortmodule" or engine.wrapper.ort_module is None:
+        wrapper = engine.current.wrapper
+        if wrapper.ort_module is None:
             return
         if self._data is None:
             self._collect()  # failed or stopped after ORT built its session, or before: then no plans
-        path = engine.wrapper.internals().stage_path("execution_model")
-        ort_module = engine.wrapper.ort_module
+        path = wrapper.internals().stage_path("execution_model")
+        ort_module = wrapper.ort_module
         if path is not None:
             _GRAPHS[ort_module] = recompute_nodes(path)
         if ort_module in _GRAPHS:  # a reused wrap did not export: its graph is in the burst that exported it

@@ -27,7 +27,7 @@ def _burst_dims(engine) -> dict[str, int]:
 
     from ortlab.workload import to_device
 
-    info = engine.wrapper.internals().post_export()
+    info = engine.current.wrapper.internals().post_export()
     inputs, _ = engine.feed.batch(0)  # this burst's first batch (its sampler's, its rank's)
     device = next(engine.model.parameters()).device
     inputs = to_device(inputs, device)
@@ -50,8 +50,9 @@ def _burst_dims(engine) -> dict[str, int]:
 
 
 def read_plans(engine) -> dict[str, Any]:
-    """Every plan ORT's memory observer holds for the current ORTModule, evaluated at this burst's shapes."""
-    observer = engine.wrapper.internals().memory_observer()
+    """Every plan ORT's memory observer holds for the current burst's ORTModule (`engine.current`: a backend
+    with ONNX stages), evaluated at this burst's shapes."""
+    observer = engine.current.wrapper.internals().memory_observer()
     config_path = observer.config_path
     config: list[str] = []
     if config_path:

@@ -23,7 +23,9 @@ def plans_data(run) -> dict[str, Any]:
         run = load_run(run)
     data = run.read_json(PLANS_FILE)
     if data is None:
-        why = ("it is a PyTorch burst: plans exist only for ORTModule bursts" if run.backend != "ortmodule"
+        from ortlab.engine.backends import has
+
+        why = ("it is a PyTorch burst: plans exist only for ORTModule bursts" if not has(run.backend, "onnx_stages")
                else "run the ORTModule burst with collect={'plans': {}} (or `ortlab plans`)")
         raise PlanError(f"run {run.path.name} has no {PLANS_FILE}: {why}")
     return data

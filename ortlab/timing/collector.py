@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ortlab.engine.collectors import Collector
+from ortlab.engine.backends import registered
+from ortlab.engine.types import Collector, TimeSource
 from ortlab.timing.errors import TimeError
 
 FILE = "time.json"
@@ -64,7 +65,7 @@ class TimeCollector(Collector):
         self._asked = steps
         self.steps: list[int] = []
         self.graph_key = "time"
-        self._backend = "pytorch"
+        self._source = TimeSource.TORCH_PROFILER  # the burst's backend's (its registry entry)
         self._profiled: frozenset[int] = frozenset()
         self._started = 0  # perf_counter_ns at the current step's forward
         self._walls: dict[int, float] = {}  # step -> its time in seconds (every step)
@@ -82,10 +83,10 @@ class TimeCollector(Collector):
     def start(self, engine, cfg, run_dir: Path) -> None:
         self.steps = profiled_steps({} if self._asked is None else {"steps": self._asked}, cfg.steps)
         self._profiled = frozenset(self.steps)
-        self._backend, self._engine = cfg.backend, engine
+        self._source, self._engine = registered(cfg.backend).time_source, engine
         self._modules = {name for name, _ in engine.model.named_modules() if name}
         self.graph_key = f"time (ORT's profiler, {run_dir.name})"  # each burst its own session
-        if cfg.backend == "ortmodule":
+        if self._source is TimeSource.ORT_PROFILER:
             from ortlab import _ort
 
             _ort.profile_sessions(str(run_dir / ORT_PREFIX))
@@ -93,7 +94,7 @@ class TimeCollector(Collector):
     # -- each step
 
     def step_begin(self, step: int) -> None:
-        if step == self.steps[0] and self._backend != "ortmodule":
+        if step == self.steps[0] and self._source is not TimeSource.ORT_PROFILER:
             self._start_torch()
 
     def phase(self, step: int, name: str) -> None:
@@ -108,7 +109,7 @@ class TimeCollector(Collector):
                 self._annotate(step, name)
 
     def step_end(self, step: int) -> None:
-        if step == 0 and self._backend == "ortmodule":
+        if step == 0 and self._source is TimeSource.ORT_PROFILER:
             from ortlab import _ort
 
             _ort.profile_sessions(None)  # ORTModule created its session: later ones (another burst) do not
@@ -121,7 +122,7 @@ class TimeCollector(Collector):
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        if self._backend == "pytorch":
+        if self._source is TimeSource.TORCH_PROFILER:  # not when fused: hooks on a compiled module recompile it
             for name, module in self._engine.model.named_modules():
                 self._hooks.append(module.register_forward_pre_hook(self._enter(name or "(root)")))
                 self._hooks.append(module.register_forward_hook(self._exit))
@@ -165,9 +166,8 @@ class TimeCollector(Collector):
                 self._phase_range = None
             self._profiler.__exit__(None, None, None)
             self._stopped, self._profiler = self._profiler, None
-        elif self._backend == "ortmodule" and self._ort_profile is None:
-            wrapper = getattr(self._engine, "wrapper", None)  # a recorded loop: the user's own ORTModule
-            internals = wrapper.internals() if wrapper is not None else _ort_wrap(self._engine.ort_module)
+        elif self._source is TimeSource.ORT_PROFILER and self._ort_profile is None:
+            internals = self._engine.current.wrapper.internals()  # the burst's ORT wrap (a recorded loop: the user's)
             if internals is not None:
                 self._ort_profile = internals.end_profiling()
                 self._python_ops = internals.python_ops()
@@ -177,7 +177,7 @@ class TimeCollector(Collector):
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
         from ortlab.run import write_json
 
-        if cfg.backend == "ortmodule":
+        if self._source is TimeSource.ORT_PROFILER:
             from ortlab import _ort
 
             _ort.profile_sessions(None)
@@ -188,10 +188,10 @@ class TimeCollector(Collector):
             if len(done) < len(self.steps):
                 data["error"] = (f"the burst ended ({status}) after {len(self._walls)} steps, before its profiled "
                                  f"steps {self.steps} were done")
-            elif cfg.backend == "ortmodule":
+            elif self._source is TimeSource.ORT_PROFILER:
                 data.update(self._ort_result(run_dir))
             else:
-                data.update(self._torch_result(run_dir, cfg.backend == "compile"))
+                data.update(self._torch_result(run_dir, self._source is TimeSource.TORCH_PROFILER_FUSED))
         finally:
             for other in run_dir.glob(f"{ORT_PREFIX}_*.json"):  # ORT's own files, read into time.json and trace.json
                 other.unlink()
@@ -243,12 +243,6 @@ class TimeCollector(Collector):
         else:
             out["reason"] = "no step ran after the profiled ones: run more steps to measure what profiling cost"
         return out
-
-
-def _ort_wrap(ort_module):
-    from ortlab import _ort
-
-    return _ort.Wrap(ort_module, True)
 
 
 def _waits(run_dir: Path, steps: list[int]) -> dict[int, float] | None:

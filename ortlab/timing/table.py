@@ -185,13 +185,15 @@ def _difference(modules, labels: list[str], datas: list[dict[str, Any]]):
     the difference in ms, slower first."""
     import pandas as pd
 
+    from ortlab.engine.backends import has
+
     columns = ["module", "run", "pytorch ms", "ms", "difference ms"]
-    bases = [label for label, d in zip(labels, datas, strict=True) if d["backend"] == "pytorch"]
+    bases = [label for label, d in zip(labels, datas, strict=True) if has(d["backend"], "reference")]
     if not bases:
         return pd.DataFrame(columns=columns)
     rows = []
     for label, d in zip(labels, datas, strict=True):
-        if d["backend"] == "pytorch":
+        if has(d["backend"], "reference"):
             continue
         rank = label.rpartition(" rank ")[2] if " rank " in label else None
         base = next((b for b in bases if rank is not None and b.endswith(f" rank {rank}")), bases[0])

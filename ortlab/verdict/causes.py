@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ortlab.engine.backends import has
+
 LABELS = {"ortmodule": "ORTModule", "compile": "torch.compile"}
 BATCH_NORM = ("running_mean", "running_var", "num_batches_tracked")
 BUFFER_FIX = "pytorch-buffers"
@@ -56,7 +58,7 @@ def _buffer_causes(rows: list[dict[str, Any]], backend: str, applied: list[str],
     """One cause for BatchNorm's running statistics, one per module type for other buffers."""
     who = LABELS.get(backend, backend)
     weights_same = not measured["gradients"] and not measured["losses"]
-    fix = backend == "ortmodule" and BUFFER_FIX not in applied
+    fix = has(backend, "compat") and BUFFER_FIX not in applied
     out = []
     norm = [r for r in rows if r["name"].rpartition(".")[2] in BATCH_NORM]
     if norm:

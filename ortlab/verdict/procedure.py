@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ortlab.engine.backends import has
+
 NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the parameters times (1 + this)
 
 
@@ -39,7 +41,7 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
     if verdict.diverged:  # name the causes: what check finds (not needed for buffers alone), else where statistics
         # first differ
         explained = not (verdict.losses or {}).get("diverged") and evidence.get("agree", True)
-        found = check_causes(session, config.options, fixes) if config.backend == "ortmodule" and not explained \
+        found = check_causes(session, config.options, fixes) if has(config.backend, "compat") and not explained \
             else []
         if not verdict.causes and not found:
             found.append(localize(session, pt_config, config))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ortlab.engine.backends import has
 from ortlab.errors import InputError
 from ortlab.verdict.localize import LOCALIZED, Localization, Tried
 
@@ -93,7 +94,7 @@ def _diverged_on_gradients(run: Any) -> dict[str, Any]:
     from ortlab.verdict.judge import DIVERGED, FILE
 
     name = run.path.name
-    if run.backend != "ortmodule":
+    if not has(run.backend, "compat"):
         raise ReproError(f"run {name} is a {run.backend} run; ortlab repro needs an ORTModule run whose verdict "
                          "diverged on gradients")
     verdict = run.read_json(FILE)

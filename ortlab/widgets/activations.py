@@ -9,6 +9,7 @@ from pathlib import Path
 
 import ipywidgets as W
 
+from ortlab.engine.backends import REFERENCE
 from ortlab.widgets.images import figure_area
 
 
@@ -72,8 +73,8 @@ class ActivationsPanel(W.VBox):
         newest = {}
         for r in runs:  # newest first: the first of each backend is its newest
             newest.setdefault(r.backend, str(r.path))
-        pytorch = newest.get("pytorch", paths[-1] if paths else None)
-        other = next((p for b, p in newest.items() if b != "pytorch"),  # the newest run of another backend
+        pytorch = newest.get(REFERENCE, paths[-1] if paths else None)
+        other = next((p for b, p in newest.items() if b != REFERENCE),  # the newest run of another backend
                      next((p for p in paths if p != pytorch), pytorch))
         if new:
             self.a.value, self.b.value = pytorch, other

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import ipywidgets as W
 
+from ortlab.engine.backends import BACKENDS, has
+from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
 from ortlab.widgets.images import figure_area
 
@@ -62,7 +64,7 @@ def _startup(run, summary: dict):
     """A run's start-up: ORT's init overhead when it exported, torch.compile's compile time, or why there is none."""
     if run.status == "fallback":
         return "fell back to PyTorch"
-    if run.backend == "ortmodule" and not run.ort.get("exported"):
+    if has(run.backend, "onnx_stages") and not run.ort.get("exported"):
         return "reused (no export)"
     return summary.get("startup_s")
 
@@ -80,18 +82,19 @@ class BurstPanel(W.VBox):
         self.session = session
         self.get_options = options
         self.on_done = on_done
-        self.backend = W.ToggleButtons(options=[("PyTorch", "pytorch"), ("ORTModule", "ortmodule"),
-                                                ("torch.compile", "compile"), ("both", "both"), ("all three", "all")],
+        self.backend = W.ToggleButtons(options=[*((r.label, r.name) for r in BACKENDS.values()), ("both", "both"),
+                                                ("all", "all")],
                                        value="both", description="backend",
-                                       tooltip="both: PyTorch and ORTModule; all three: and torch.compile (its first "
+                                       tooltip="both: PyTorch and ORTModule; all: and torch.compile (its first "
                                        "step compiles: tens of seconds)")
         self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps")
         self.seed = W.IntText(value=0, description="seed")
         self.parity = W.Checkbox(value=True, description="parity mode",
                                  tooltip="same seeds, dropout 0, compute optimizer off, deterministic")
-        self.optimizer = W.Dropdown(options=["adamw", "sgd", "fused_adam", "fp16_optimizer"], value="adamw",
-                                    description="optimizer")
-        self.precision = W.Dropdown(options=["fp32", "fp16"], value="fp32", description="precision")
+        self.optimizer = W.Dropdown(options=[str(o) for o in Optimizer if o is not Optimizer.ZERO1],  # zero1: ranks
+                                    value=Optimizer.ADAMW.value, description="optimizer")
+        self.precision = W.Dropdown(options=[str(p) for p in Precision], value=Precision.FP32.value,
+                                    description="precision")
         self.nproc = W.BoundedIntText(value=1, min=1, max=64, description="processes",
                                       tooltip="more than 1: each burst runs as that many ranks (DDP, gloo on the "
                                       "CPU, one GPU per rank on CUDA); the plot shows every rank")
@@ -148,8 +151,8 @@ class BurstPanel(W.VBox):
     def run(self, wait: bool = False) -> None:
         if self.running:
             return
-        backends = {"both": ["pytorch", "ortmodule"], "all": ["pytorch", "ortmodule", "compile"]}.get(
-            self.backend.value, [self.backend.value])
+        backends = {"both": ["pytorch", "ortmodule"], "all": list(BACKENDS)}.get(self.backend.value,
+                                                                                 [self.backend.value])
         self._curves = {b: [] for b in backends}
         self._rank_runs: dict[str, Path | None] = {}
         self._drawn = 0.0
@@ -219,7 +222,7 @@ class BurstPanel(W.VBox):
                 if run.status not in ("ok", "fallback"):
                     break
             self.last_verdicts = {}
-            if len(runs) > 1 and runs[0].backend == "pytorch":  # each other backend judged against PyTorch
+            if len(runs) > 1 and has(runs[0].backend, "reference"):  # each other backend judged against PyTorch
                 self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, float64...</i>"
                 self.last_verdicts = {r.backend: self.session.judge(runs[0], r) for r in runs[1:]
                                       if r.status not in ("interrupted", "stopped")}
@@ -321,7 +324,7 @@ class BurstPanel(W.VBox):
                          "activation peak (MB)": s.get("activation_peak_mb"),
                          "start-up (s)": _startup(run, s),
                          **({"graph breaks": s.get("graph_breaks"), "recompiles": s.get("recompiles")}
-                            if run.backend == "compile" else {}),
+                            if "graph_breaks" in s else {}),
                          **({"ranks": len(s["ranks"]), "in sync": s.get("in_sync"),
                              "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical", "-")}
                             if s.get("ranks") else {})})

@@ -224,7 +224,7 @@ class GraphsPanel(W.VBox):
         if run is None:
             self._clear()
             return
-        if run.backend == "compile":
+        if run.read_json("compile.json") is not None:  # a torch.compile burst: its generated code, no graph
             self._show_compiled(run)
             return
         try:

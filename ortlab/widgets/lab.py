@@ -7,6 +7,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from ortlab.engine.backends import has
 from ortlab.options import Options
 from ortlab.widgets.burst_panel import BurstPanel
 from ortlab.widgets.log_panel import LogPanel
@@ -71,7 +72,7 @@ class Lab(W.Tab):
         return run
 
     def _after_burst(self, runs: list) -> None:
-        if any(r.backend == "ortmodule" for r in runs):
+        if any(has(r.backend, "onnx_stages") for r in runs):  # a burst that ran ORTModule's options
             self.options_panel.reference = self.options_panel.options
             self.options_panel._refresh()
         self.log_panel.refresh()

@@ -11,6 +11,7 @@ from typing import Any
 import ipywidgets as W
 
 from ortlab.account.record import GRAPH, MB, summary_fields
+from ortlab.engine.backends import has
 from ortlab.widgets.images import figure_area
 
 HOW = ("burst with 'account activation memory' on (the Burst tab; in code collect={'memory': {}}, and "
@@ -132,7 +133,7 @@ class MemoryPanel(W.VBox):
 
     def _nothing_yet(self) -> str:
         reasons = [f"{r.path.name}: {self.memory_of(r)['missing']}" for r in self._runs.values()
-                   if r.backend == "ortmodule" and self.memory_of(r).get("missing")]
+                   if has(r.backend, "onnx_stages") and self.memory_of(r).get("missing")]
         text = f"<i>no ORTModule run with a memory account yet: {html.escape(HOW)}</i>"
         if reasons:
             text += f"<br><span style='color:#c60'>{html.escape(reasons[-1])}</span>"
@@ -156,7 +157,7 @@ class MemoryPanel(W.VBox):
     def _backends(self, runs: list) -> str:
         """The last PyTorch burst followed by an ORTModule burst (what a comparison runs), side by side."""
         pair = next(((runs[i - 1], runs[i]) for i in range(len(runs) - 1, 0, -1)
-                     if runs[i].backend == "ortmodule" and runs[i - 1].backend == "pytorch"), None)
+                     if has(runs[i].backend, "onnx_stages") and has(runs[i - 1].backend, "reference")), None)
         if pair is None or not any(self.memory_of(r) for r in pair):
             return ""
         rows, notes = [], []

@@ -10,6 +10,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from ortlab.engine.backends import BACKENDS
 from ortlab.timing.collector import FILE
 from ortlab.widgets.images import figure_area
 
@@ -24,8 +25,8 @@ def latest(runs: list) -> list:
         has = (run.path / FILE).is_file() or any((r.path / FILE).is_file() for r in run.ranks)
         if has and run.backend not in found:
             found[run.backend] = run
-    order = {"pytorch": 0, "ortmodule": 1, "compile": 2}
-    return sorted(found.values(), key=lambda r: order.get(r.backend, 3))
+    order = {name: i for i, name in enumerate(BACKENDS)}  # the registry's order: PyTorch first
+    return sorted(found.values(), key=lambda r: order.get(r.backend, len(order)))
 
 
 class TimePanel(W.VBox):

@@ -1,66 +1,158 @@
 """What differs between the backends a burst trains on (PyTorch eager, ORTModule, torch.compile), behind one
-small interface: the engine's loop, the collectors and the views stay backend-blind.
+contract (`ortlab.engine.types.Backend`): the engine's loop, the collectors, the session and the views ask a
+backend, or its registry entry, and never compare its name.
 
-A backend is asked, in this order, during one burst: `begin` (before the collectors start), `wrap` (at step 0:
-the module that trains), `forward` (a context around every step's forward), `after_step`, `where_failed` (when
-the burst failed), `outcome` (as the burst ends, before the collectors finish: what the run's status and record
-must say), `finish` (after the collectors, inside the run's captured output) and `write` (its own files).
+`BACKENDS` is the registry, modelled on torch._dynamo's: a name, where its class is (loaded on first use:
+ORTModule's and torch.compile's imports cost seconds) and what is data rather than behaviour (its label, its
+time source, memory account and statistics taps, whether it exports ONNX stages or reads options at import, its
+settings' check). A fourth backend is one module and one line here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import importlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-if TYPE_CHECKING:
-    from ortlab.engine.loop import Engine, _Burst
+from ortlab.engine.types import Burst, BurstError, Config, Engine, MemoryAccount, StatsTaps, TimeSource
 
-# name -> "module:Class", loaded on first use (ORTModule's and torch.compile's imports cost seconds)
-BACKENDS = {
-    "pytorch": "ortlab.engine.backends.eager:Eager",
-    "ortmodule": "ortlab.engine.backends.ort:OrtBackend",
-    "compile": "ortlab.engine.backends.compiled:Compiled",
-}
-NAMES = tuple(BACKENDS)
+
+@dataclass(frozen=True)
+class Registered:
+    """One backend in the registry."""
+
+    name: str  # what a burst, a run's meta.json and the CLI call it
+    target: str  # "module:Class", imported on first use
+    label: str  # what views show
+    reference: bool = False  # the backend every other one is compared with (PyTorch)
+    onnx_stages: bool = False  # it exports ONNX graphs through an ORT wrap (`.wrapper`): graphs, recompute plans
+    import_options: bool = False  # it reads some options once per process, at import: a worker per set of them
+    compat: bool = False  # ortlab check, its fixes and repro serve it (they export again through ORTModule)
+    time_source: TimeSource = TimeSource.TORCH_PROFILER
+    memory: MemoryAccount = MemoryAccount.AUTOGRAD
+    stats_taps: StatsTaps = StatsTaps.HOOKS
+    settings: tuple[str, str] | None = None  # (a BurstConfig field of its own, "module:function" checking it)
+
+    def imports(self, options: Any) -> Any:
+        """The import-time options a process must have been started with to run this backend with `options`
+        (an Options); None: any process serves it."""
+        from ortlab.options import Options, ReadAt
+
+        return Options(options.with_read_at(ReadAt.IMPORT)) if self.import_options else None
+
+
+BACKENDS: dict[str, Registered] = {r.name: r for r in (
+    Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True),
+    Registered("ortmodule", "ortlab.engine.backends.ort:OrtBackend", "ORTModule", onnx_stages=True, compat=True,
+               import_options=True, time_source=TimeSource.ORT_PROFILER, memory=MemoryAccount.GRAPH,
+               stats_taps=StatsTaps.GRAPH),
+    Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
+               time_source=TimeSource.TORCH_PROFILER_FUSED, memory=MemoryAccount.AUTOGRAD_RUNNER,
+               stats_taps=StatsTaps.COMPILED_HOOKS, settings=("compile", "ortlab.engine.backends.compiled:settings")),
+)}
+REFERENCE = next(r.name for r in BACKENDS.values() if r.reference)  # "pytorch"
+# The registered backends as a closed set of names (a str Enum: widgets and the CLI list it, runs keep the strings)
+BackendName = enum.StrEnum("BackendName", {name.upper(): name for name in BACKENDS})
+
+
+def registered(name: str) -> Registered:
+    """The registry entry of a backend; an unknown name raises naming the known ones."""
+    if name not in BACKENDS:
+        raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def names() -> tuple[str, ...]:
+    return tuple(BACKENDS)
+
+
+def has(name: str | None, flag: str) -> bool:
+    """Whether the backend `name` has one of its entry's flags (reference, onnx_stages, import_options, compat);
+    False for a name not registered here (an old run's)."""
+    return name in BACKENDS and bool(getattr(BACKENDS[name], flag))
+
+
+def label(name: str) -> str:
+    """What a view calls a backend (its name when it is not registered here: an old run)."""
+    return BACKENDS[name].label if name in BACKENDS else name
+
+
+def checked_settings(cfg: Config) -> dict[str, Any]:
+    """Each backend's own settings in `cfg` (torch.compile's: the field compile) checked by its entry, defaults
+    filled in: field -> value. A bad one raises naming it and what is allowed."""
+    out = {}
+    for entry in BACKENDS.values():
+        if entry.settings is not None:
+            field, target = entry.settings
+            module, _, attr = target.partition(":")
+            out[field] = getattr(importlib.import_module(module), attr)(getattr(cfg, field))
+    return out
+
+
+def parse_backends(value: Any) -> tuple[str, ...]:
+    """"both" (PyTorch and ORTModule), "all", "pytorch,compile" or a sequence -> the backends of a comparison,
+    PyTorch first (every other is compared with it); a bad name raises naming what is allowed."""
+    if isinstance(value, str):
+        value = {"both": ("pytorch", "ortmodule"), "all": tuple(BACKENDS)}.get(value.strip(), value.split(","))
+    names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
+    for name in names:
+        if name not in BACKENDS:
+            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all")
+    if len(names) < 2:
+        raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
+                         "pytorch,ortmodule,compile")
+    return (REFERENCE, *(n for n in names if n != REFERENCE))
 
 
 class Backend:
     """The default: train the model as it is (PyTorch eager). One instance per Engine: it may keep what it built
-    for earlier bursts (an ORTModule, a compiled module)."""
+    for earlier bursts (an ORTModule, a compiled module). The methods are the contract's
+    (ortlab.engine.types.Backend)."""
 
     name = "pytorch"
 
-    def begin(self, engine: Engine, b: _Burst) -> None:
+    def __init__(self, model: Any):
+        self.model = model  # the engine's model, which every burst of this backend trains
+
+    def begin(self, engine: Engine, b: Burst) -> None:
         """Before the collectors start and the first step."""
 
-    def wrap(self, engine: Engine, b: _Burst, inputs: Any) -> Any:
+    def wrap(self, engine: Engine, b: Burst, inputs: Any) -> Any:
         """At step 0: the module that trains (the model itself here); transitions rows go into b.transitions."""
         return engine.model
 
     @contextlib.contextmanager
-    def forward(self, engine: Engine, b: _Burst, step: int, inputs: Any) -> Iterator[None]:
+    def forward(self, engine: Engine, b: Burst, step: int, inputs: Any) -> Iterator[None]:
         """Around each step's forward (the code after the forward runs only when it succeeded)."""
         yield
 
-    def after_step(self, engine: Engine, b: _Burst, step: int, inputs: Any, row: dict[str, Any]) -> None:
+    def after_step(self, engine: Engine, b: Burst, step: int, inputs: Any, row: dict[str, Any]) -> None:
         """After each step's optimizer update: add to the step's row."""
 
-    def where_failed(self, engine: Engine, b: _Burst, error: BaseException) -> str | None:
+    def where_failed(self, engine: Engine, b: Burst, error: BaseException) -> str | None:
         """Where inside the backend a failure came from (None: the burst's own stage names it)."""
         return None
 
-    def outcome(self, engine: Engine, b: _Burst) -> None:
+    def outcome(self, engine: Engine, b: Burst) -> None:
         """As the burst ends (any status), before the collectors finish."""
 
-    def finish(self, engine: Engine, b: _Burst) -> None:
+    def finish(self, engine: Engine, b: Burst) -> None:
         """After the collectors finished, inside the run's captured output."""
 
-    def write(self, engine: Engine, b: _Burst) -> None:
+    def write(self, engine: Engine, b: Burst) -> None:
         """The backend's own files in the run folder, after the output capture closed."""
 
+    def gradient_runner(self, engine: Engine, cfg: Config, fixes: tuple[str, ...],
+                        batch: tuple[Any, Any]) -> tuple[Any, bool]:
+        """The module the verdict's first-step gradient check runs through (ortlab.verdict.gradients) from the
+        initial snapshot, and whether building it exports a graph (None: the check builds a fresh ORTModule)."""
+        return engine.model, False
 
-def make(name: str) -> Backend:
-    module, _, attr = BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)()
+
+def make(name: str, model: Any) -> Backend:
+    """The backend `name` for the engine's model (one per Engine)."""
+    module, _, attr = registered(name).target.partition(":")
+    return getattr(importlib.import_module(module), attr)(model)

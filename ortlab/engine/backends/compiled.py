@@ -11,12 +11,10 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ortlab.engine.backends import Backend
-
-if TYPE_CHECKING:
-    from ortlab.engine.loop import Engine, _Burst
+from ortlab.engine.types import Burst, BurstError, Engine, Transition
 
 # Each setting and what it may be; the first is the default.
 SETTINGS: dict[str, tuple[Any, ...]] = {
@@ -31,8 +29,6 @@ _USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fu
 
 def settings(given: dict[str, Any] | None) -> dict[str, Any]:
     """The compile settings with defaults filled in; a bad one raises naming it and what is allowed."""
-    from ortlab.engine.config import BurstError
-
     given = dict(given or {})
     unknown = sorted(set(given) - set(SETTINGS))
     if unknown:
@@ -58,30 +54,30 @@ class CompileState:
 class Compiled(Backend):
     name = "compile"
 
-    def __init__(self):
+    def __init__(self, model: Any):
+        super().__init__(model)
         self._module = None
         self._key: tuple | None = None
 
-    def begin(self, engine: Engine, b: _Burst) -> None:
+    def begin(self, engine: Engine, b: Burst) -> None:
         from ortlab import _dynamo
 
         b.state = CompileState(observer=b.stack.enter_context(_dynamo.Observer()))
 
-    def compiled(self, model: Any, given: dict[str, Any]) -> Any:
-        """The compiled module for these settings: the last burst's when they match, else a new one."""
+    def gradient_runner(self, engine: Engine, cfg: Any, fixes: tuple[str, ...],
+                        batch: tuple[Any, Any]) -> tuple[Any, bool]:
+        """The compiled module for the burst's settings: the last burst's when they match, else a new one."""
         import torch
 
-        chosen = settings(given)
+        chosen = settings(cfg.compile)
         if self._module is not None and tuple(sorted(chosen.items())) == self._key:
-            return self._module
-        return torch.compile(model, **chosen)
+            return self._module, False
+        return torch.compile(engine.model, **chosen), False
 
-    def wrap(self, engine: Engine, b: _Burst, inputs: Any) -> Any:
+    def wrap(self, engine: Engine, b: Burst, inputs: Any) -> Any:
         import torch
 
         from ortlab import _dynamo
-        from ortlab.engine.wrapper import Transition
-
         chosen = settings(b.cfg.compile)
         key = tuple(sorted(chosen.items()))
         if self._module is None or key != self._key:
@@ -101,21 +97,19 @@ class Compiled(Backend):
         return self._module
 
     @contextlib.contextmanager
-    def forward(self, engine: Engine, b: _Burst, step: int, inputs: Any) -> Iterator[None]:
+    def forward(self, engine: Engine, b: Burst, step: int, inputs: Any) -> Iterator[None]:
         from ortlab import _dynamo
 
         b.state.observer.step = step
         b.state.before = _dynamo.compile_seconds()
         yield
 
-    def after_step(self, engine: Engine, b: _Burst, step: int, inputs: Any, row: dict[str, Any]) -> None:
+    def after_step(self, engine: Engine, b: Burst, step: int, inputs: Any, row: dict[str, Any]) -> None:
         """The step's compile time (forward and backward), when it compiled anything."""
         from ortlab import _dynamo
 
         spent = _dynamo.compile_seconds() - b.state.before
         if spent > 1e-3:
-            from ortlab.engine.wrapper import Transition
-
             row["compile_s"] = spent
             b.state.steps.append({"step": step, "seconds": round(spent, 4)})
             if step > 0:
@@ -124,7 +118,7 @@ class Compiled(Backend):
                     or "a guard failed", {}, True)
                 b.transitions.append(t)
 
-    def where_failed(self, engine: Engine, b: _Burst, error: BaseException) -> str | None:
+    def where_failed(self, engine: Engine, b: Burst, error: BaseException) -> str | None:
         if b.stage not in ("forward", "backward", "loss"):
             return None
         text = str(error)
@@ -140,10 +134,10 @@ class Compiled(Backend):
                 "torch.compile"
         return f"torch.compile {b.stage}"
 
-    def outcome(self, engine: Engine, b: _Burst) -> None:
+    def outcome(self, engine: Engine, b: Burst) -> None:
         b.state.observer.step = None  # what follows (accounts, collectors) is not the burst's
 
-    def finish(self, engine: Engine, b: _Burst) -> None:
+    def finish(self, engine: Engine, b: Burst) -> None:
         from ortlab import _dynamo
         from ortlab.compat.blockers import short_path
 
@@ -178,6 +172,6 @@ class Compiled(Backend):
                 kept.append(target.name)
         return kept
 
-    def write(self, engine: Engine, b: _Burst) -> None:
+    def write(self, engine: Engine, b: Burst) -> None:
         b.writer.write(FILE, b.state.info)
         b.writer.write("transitions.json", [t.to_dict() for t in b.transitions])

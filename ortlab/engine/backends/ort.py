@@ -10,7 +10,7 @@ import os
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -18,12 +18,10 @@ from ortlab.capture import parse_feature_table
 from ortlab.compat.errors import failure_stage, root_message
 from ortlab.engine.backends import Backend
 from ortlab.engine.collectors import graph_key
-from ortlab.engine.wrapper import Transition, input_schema
+from ortlab.engine.types import Burst, Engine, Transition
+from ortlab.engine.wrapper import Wrapper, input_schema
 from ortlab.verdict import hazards
 from ortlab.workload import call_model
-
-if TYPE_CHECKING:
-    from ortlab.engine.loop import Engine, _Burst
 
 MHA_HINT = ("torch.nn.MultiheadAttention is a known cause: ORT 1.19.2's symbolic shape inference fails on its "
             "export (the fix explicit-attention writes it out on the module's own weights)")
@@ -48,10 +46,12 @@ class OrtState:
 class OrtBackend(Backend):
     name = "ortmodule"
 
-    def __init__(self):
+    def __init__(self, model: torch.nn.Module):
+        super().__init__(model)
+        self.wrapper = Wrapper(model)  # the ORTModule of the current option set, kept between bursts
         self._auto_fixes: dict[tuple, tuple[tuple[str, ...], list[dict]]] = {}  # fixes="auto", worked out once
 
-    def begin(self, engine: Engine, b: _Burst) -> None:
+    def begin(self, engine: Engine, b: Burst) -> None:
         import onnxruntime
 
         onnxruntime.set_seed(b.cfg.seed)
@@ -63,12 +63,12 @@ class OrtBackend(Backend):
         with contextlib.suppress(_ort.OrtInternalsError):
             _ort.session_threads(cores if cores < (os.cpu_count() or cores) else None)
 
-    def wrap(self, engine: Engine, b: _Burst, inputs: Any) -> Any:
+    def wrap(self, engine: Engine, b: Burst, inputs: Any) -> Any:
         """The ORTModule for this burst's options and fixes (new, re-wrapped or reused), and the transition row
         saying why."""
         fixes = self._apply_fixes(engine, b, inputs)
-        runner, row = engine.wrapper.prepare(b.options, b.cfg.parity, inputs, b.path.name, b.path / "onnx",
-                                             extra_key=graph_key(b.collectors), fixes=fixes)
+        runner, row = self.wrapper.prepare(b.options, b.cfg.parity, inputs, b.path.name, b.path / "onnx",
+                                           extra_key=graph_key(b.collectors), fixes=fixes)
         if engine.pending_transition is not None:
             pending, engine.pending_transition = engine.pending_transition, None
             row = Transition(b.path.name, 0, pending.action, f"{pending.reason}; then {row.action}: {row.reason}",
@@ -76,7 +76,14 @@ class OrtBackend(Backend):
         b.transitions.append(row)
         return runner
 
-    def _apply_fixes(self, engine: Engine, b: _Burst, inputs: Any) -> tuple[str, ...]:
+    def gradient_runner(self, engine: Engine, cfg: Any, fixes: tuple[str, ...],
+                        batch: tuple[Any, Any]) -> tuple[Any, bool]:
+        """In parity mode the last burst's ORTModule when it was exported in parity mode without instrumentation
+        (no export); otherwise None: the check exports a fresh one."""
+        runner = self.wrapper.parity_wrap(cfg.effective_options(), fixes, batch[0]) if cfg.parity else None
+        return runner, runner is None
+
+    def _apply_fixes(self, engine: Engine, b: Burst, inputs: Any) -> tuple[str, ...]:
         """The compatibility fixes this burst trains with (ortlab.compat.registry), applied until the burst ends.
         "auto": the ones `ortlab check` recommends for the model (worked out once per option set, parity mode,
         instrumentation and input schema)."""
@@ -102,7 +109,7 @@ class OrtBackend(Backend):
         return tuple(names)
 
     @contextlib.contextmanager
-    def forward(self, engine: Engine, b: _Burst, step: int, inputs: Any) -> Iterator[None]:
+    def forward(self, engine: Engine, b: Burst, step: int, inputs: Any) -> Iterator[None]:
         """Inputs the graph cannot follow are met first; an export's warnings are captured; with the fix
         pytorch-buffers (or embedding-max-norm), what ORT wrote into buffers is undone and a PyTorch pass without
         gradients advances them (and renormalizes embedding rows)."""
@@ -110,7 +117,7 @@ class OrtBackend(Backend):
 
         self._follow_inputs(engine, b, step, inputs)
         state = b.state
-        state.exporting = [] if engine.wrapper.export_pending else None
+        state.exporting = [] if self.wrapper.export_pending else None
         kept = _buffers(engine.model) if set(registry.PYTORCH_PASS) & set(state.fixes) else None
         with hazards.captured(engine.model, step, state.exporting) if state.exporting is not None \
                 else contextlib.nullcontext():
@@ -121,12 +128,12 @@ class OrtBackend(Backend):
             with torch.no_grad():
                 call_model(engine.model, inputs)
 
-    def _follow_inputs(self, engine: Engine, b: _Burst, step: int, inputs: Any) -> None:
+    def _follow_inputs(self, engine: Engine, b: Burst, step: int, inputs: Any) -> None:
         """Inputs the current graph cannot follow (ortlab.verdict.inputs): a graph of their own with the fix
         graph-per-value (not under DDP: its module is fixed), else a transitions row and a record, once each."""
         per_value = "graph-per-value" in b.state.fixes and not b.cfg.distributed
-        runner, row, ignored = engine.wrapper.follow(inputs, b.path.name, step, per_value, b.options,
-                                                     b.path / "onnx")
+        runner, row, ignored = self.wrapper.follow(inputs, b.path.name, step, per_value, b.options,
+                                                   b.path / "onnx")
         if row is not None:
             b.runner = runner
             b.transitions.append(row)
@@ -141,10 +148,10 @@ class OrtBackend(Backend):
             b.transitions.append(Transition(b.path.name, step, "reused graph", text, {"inputs": [change]}, False))
             b.extra.setdefault("ignored_inputs", []).append({**change, "step": step, "text": text})
 
-    def after_step(self, engine: Engine, b: _Burst, step: int, inputs: Any, row: dict[str, Any]) -> None:
+    def after_step(self, engine: Engine, b: Burst, step: int, inputs: Any, row: dict[str, Any]) -> None:
         """Whether ORT exported in this step, from ORT's own record (the transition row is ortlab's guess); what
         a new graph was exported with; a fallback to PyTorch at step 0."""
-        wrapper, state = engine.wrapper, b.state
+        wrapper, state = self.wrapper, b.state
         if wrapper.exported_since_last_check():
             row["exported"] = True
             if step == 0:
@@ -163,7 +170,7 @@ class OrtBackend(Backend):
         if step == 0 and wrapper.fallback_error() is not None:
             state.fallback_step = 0
 
-    def where_failed(self, engine: Engine, b: _Burst, error: BaseException) -> str | None:
+    def where_failed(self, engine: Engine, b: Burst, error: BaseException) -> str | None:
         if b.stage not in ORT_STAGES:
             return None
         b.state.failed_inside = True
@@ -174,13 +181,13 @@ class OrtBackend(Backend):
             b.extra["hint"] = MHA_HINT
         return where
 
-    def outcome(self, engine: Engine, b: _Burst) -> None:
+    def outcome(self, engine: Engine, b: Burst) -> None:
         """The export's hazards; a fallback to PyTorch, which makes the burst not "ok" (its steps are PyTorch's:
         stage, reason, operator, node); and, for a fallback or a failure inside ORTModule, the blockers `ortlab
         check` finds and the fixes that remove them."""
         from ortlab.compat.errors import fallback_record
 
-        wrapper, state = engine.wrapper, b.state
+        wrapper, state = self.wrapper, b.state
         found = state.hazards or (wrapper.watch.hazards if wrapper.watch is not None else [])
         if found:  # this burst's export's, or those of the export whose graph it reused
             b.extra["hazards"] = hazards.unique(found)
@@ -194,7 +201,7 @@ class OrtBackend(Backend):
         if (error is not None or (b.status == "failed" and state.failed_inside)) and b.first_inputs is not None:
             self._locate_blockers(engine, b, error if error is not None else state.error)
 
-    def _locate_blockers(self, engine: Engine, b: _Burst, error: BaseException | None) -> None:
+    def _locate_blockers(self, engine: Engine, b: Burst, error: BaseException | None) -> None:
         """What `ortlab check` finds on the first batch, with the fixes this burst applied still on, and the fixes
         that remove it, verified as check verifies them (exporting again with them); a failure inside ORT that the
         per-operator checks do not meet is named by its node, module and source line."""
@@ -228,9 +235,9 @@ class OrtBackend(Backend):
         elif blockers:
             b.extra.setdefault("hint", blockers[0].line())
 
-    def finish(self, engine: Engine, b: _Burst) -> None:
+    def finish(self, engine: Engine, b: Burst) -> None:
         """ORT's state after the burst; the init overhead only when this burst paid it (it exported)."""
-        wrapper = engine.wrapper
+        wrapper = self.wrapper
         if wrapper.ort_module is None:
             return
         exported = any(t.ort_exported for t in b.transitions) or b.status == "failed"
@@ -249,7 +256,7 @@ class OrtBackend(Backend):
                 print(f"[ortlab] reading ORT's {key} failed:\n{traceback.format_exc()}", flush=True)
         b.state.info = info
 
-    def write(self, engine: Engine, b: _Burst) -> None:
+    def write(self, engine: Engine, b: Burst) -> None:
         info = b.state.info
         info["features"] = parse_feature_table((b.path / "log.txt").read_text(encoding="utf-8", errors="replace"))
         b.writer.write("ort.json", info)

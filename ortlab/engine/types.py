@@ -1,0 +1,152 @@
+"""The engine's plain types, errors and contracts: a leaf that imports nothing from ortlab.engine, so that the
+loop, the config, the backends and the collectors can all name them without importing each other.
+
+`Backend` and `Collector` are the two contracts a burst is built of (the loop calls them, the registries in
+`ortlab.engine.backends` and `ortlab.engine.collectors` name them); the `str` Enums are the closed sets a burst
+is asked with, which widgets and the CLI read instead of retyping (their values are what runs on disk say).
+"""
+
+from __future__ import annotations
+
+import enum
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ortlab.errors import InputError
+
+# The running ortlab.engine.loop.Engine, the state of one burst (loop._Burst) and a BurstConfig, as a backend or
+# a collector is handed them; named, not imported (this module is a leaf).
+Engine = Any
+Burst = Any
+Config = Any
+
+
+class BurstError(InputError):
+    """A burst that cannot start as asked (bad argument, device or optimizer not available here)."""
+
+
+class Optimizer(enum.StrEnum):
+    ADAMW = "adamw"
+    SGD = "sgd"
+    FUSED_ADAM = "fused_adam"  # ORT's, CUDA only
+    FP16_OPTIMIZER = "fp16_optimizer"  # refused: ortlab trains fp16 with torch.autocast + GradScaler
+    ZERO1 = "zero1"  # AdamW sharded across ranks
+
+
+class Precision(enum.StrEnum):
+    FP32 = "fp32"
+    FP16 = "fp16"  # CUDA only
+
+
+class Device(enum.StrEnum):
+    AUTO = "auto"
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+class Sampler(enum.StrEnum):
+    """How a workload's dataset is shared among ranks (ortlab.engine.sampling); None: in order."""
+
+    DISTRIBUTED = "distributed"
+    LOAD_BALANCING = "load_balancing"
+
+
+class TimeSource(enum.StrEnum):
+    """Where collector "time" reads a backend's step time from (ortlab.timing.collector)."""
+
+    ORT_PROFILER = "ort-profiler"  # ORT's own profiler in the session of the backend's ORT wrap
+    TORCH_PROFILER = "torch-profiler"  # torch.profiler, with a range per module (forward hooks)
+    TORCH_PROFILER_FUSED = "torch-profiler-fused"  # torch.profiler without module ranges: operators fused across
+
+
+class MemoryAccount(enum.StrEnum):
+    """What collector "memory" accounts for a backend (ortlab.account.collector)."""
+
+    AUTOGRAD = "autograd"  # what autograd saves in one step of the model, before the burst
+    AUTOGRAD_RUNNER = "autograd-runner"  # what autograd saves through the burst's module, after it
+    GRAPH = "graph"  # the execution graph the backend's ORT wrap ran (needs save_onnx)
+
+
+class StatsTaps(enum.StrEnum):
+    """How collector "stats" instruments a backend (ortlab.activations.collect)."""
+
+    HOOKS = "hooks"  # forward hooks, attached only on the recorded steps
+    GRAPH = "graph"  # PythonOp taps in the exported graph (the hooks run once, during the export)
+    COMPILED_HOOKS = "compiled-hooks"  # hooks kept out of the compiled graph, attached for the whole burst
+
+
+@dataclass
+class Transition:
+    """One row of the transition table: what happened before a burst's first step (a new worker, a wrap, a
+    compile), or when the backend built its module again mid-burst."""
+
+    run: str
+    step: int
+    action: str  # "new worker", "wrap", "re-wrap", "reuse", "re-export", "rebuild gradient graph", "compile" ...
+    reason: str
+    changes: dict[str, Any]
+    ort_exported: bool | None = None  # ORTModule: filled from ORT's own state after the step
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "step": self.step, "action": self.action, "reason": self.reason,
+                "changes": self.changes, "ort_exported": self.ort_exported}
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a burst asks of the backend it trains on, in this order: `begin` (before the collectors start),
+    `wrap` (at step 0: the module that trains), `forward` (a context around every step's forward), `after_step`,
+    `where_failed` (when the burst failed), `outcome` (as the burst ends, before the collectors finish: what the
+    run's status and record must say), `finish` (after the collectors, inside the run's captured output) and
+    `write` (its own files). Outside a burst: `gradient_runner`, the module the verdict's first-step gradient
+    check runs through. What is data rather than behaviour (its time source, memory account, statistics taps,
+    ONNX stages, import-time options) is on its registry entry (ortlab.engine.backends.Registered)."""
+
+    name: str
+
+    def begin(self, engine: Engine, b: Burst) -> None: ...
+
+    def wrap(self, engine: Engine, b: Burst, inputs: Any) -> Any: ...
+
+    def forward(self, engine: Engine, b: Burst, step: int, inputs: Any) -> AbstractContextManager[None]: ...
+
+    def after_step(self, engine: Engine, b: Burst, step: int, inputs: Any, row: dict[str, Any]) -> None: ...
+
+    def where_failed(self, engine: Engine, b: Burst, error: BaseException) -> str | None: ...
+
+    def outcome(self, engine: Engine, b: Burst) -> None: ...
+
+    def finish(self, engine: Engine, b: Burst) -> None: ...
+
+    def write(self, engine: Engine, b: Burst) -> None: ...
+
+    def gradient_runner(self, engine: Engine, cfg: Config, fixes: tuple[str, ...],
+                        batch: tuple[Any, Any]) -> tuple[Any, bool]: ...
+
+
+class Collector:
+    """What a collector implements; every method is optional. `changes_graph = True` means its instrumentation
+    is part of the exported graph, so a burst with it needs its own ORTModule wrap (`graph_key` names it).
+    `times_phases = True`: the engine also calls `phase` as each step's forward, backward and optimizer begin and
+    as the step ends (only such collectors: the others cost nothing there)."""
+
+    changes_graph = False
+    graph_key: str | None = None
+    times_phases = False
+
+    def start(self, engine: Engine, cfg: Config, run_dir: Path) -> None:
+        """Before the first step and before the backend wraps the model."""
+
+    def step_begin(self, step: int) -> None: ...
+
+    def step_end(self, step: int) -> None: ...
+
+    def phase(self, step: int, name: str) -> None:
+        """With times_phases: "forward", "backward", "optimizer" as each begins, "end" once the step's loss is
+        read (the step's time as the engine measures it ends there); a recorded loop (ortlab.record): "loop" as
+        each iteration begins, "end" at its rec.step()."""
+
+    def finish(self, engine: Engine, cfg: Config, run_dir: Path, status: str) -> None:
+        """Always called (also after a failure): write results into run_dir and undo any global change."""

@@ -1,0 +1,104 @@
+"""The backend seam: what a backend is lives in ortlab.engine.backends (the registry and one module each), no
+code outside engine/backends/ decides by a backend's name, and a fourth backend is one module and one registry
+line."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from ortlab import BurstError
+from ortlab.engine.backends import BACKENDS, BackendName, Registered, has, registered
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ortlab"
+
+
+def _names_compared(tree: ast.AST) -> list[tuple[int, str]]:
+    """Comparisons of something with a backend's name (`x == "ortmodule"`, `b in ("pytorch", ...)`)."""
+    names = set(BACKENDS)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            constants = [c.value for o in operands for c in ast.walk(o)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            if names & set(constants):
+                out.append((node.lineno, ast.unparse(node)))
+    return out
+
+
+# The verdict's procedure, which moves to ortlab/verdict/ with its own issue (judging the causes of a divergence
+# is `check`'s for ORTModule), and a label (a comparison of PyTorch and ORTModule alone names neither).
+ALLOWED = {
+    ("ortlab/summary.py", 'name = "" if self.others == ["ortmodule"] else f"{backend} "'),
+}
+
+
+def test_no_code_outside_the_backends_decides_by_a_backends_name():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith("ortlab/engine/backends/"):
+            continue
+        tree = ast.parse(path.read_text())
+        for line, text in _names_compared(tree):
+            statement = path.read_text().splitlines()[line - 1].strip()
+            if (relative, statement) not in ALLOWED:
+                found.append(f"{relative}:{line}: {text}")
+    assert found == []
+
+
+def test_the_registry_is_data_and_its_names_a_closed_set():
+    assert [str(b) for b in BackendName] == list(BACKENDS) == ["pytorch", "ortmodule", "compile"]
+    assert has("pytorch", "reference") and has("ortmodule", "onnx_stages") and not has("compile", "onnx_stages")
+    assert not has("an old run's backend", "reference")
+    with pytest.raises(BurstError, match=r"^backend 'jit' is not allowed; allowed: pytorch, ortmodule, compile$"):
+        registered("jit")
+
+
+def test_every_registered_backend_keeps_the_contract():
+    import torch
+
+    from ortlab.engine.backends import make
+    from ortlab.engine.types import Backend
+
+    for name in BACKENDS:
+        backend = make(name, torch.nn.Linear(2, 2))
+        assert isinstance(backend, Backend) and backend.name == name
+
+
+def test_a_collector_refuses_a_backend_it_does_not_serve():
+    from ortlab.engine import BurstConfig
+
+    with pytest.raises(BurstError, match=r"^collector 'plans' is not allowed on backend 'compile' \(it reads ORT's "
+                       r"recompute plans\); allowed on: ortmodule$"):
+        BurstConfig(backend="compile", collect={"plans": {}})
+    assert BurstConfig(backend="ortmodule", collect={"plans": {}}).collect == {"plans": {}}
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The fourth backend's one registry line."""
+    monkeypatch.setitem(BACKENDS, "toy", Registered("toy", "tests.factories.toy_backend:Toy", "toy"))
+    return "toy"
+
+
+def test_a_fourth_backend_is_one_module_and_one_registry_line(toy, tmp_path, capsys):
+    from ortlab import Session
+    from ortlab.cli import main
+    from ortlab.timing.table import time
+
+    collect = {"time": {"steps": [1]}, "memory": {}}
+    with Session(out=tmp_path, in_process=True) as s:  # the demo
+        pt = s.burst("pytorch", 3, parity=True, collect=collect, progress=False)
+        run = s.burst(toy, 3, parity=True, collect=collect, progress=False)
+        verdict = s.judge(pt, run)
+    assert run.ok and run.backend == toy and len(run.metrics) == 3
+    assert run.memory["kind"] == "autograd"  # its registry entry's memory account
+    tables = time(pt, run)  # its registry entry's time source: torch.profiler, a range per module
+    assert tables.labels == ["pytorch", toy] and len(tables.difference) > 0
+    assert main(["time", str(pt.path), str(run.path)]) == 0 and toy in capsys.readouterr().out
+    assert verdict.status == "agree", verdict.to_dict()  # eager against eager, first-step gradients included
+    assert json.loads((run.path / "verdict.json").read_text())["gradients"]["agree"] is True
