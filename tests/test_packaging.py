@@ -153,7 +153,9 @@ def test_the_lock_install_check_installs_and_fails_on_an_unpinned_dependency(tmp
     """What .ci/run does for the lock bin/test does not build, on a lock of one package: installed for real with
     --no-deps, then `pip check`: a dependency the lock forgot (six, for python-dateutil) fails it; a passing lock is
     not installed twice."""
-    python = getattr(sys, "_base_executable", sys.executable)
+    from ortlab.environment import base_python
+
+    python = base_python()
     script, env = str(ROOT / "scripts" / "lock_check.py"), {**os.environ, "ORTLAB_ENV_ROOT": str(tmp_path / "root")}
     (tmp_path / "bad.lock").write_text("python-dateutil==2.9.0.post0\n")
     (tmp_path / "good.lock").write_text("python-dateutil==2.9.0.post0\nsix==1.17.0\n")
