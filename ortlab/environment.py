@@ -114,6 +114,7 @@ def setup(force: bool = False, log=print) -> dict[str, bool]:
             "onnxruntime-training is not installed in this environment; install it with "
             "'pip install onnxruntime-training==1.19.2' (or run bin/ortlab, which sets up everything)."
         )
+    log("ortlab setup: loading torch to see what to build...")  # a cold import takes tens of seconds on a busy machine
     import torch
 
     wanted = list(CPU_EXTENSIONS)
