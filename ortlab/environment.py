@@ -22,6 +22,13 @@ ORT_CUDA_MAJOR = "11"  # onnxruntime-training 1.19.2's wheel is a CUDA 11.8 buil
 SUPPORTED_PYTHONS = ((3, 10), (3, 11))  # onnxruntime-training 1.19.2 has wheels up to 3.11; each has a lock
 
 
+def base_python() -> str:
+    """The interpreter a venv was made from (or this one, outside a venv)."""
+    if sys.prefix == sys.base_prefix:
+        return sys.executable
+    return str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
+
+
 def cache_root() -> Path:
     """Where ortlab keeps what it builds outside a checkout (bin/_env.sh's environments, the compiled kernels):
     ORTLAB_ENV_ROOT when set, else $XDG_CACHE_HOME/ortlab, else ~/.cache/ortlab. One variable moves all of it."""
@@ -107,6 +114,7 @@ def setup(force: bool = False, log=print) -> dict[str, bool]:
             "onnxruntime-training is not installed in this environment; install it with "
             "'pip install onnxruntime-training==1.19.2' (or run bin/ortlab, which sets up everything)."
         )
+    log("ortlab setup: loading torch to see what to build...")  # a cold import takes tens of seconds on a busy machine
     import torch
 
     wanted = list(CPU_EXTENSIONS)
@@ -288,8 +296,9 @@ def doctor() -> Report:
     provider, problem = _ort_cuda_provider(cuda_available)
     if problem:
         problems.append(problem)
-    base = getattr(sys, "_base_executable", sys.executable)
-    interpreter = base if sys.prefix == sys.base_prefix else f"{base} (environment: {sys.prefix})"
+    interpreter = sys.executable
+    if sys.prefix != sys.base_prefix:  # a venv: the Python it was made from (3.10's _base_executable is the venv's)
+        interpreter = f"{base_python()} (environment: {sys.prefix})"
     return Report(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",

@@ -17,8 +17,9 @@ QUIET = (
      "onnxruntime-training's ZeRO offload hooks look for DeepSpeed, which ortlab does not use"),
     ("FutureWarning", "Setting `training` to something other than default is deprecated", "",
      "ORTModule's own call of torch.onnx.export (training=TRAINING), not the user's"),
-    ("DeprecationWarning", "'[a-zA-Z]+' deprecated - use", "matplotlib",
-     "matplotlib 3.9's own calls of pyparsing's renamed methods, on its first figure (14 in the suite's summary)"),
+    ("DeprecationWarning", "'[a-zA-Z]+' (argument is )?deprecated", "(matplotlib|pyparsing)",
+     "matplotlib 3.9's own calls of pyparsing's renamed methods and arguments, on its first figure and first math "
+     "text (14 in the summary of a few of the suite's files)"),
 )
 
 

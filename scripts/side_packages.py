@@ -25,11 +25,17 @@ def default_folder(lock: Path) -> Path:
     return Path(sys.prefix) / f"side-{digest}"
 
 
+def _names(lock: Path) -> list[str]:
+    return [line.split("==")[0] for line in lock.read_text().splitlines() if "==" in line and not line.startswith("#")]
+
+
 def install(lock: Path, folder: Path) -> Path:
     if (folder / ".complete").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.with_name(folder.name + ".log")
+    print(f"ortlab: installing {lock.name} ({', '.join(_names(lock))}) into {folder}, once, for the tests that use "
+          f"it; log: {log}", file=sys.stderr, flush=True)
     with open(log, "w") as out:
         done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
                                "--no-deps", "--upgrade", "--target", str(folder), "-r", str(lock)],

@@ -87,8 +87,9 @@ def test_two_clones_sharing_one_environment_each_run_their_own_ortlab(tmp_path):
     first, second = _clone(tmp_path / "first"), _clone(tmp_path / "second")
     (second / "ortlab" / "environment.py").write_text(
         (second / "ortlab" / "environment.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
-    env = dict(os.environ, ORTLAB_ENV_ROOT=str(Path(sys.prefix).parent),
-               ORTLAB_PYTHON=getattr(sys, "_base_executable", sys.executable))
+    from ortlab.environment import base_python
+
+    env = dict(os.environ, ORTLAB_ENV_ROOT=str(Path(sys.prefix).parent), ORTLAB_PYTHON=base_python())
     env.pop("PYTHONPATH", None)
     seen = []
     for clone in (first, second, first):

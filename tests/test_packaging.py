@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,23 @@ def test_saved_notebook_outputs_hold_no_machine_paths():
             for output in cell.get("outputs", []):
                 found += [f"{notebook.name} cell {number}: {m}" for m in machine_path.findall(json.dumps(output))]
     assert not found, "machine paths in saved outputs (re-run the notebook):\n" + "\n".join(found[:20])
+
+
+@pytest.mark.slow
+def test_the_lock_install_check_installs_and_fails_on_an_unpinned_dependency(tmp_path):
+    """What .ci/run does for the lock bin/test does not build, on a lock of one package: installed for real with
+    --no-deps, then `pip check`: a dependency the lock forgot (six, for python-dateutil) fails it; a passing lock is
+    not installed twice."""
+    from ortlab.environment import base_python
+
+    python = base_python()
+    script, env = str(ROOT / "scripts" / "lock_check.py"), {**os.environ, "ORTLAB_ENV_ROOT": str(tmp_path / "root")}
+    (tmp_path / "bad.lock").write_text("python-dateutil==2.9.0.post0\n")
+    (tmp_path / "good.lock").write_text("python-dateutil==2.9.0.post0\nsix==1.17.0\n")
+    bad = subprocess.run([sys.executable, script, "install", str(tmp_path / "bad.lock"), python], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "requires six, which is not installed" in bad.stderr, bad.stdout + bad.stderr
+    for expected in ("every dependency pinned", "already installed"):
+        good = subprocess.run([sys.executable, script, "install", str(tmp_path / "good.lock"), python], env=env,
+                              capture_output=True, text=True)
+        assert good.returncode == 0 and expected in good.stdout, good.stdout + good.stderr
