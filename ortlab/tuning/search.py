@@ -162,7 +162,9 @@ class Tuner:
             return {"verdict": "not judged", "cause": f"the guard burst ended {run.status}: {_first_line(run.error)}",
                     "run": str(run.path), "status": run.status}
         verdict = self.session.judge(self.reference, run)
-        cause = (verdict.causes[0]["text"] if verdict.causes else verdict.headline) if verdict.diverged else None
+        cause = None
+        if verdict.diverged:  # what diverged (the headline), then the first cause the verdict names
+            cause = "; ".join([verdict.headline.removeprefix("DIVERGED: "), *(c["text"] for c in verdict.causes[:1])])
         return {"verdict": verdict.status, "headline": verdict.headline, "cause": cause, "run": str(run.path),
                 "status": run.status}
 
