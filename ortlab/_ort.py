@@ -170,21 +170,16 @@ class Wrap:
         phases = _private("onnxruntime.training.ortmodule._logger", "ORTModuleInitPhase")
         not_recorded = _private("onnxruntime.training.ortmodule._logger", "TimeTracker").NOT_RECORD
         tracker = _get(self.manager, "time_tracker", "execution manager time tracker")
-        out = {}
-        for phase in phases:
-            seconds = tracker._get_duration(phase)
-            if seconds != not_recorded:
-                out[phase.to_string()] = round(seconds, 4)
-        return out
+        seconds = {phase.to_string(): tracker._get_duration(phase) for phase in phases}
+        return {name: round(s, 4) for name, s in seconds.items() if s != not_recorded}
 
     def fallback(self) -> BaseException | None:
         """The exception that made ORTModule fall back to PyTorch, if it did."""
         return getattr(getattr(self.ort_module, "_fallback_manager", None), "_exception", None)
 
     def end_profiling(self) -> tuple[Path | None, int]:
-        """Stop ORT's profiler of this wrap's session (switched on by `profile_sessions` when ORTModule created
-        it): (its JSON file, or None when the session did not profile; the profiler's start in ns since the
-        epoch, the base of the file's microsecond timestamps). ORT cannot restart it for this session."""
+        """Stop ORT's profiler of this wrap's session (`profile_sessions`; it cannot restart): (its JSON file or
+        None when it did not profile, the profiler's start in ns since the epoch: the file's timestamps' base)."""
         agent = _get(self.manager, "_execution_agent", "execution agent of the execution manager")
         if agent is None:
             return None, 0
@@ -200,13 +195,8 @@ class Wrap:
         model = getattr(self.exported_model(), "exported_model", None)
         if model is None:
             return {}
-        out = {}
-        for node in model.graph.node:
-            if node.op_type == "PythonOp":
-                for a in node.attribute:
-                    if a.name == "func_name":
-                        out[node.name] = a.s.decode()
-        return out
+        return {node.name: a.s.decode() for node in model.graph.node if node.op_type == "PythonOp"
+                for a in node.attribute if a.name == "func_name"}
 
     def memory_observer(self) -> MemoryObserver:
         inspector = _get(self.manager, "_runtime_inspector", "runtime inspector")
@@ -239,15 +229,12 @@ def exporting_flag() -> list:
 
 
 _PROFILE_PREFIX: list[str | None] = [None]  # where sessions ORTModule creates now write ORT's profile (None: off)
-
-
 _SESSION_THREADS: list[int | None] = [None]  # intra-op threads of the sessions ORTModule creates (session_threads)
 
 
 def profile_sessions(prefix: str | None) -> None:
-    """Sessions ORTModule creates from now on run ORT's profiler (every node's kernel time), writing into
-    `<prefix>_<time>.json`; None: sessions created later do not. ORTModule builds its session options in one
-    private method (`_get_session_config` of its graph execution manager), patched here once per process."""
+    """Sessions ORTModule creates from now on run ORT's profiler into `<prefix>_<time>.json` (None: off); its
+    session options come from one private method (`_get_session_config`), patched once per process."""
     if prefix is not None:
         _patch_session_config()
     _PROFILE_PREFIX[0] = prefix
@@ -350,11 +337,8 @@ def onnx_save_settings(ort_module: Any) -> tuple[bool, str, str]:
 
 @functools.cache
 def load_balancing_samplers() -> tuple[type, type]:
-    """ORT's `LoadBalancingDistributedSampler` and `LoadBalancingDistributedBatchSampler`.
-
-    Importing `onnxruntime.training.utils.data` runs `onnxruntime.training`'s package init, which imports
-    ORTModule (seconds, and its import-time options) even in a PyTorch burst; the sampler module itself needs
-    only torch and numpy, so it is loaded from its file when that file is where 1.19 keeps it."""
+    """ORT's `LoadBalancingDistributedSampler` and `LoadBalancingDistributedBatchSampler`, loaded from their file
+    (the package's init would import ORTModule: seconds, and its import-time options, even in a PyTorch burst)."""
     import importlib.util
 
     spec = importlib.util.find_spec("onnxruntime")
@@ -373,11 +357,9 @@ def load_balancing_samplers() -> tuple[type, type]:
 
 
 def export_unsafe(function: type) -> None:
-    """Have ORT run the PythonOps of `function` (a torch.autograd.Function) in its unsafe mode from the next
-    export on: forward and backward are called directly with a stand-in ctx, not through Function.apply and the
-    autograd bookkeeping of the safe mode (on the demo, tens of microseconds less per op and step). Only for
-    functions that save no tensor, mark nothing dirty and change nothing in place; ORT runs its own
-    memory-efficient gradient op this way. Calling it again changes nothing."""
+    """ORT runs the PythonOps of `function` (an autograd.Function that saves no tensor, marks nothing dirty, changes
+    nothing in place) in its unsafe mode from the next export on: no Function.apply bookkeeping (tens of us less
+    per op and step on the demo), as ORT runs its own memory-efficient gradient op. Idempotent."""
     module = "onnxruntime.training.ortmodule._custom_autograd_function_exporter"
     handlers = _private(module, "_SpecialCustomFunctionHandler")
     default_export = _private(module, "_default_export")
@@ -409,10 +391,8 @@ class _UnsafeOps:
 
 
 def failing_node(exc: BaseException | None) -> tuple[str, str] | None:
-    """The graph node ORT's Python was processing when `exc` was raised (symbolic shape inference takes the nodes
-    one at a time, each frame holding its `node`), read from the traceback's frames (ORT wraps the error, so its
-    causes too): (name, op type) of the outermost such frame (a node of the exported graph, not of a subgraph),
-    or None."""
+    """(name, op type) of the graph node ORT's Python was processing when `exc` (or an error it wraps) was raised:
+    the outermost traceback frame holding a `node` (shape inference takes them one at a time), or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -431,8 +411,8 @@ def failing_node(exc: BaseException | None) -> tuple[str, str] | None:
 
 
 def register_export_symbolics(opset: int) -> None:
-    """Register the exporter symbolics ORTModule registers when it wraps a model (its contrib ops, its own
-    ATen mappings, their gradients), so that an export of ortlab's own sees the operators ORTModule's does."""
+    """Register the exporter symbolics ORTModule registers when it wraps a model (contrib ops, ATen mappings,
+    gradients): ortlab's own export then sees the operators ORTModule's does."""
     import onnxruntime.training.ortmodule  # noqa: F401  (enables custom autograd.Function export: PythonOp)
     from onnxruntime.tools import pytorch_export_contrib_ops
 
@@ -447,9 +427,8 @@ class GradientBuildError(RuntimeError):
 
 
 def gradient_graph(model_bytes: bytes, trained: list[str]) -> bytes:
-    """ORT's gradient graph of an ONNX model whose inputs `trained` require gradients, built by ORTModule's own
-    graph builder (as ORTModule does after export). ORT's error when it cannot load the model; a
-    GradientBuildError when it loads but has no gradient for it."""
+    """ORT's gradient graph of an ONNX model whose inputs `trained` require gradients, by ORTModule's own graph
+    builder. ORT's error when it cannot load the model; GradientBuildError when it has no gradient for it."""
     from onnxruntime.capi import _pybind_state as C
 
     config = _get(C, "OrtModuleGraphBuilderConfiguration", "ORTModule's graph builder configuration")()

@@ -21,9 +21,9 @@ def _names_compared(tree: ast.AST) -> list[tuple[int, str]]:
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
-            operands = [node.left, *node.comparators]
-            constants = [c.value for o in operands for c in ast.walk(o)
-                         if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            operands = [node.left, *node.comparators]  # a name itself, or one of a tuple/list/set of them
+            items = [e for o in operands for e in (o.elts if isinstance(o, (ast.Tuple, ast.List, ast.Set)) else [o])]
+            constants = [c.value for c in items if isinstance(c, ast.Constant) and isinstance(c.value, str)]
             if names & set(constants):
                 out.append((node.lineno, ast.unparse(node)))
     return out

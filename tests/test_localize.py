@@ -189,7 +189,7 @@ def test_a_model_whose_ort_gradients_are_right_localizes_nothing():
 
 @slow
 def test_the_repro_script_of_a_correct_module_exits_0(tmp_path):
-    from ortlab.verdict.repro import write
+    from ortlab.verdict.repro_case import write
 
     workload = _workload(CORRECT)
     found = Localization("blocks.1.se", "SqueezeExcite", scale=1.0)

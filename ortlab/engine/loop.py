@@ -145,7 +145,7 @@ class Engine:
             found = Localization.from_dict(known) if known else localize(self.workload, batch, fixes, cfg.seed,
                                                                           progress)
         if repro is not None and found.found:
-            from ortlab.verdict.repro import write
+            from ortlab.verdict.repro_case import write
 
             self.initial.restore(self.model)
             found.repro = write(self.workload, batch, found, Path(repro), cfg.seed, origin)
