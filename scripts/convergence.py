@@ -105,7 +105,8 @@ def table(rows: list[dict]) -> str:
         else:
             loss = e.get("losses") or "-"
         verdict = r["status"] + (f": {r['causes'][0]}" if r["status"] == "diverged" and r.get("causes") else "")
-        fixes = ", ".join(r.get("applied") or []) or ("-" if r["fixes"] == "none" else "auto: none needed")
+        fixes = ", ".join(r.get("applied") or []) or ("-" if r["fixes"] == "none" else "auto: none needed"
+                                                      if "applied" in r else r["fixes"])
         lines.append(f"| {r.get('name') or r['model']} | {fixes} | {grad} | {loss} | {verdict.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
@@ -131,7 +132,8 @@ def main(argv: list[str]) -> None:
             rows = [run_one(factory, f) for factory, f, _ in ZOO]
         else:
             found = {r["model"]: r for r in map(json.loads, Path(argv[1]).read_text().splitlines()) if r}
-            rows = [found[factory] for factory, _, _ in ZOO]
+            rows = [found.get(factory) or {"model": factory, "fixes": f, "status": "not measured"}
+                    for factory, f, _ in ZOO]
         DATA.write_text(json.dumps({"torch": torch.__version__, "steps": STEPS, "rows": rows}, indent=1) + "\n")
     PAGE.write_text(page(json.loads(DATA.read_text())))
 
