@@ -34,8 +34,8 @@ def register(sub) -> None:
     c = sub.add_parser("compare", help="stay or move: PyTorch, ORTModule and torch.compile from one snapshot, with "
                        "speed after start-up, start-up cost, steps to break even, memory, numerics",
                        description="Train the same steps from one snapshot on every backend, judge each against "
-                       "PyTorch (first-step gradients; in parity mode losses and end state; each against float64 PyTorch), "
-                       "and print which backend to train with. Exit 1 when a backend failed or diverged.")
+                       "PyTorch (first-step gradients; in parity mode losses and end state; each against float64 "
+                       "PyTorch), and print which backend to train with. Exit 1 when a backend failed or diverged.")
     c.add_argument("--backends", default="all", metavar="BACKEND[,BACKEND]",
                    help="the backends (pytorch is always the reference): all, both, or a comma list")
     c.add_argument("--parity", action=argparse.BooleanOptionalAction, default=True,
