@@ -6,6 +6,8 @@ data) and the table in docs/convergence.md between its markers.
 
     python scripts/convergence.py write     # run the zoo (minutes on 2 cores), write the data and the table
     python scripts/convergence.py page      # the table again from docs/convergence.json
+    python scripts/convergence.py row NAME  # one model's row as JSON (to run several at once)
+    python scripts/convergence.py collect ROWS.jsonl   # the data from rows run one by one, then the table
 
 tests/test_verdict_zoo.py checks that the page is the data written out, and (slow tier) runs each model and
 checks its verdict against the expected one.
@@ -103,7 +105,8 @@ def table(rows: list[dict]) -> str:
         else:
             loss = e.get("losses") or "-"
         verdict = r["status"] + (f": {r['causes'][0]}" if r["status"] == "diverged" and r.get("causes") else "")
-        fixes = ", ".join(r.get("applied") or []) or ("-" if r["fixes"] == "none" else "auto: none needed")
+        fixes = ", ".join(r.get("applied") or []) or ("-" if r["fixes"] == "none" else "auto: none needed"
+                                                      if "applied" in r else r["fixes"])
         lines.append(f"| {r.get('name') or r['model']} | {fixes} | {grad} | {loss} | {verdict.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
@@ -118,13 +121,19 @@ def page(data: dict) -> str:
 
 def main(argv: list[str]) -> None:
     what = argv[0] if argv else "page"
-    if what == "write":
+    fixes = {factory: f for factory, f, _ in ZOO}
+    if what == "row":
+        print(json.dumps(run_one(argv[1], fixes[argv[1]])), flush=True)
+        return
+    if what in ("write", "collect"):
         import torch
 
-        rows = []
-        for factory, fixes, _ in ZOO:
-            rows.append(run_one(factory, fixes))
-            print(json.dumps(rows[-1]), flush=True)
+        if what == "write":
+            rows = [run_one(factory, f) for factory, f, _ in ZOO]
+        else:
+            found = {r["model"]: r for r in map(json.loads, Path(argv[1]).read_text().splitlines()) if r}
+            rows = [found.get(factory) or {"model": factory, "fixes": f, "status": "not measured"}
+                    for factory, f, _ in ZOO]
         DATA.write_text(json.dumps({"torch": torch.__version__, "steps": STEPS, "rows": rows}, indent=1) + "\n")
     PAGE.write_text(page(json.loads(DATA.read_text())))
 

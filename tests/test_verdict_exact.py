@@ -194,3 +194,19 @@ def test_the_lab_plots_each_parameters_distance_to_float64_with_the_flagged_ones
     panel.last_verdicts = {"ortmodule": verdict}
     panel._show_distances()
     assert panel.distances.value[:4] == b"\x89PNG" and panel.distances.layout.display is None
+
+
+def test_the_grouped_cause_sees_every_buffer_not_only_the_first_listed(tmp_path):
+    def many(count, var):
+        out = {}
+        for i in range(25):
+            out.update({f"m{i}.running_var": _entry("buffer", "float32", var),
+                        f"m{i}.num_batches_tracked": _entry("buffer", "int64", count, numel=1)})
+        return out
+
+    pytorch = _run(tmp_path, "pt", "pytorch", many(3, 24.0))
+    ort = _run(tmp_path, "ort", "ortmodule", many(1, 22.0))
+    verdict = judge(pytorch, ort, AGREEING, float64={"losses": [2.0, 1.9, 1.8], "state": many(3, 24.0)})
+    assert verdict.state["count"] == 50 and len(verdict.state["differ"]) == 20
+    assert "in 25 BatchNorm2d modules" in verdict.causes[0]["text"]
+    assert "updates the running variance differently" in verdict.causes[0]["text"]

@@ -91,7 +91,7 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     if grads is not None and not grads["agree"]:
         evidence.append(_gradient_text(grads, who))
     pt_state, ort_state = states.read(pytorch.path), states.read(ortmodule.path)
-    state = None
+    state, differ = None, []
     if pt_state and ort_state:
         differ = states.differing(pt_state, ort_state, states.read(noise.path) if noise is not None else None,
                                   exact["state"] if exact else None)
@@ -105,7 +105,8 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     applied = list((ortmodule.meta.get("fixes") or {}).get("applied") or [])
     measured = {"losses": bool(losses.get("diverged")), "gradients": bool(grads and not grads["agree"]),
                 "state": bool(state and state["count"])}
-    causes, harmless = cs.causes(ortmodule, state, applied, measured, found or [], grads)
+    causes, harmless = cs.causes(ortmodule, state and {**state, "differ": differ}, applied, measured, found or [],
+                                 grads)
     if grads is None:
         notes.append("first-step gradients not compared")
     elif grads.get("error"):
