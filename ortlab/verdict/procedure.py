@@ -47,6 +47,10 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
             found.append(localize(session, pt_config, config))
         if found:
             verdict = decide(pytorch, other, evidence, noise, found, float64)
+        if has(config.backend, "compat") and not evidence.get("agree", True):  # the minifier: one export per try,
+            # so it is the user's next step, not part of every verdict
+            verdict.notes.append(f"shrink it to the smallest module and a script that shows it: ortlab repro "
+                                 f"{other.path}")
     return _written(verdict, other)
 
 
