@@ -26,7 +26,7 @@ from ortlab.run import ENDED_EARLY, Run, load_run
 if TYPE_CHECKING:
     from ortlab.summary import Comparison
 
-__all__ = ["Session", "WorkerError", "burst", "check", "session"]
+__all__ = ["Session", "WorkerError"]
 
 
 @dataclass
@@ -189,24 +189,9 @@ class Session:
         (ortlab.verdict.localize), found by bisecting the module tree in the worker that holds the model.
         `progress(tried, row)` after each module tried; `repro`: a folder to write its regression test into
         (ortlab.verdict.repro); `known`: a localization made before (its dict), reused."""
-        from ortlab.compat.registry import AUTO, FixError, parse
-        from ortlab.engine.config import BurstConfig
-        from ortlab.verdict.localize import Localization, Tried
+        from ortlab.verdict import procedure
 
-        if parse(fixes) == AUTO:
-            raise FixError("localize takes the fixes the ORTModule run applied, by name (its meta.json says which), "
-                           "not 'auto'")
-        config = BurstConfig(backend="ortmodule", steps=1, options=self.shell_options.overlaid(options),
-                             parity=True, seed=seed, fixes=parse(fixes))
-        fixes, folder = tuple(config.fixes), str(repro) if repro is not None else None
-        if self.in_process:
-            with self._lock:
-                found = self._local_engine().localize(config, fixes, progress, folder, known, origin)
-        else:
-            on_tried = (lambda msg: progress(msg.count, Tried(**msg.row))) if progress else None
-            found = self._request(m.RunLocalize(config.to_dict(), fixes, folder, known, origin),
-                                  config.effective_options(), "localizing the divergence", on_tried)
-        return Localization.from_dict(found)
+        return procedure.localize_module(self, options, fixes, seed, progress, repro, known, origin)
 
     def _local_engine(self):
         if self._engine is None:
@@ -299,42 +284,3 @@ class Session:
 
         return launch.run(self.ref, self.seed, self.snapshot, cfg, callback, self._stop_requested.is_set,
                           lambda: self._force_stop)
-
-_sessions: dict[tuple, Session] = {}
-
-
-def session(model: Any = None, out: str | Path = "runs", **model_kwargs: Any) -> Session:
-    """The shared session for a model (and output folder): repeated `ortlab.burst()` calls reuse its worker."""
-    from ortlab.workload import ModelRef
-
-    key = (ModelRef.of(model, **model_kwargs).key, str(Path(out).expanduser().resolve()))
-    if key not in _sessions:
-        _sessions[key] = Session(model, model_kwargs, out=out)
-    return _sessions[key]
-
-
-def burst(model: Any = None, backend: str = "ortmodule", steps: int = 20, options: Options | dict | None = None, *,
-          out: str | Path = "runs", in_process: bool = False, model_kwargs: dict | None = None, **kwargs: Any) -> Run:
-    """Run N training steps of `model` (default: the bundled demo) on one backend and return the Run.
-
-    `model` is a factory: 'module:callable', 'path.py:callable' or a callable returning ortlab.Workload.
-    Other keywords: optimizer, lr, seed, precision, device, parity, name, progress, on_step (see Session.burst).
-    """
-    model_kwargs = model_kwargs or {}
-    if in_process:
-        with Session(model, model_kwargs, out=out, in_process=True) as s:
-            return s.burst(backend, steps, options, **kwargs)
-    return session(model, out, **model_kwargs).burst(backend, steps, options, **kwargs)
-
-
-
-def check(model: Any = None, fixes: Any = "auto", options: Options | dict | None = None, *, out: str | Path = "runs",
-          in_process: bool = False, model_kwargs: dict | None = None):
-    """Will `model` (a factory, as for `burst`; default: the demo) train on ORTModule? A CheckReport: every
-    blocker with its module and source line, the fixes that remove them, and one ORTModule training step with
-    them. See Session.check."""
-    model_kwargs = model_kwargs or {}
-    if in_process:
-        with Session(model, model_kwargs, out=out, in_process=True) as s:
-            return s.check(fixes, options)
-    return session(model, out, **model_kwargs).check(fixes, options)

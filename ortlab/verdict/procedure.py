@@ -116,6 +116,31 @@ def localize(session: Any, pt_config: Any, config: Any) -> dict[str, Any]:
             "step": first.step, "tensor": first.name, "runs": [pt.path.name, other.path.name]}
 
 
+def localize_module(session: Any, options: Any = None, fixes: Any = (), seed: int = 0, progress: Any = None,
+                    repro: Any = None, known: dict[str, Any] | None = None, origin: str = "") -> Any:
+    """Session.localize: the smallest module whose ORTModule run alone reproduces the gradient divergence against
+    float64 (ortlab.verdict.localize), asked of the session's worker or in-process engine."""
+    from ortlab.compat.registry import AUTO, FixError, parse
+    from ortlab.engine import messages as m
+    from ortlab.engine.config import BurstConfig
+    from ortlab.verdict.localize import Localization, Tried
+
+    if parse(fixes) == AUTO:
+        raise FixError("localize takes the fixes the ORTModule run applied, by name (its meta.json says which), "
+                       "not 'auto'")
+    config = BurstConfig(backend="ortmodule", steps=1, options=session.shell_options.overlaid(options),
+                         parity=True, seed=seed, fixes=parse(fixes))
+    fixes, folder = tuple(config.fixes), str(repro) if repro is not None else None
+    if session.in_process:
+        with session._lock:
+            found = session._local_engine().localize(config, fixes, progress, folder, known, origin)
+    else:
+        on_tried = (lambda msg: progress(msg.count, Tried(**msg.row))) if progress else None
+        found = session._request(m.RunLocalize(config.to_dict(), fixes, folder, known, origin),
+                                 config.effective_options(), "localizing the divergence", on_tried)
+    return Localization.from_dict(found)
+
+
 def _allclose(pytorch: Any, other: Any) -> bool:
     """The fast path: the two runs' losses and end states equal up to rounding of the last bits (no float64 burst
     is needed to judge them)."""
