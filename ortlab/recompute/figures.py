@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ortlab.plots import pareto_front
+
 
 def what_if_figure(table, top: int | None = 12):
     """Bar chart of a what_if() table: saving per plan at the burst's shapes and at the what-if shapes."""
@@ -45,7 +47,7 @@ def pareto_figure(table):
     """Accounted activation peak against median step time, one point per plan set; the non-dominated sets on a
     line. The peak is the account's (ORT's execution graph at the burst's shapes), not the process's memory."""
     fig, ax, ok = _labelled_scatter(table, "median_step_ms", "accounted_peak_mb", (6.5, 4))
-    front = _front(list(zip(ok["median_step_ms"], ok["accounted_peak_mb"], strict=True)))
+    front = pareto_front(list(zip(ok["median_step_ms"], ok["accounted_peak_mb"], strict=True)))
     if len(front) > 1:
         ax.plot(*zip(*front, strict=True), linestyle="--", alpha=0.5, label="Pareto front")
         ax.legend(fontsize=8)
@@ -58,14 +60,6 @@ def pareto_figure(table):
     ax.grid(alpha=0.3)
     return fig
 
-
-def _front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    front, best = [], float("inf")
-    for x, y in sorted(points):
-        if y < best:
-            front.append((x, y))
-            best = y
-    return front
 
 
 def saving_figure(table):

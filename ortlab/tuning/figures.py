@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ortlab.plots import pareto_front
+
 GREY = "#aaaaaa"
 
 
@@ -30,7 +32,7 @@ def pareto_figure(table, best: str | None = None):
     for (x, y), group in names.items():
         ax.annotate("\n".join(n for n, _ in group), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7,
                     color=GREY if all(g for _, g in group) else "black")
-    front = _front(list(zip(ok[~rejected]["median_step_ms"], ok[~rejected]["activation_mb"], strict=True)))
+    front = pareto_front(list(zip(ok[~rejected]["median_step_ms"], ok[~rejected]["activation_mb"], strict=True)))
     if len(front) > 1:
         ax.plot(*zip(*front, strict=True), linestyle="--", alpha=0.5, color="tab:blue", label="pareto front")
     ax.set_xlabel("median step time after warm-up (ms)")
@@ -39,12 +41,3 @@ def pareto_figure(table, best: str | None = None):
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return fig
-
-
-def _front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    front, best = [], float("inf")
-    for x, y in sorted(points):
-        if y < best:
-            front.append((x, y))
-            best = y
-    return front
