@@ -181,6 +181,18 @@ class Session:
         return self._request(m.RunGradientCheck(config.to_dict(), fixes, burst), config.effective_options(),
                              "comparing first-step gradients")
 
+    def _localize_request(self, config, fixes: tuple[str, ...], progress: Callable | None, folder: str | None,
+                          known: dict[str, Any] | None, origin: str) -> dict[str, Any]:
+        """The engine's localization for `config`: in this process or in the worker (ortlab.verdict.procedure)."""
+        if self.in_process:
+            with self._lock:
+                return self._local_engine().localize(config, fixes, progress, folder, known, origin)
+        from ortlab.verdict.localize import Tried
+
+        on_tried = (lambda msg: progress(msg.count, Tried(**msg.row))) if progress else None
+        return self._request(m.RunLocalize(config.to_dict(), fixes, folder, known, origin),
+                             config.effective_options(), "localizing the divergence", on_tried)
+
     def localize(self, options: Options | dict | None = None, fixes: Any = (), *, seed: int = 0,
                  progress: Callable[[int, Any], None] | None = None, repro: str | Path | None = None,
                  known: dict[str, Any] | None = None, origin: str = ""):

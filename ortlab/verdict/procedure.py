@@ -3,8 +3,8 @@ evidence gathered in the session's worker (the first step's gradients; in parity
 the runs are allclose, the same burst in float64 PyTorch), judged (ortlab.verdict.judge), and on a divergence its
 causes named: what `ortlab check` finds (ORTModule), else where activation statistics first differ.
 
-The session is only a transport here: `_burst` (a burst not kept among its runs), `check`, and
-`_evidence_request` (one gradient-check request to its worker or its in-process engine).
+The session is only a transport here: `_burst` (a burst not kept among its runs), `check`, `_evidence_request`
+and `_localize_request` (one gradient-check or localization request to its worker or its in-process engine).
 """
 
 from __future__ import annotations
@@ -121,9 +121,8 @@ def localize_module(session: Any, options: Any = None, fixes: Any = (), seed: in
     """Session.localize: the smallest module whose ORTModule run alone reproduces the gradient divergence against
     float64 (ortlab.verdict.localize), asked of the session's worker or in-process engine."""
     from ortlab.compat.registry import AUTO, FixError, parse
-    from ortlab.engine import messages as m
     from ortlab.engine.config import BurstConfig
-    from ortlab.verdict.localize import Localization, Tried
+    from ortlab.verdict.localize import Localization
 
     if parse(fixes) == AUTO:
         raise FixError("localize takes the fixes the ORTModule run applied, by name (its meta.json says which), "
@@ -131,14 +130,7 @@ def localize_module(session: Any, options: Any = None, fixes: Any = (), seed: in
     config = BurstConfig(backend="ortmodule", steps=1, options=session.shell_options.overlaid(options),
                          parity=True, seed=seed, fixes=parse(fixes))
     fixes, folder = tuple(config.fixes), str(repro) if repro is not None else None
-    if session.in_process:
-        with session._lock:
-            found = session._local_engine().localize(config, fixes, progress, folder, known, origin)
-    else:
-        on_tried = (lambda msg: progress(msg.count, Tried(**msg.row))) if progress else None
-        found = session._request(m.RunLocalize(config.to_dict(), fixes, folder, known, origin),
-                                 config.effective_options(), "localizing the divergence", on_tried)
-    return Localization.from_dict(found)
+    return Localization.from_dict(session._localize_request(config, fixes, progress, folder, known, origin))
 
 
 def _allclose(pytorch: Any, other: Any) -> bool:
