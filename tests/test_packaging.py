@@ -31,7 +31,7 @@ def _lock(name: str = "requirements.lock") -> dict[str, str]:
 @pytest.mark.parametrize("python", list(LOCKS))
 def test_dependencies_and_extras_admit_the_locked_versions(python):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert set(project["optional-dependencies"]) == {"lab", "test"}
+    assert set(project["optional-dependencies"]) == {"lab", "hf", "lightning", "test"}
     pins = _lock(LOCKS[python])
     for text in [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]:
         req = Requirement(text)
