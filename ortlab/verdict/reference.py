@@ -77,6 +77,9 @@ def burst(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, ste
     model.train()
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     opt = make_optimizer(optimizer, model.parameters(), lr, device)
+    for group in opt.param_groups:  # the same update, one kernel per step for all tensors (float64 AdamW's
+        if "foreach" in group:  # per-tensor loop was a third of the verdict's cost on ResNet-18)
+            group["foreach"] = True
     if initial.optimizer is not None:
         with contextlib.suppress(ValueError, KeyError):
             opt.load_state_dict(initial.optimizer)  # floating state is cast to the parameters' dtype
