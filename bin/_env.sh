@@ -1,7 +1,7 @@
 # Sourced by bin/ortlab and bin/test: make sure the project's environment exists, then use it.
 # The environment lives outside the checkout, keyed by the lock file and the Python, so every checkout and CI run
-# of the same lock reuses it; a missing or half-built one is (re)built from nothing: venv, pinned packages, ortlab,
-# and ORTModule's torch C++ extensions. The packages are shared; ortlab's own code is not: each run puts its own
+# of the same lock reuses it; a missing one is built: venv and pinned packages (redone from nothing unless they
+# finished), then ortlab and ORTModule's torch C++ extensions (redone until they finish). The packages are shared; ortlab's own code is not: each run puts its own
 # checkout first on PYTHONPATH, so two checkouts (two branches) using one environment never run each other's code.
 set -euo pipefail
 
@@ -43,9 +43,9 @@ _ortlab_ensure_env() {
   root=${ORTLAB_ENV_ROOT:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ortlab}
   ORTLAB_VENV="$root/env-$key"
   mkdir -p "$root"
-  exec 9>"$root/.lock"
+  exec 9>"$root/.lock-$key"  # one build at a time per environment; others (another Python) go on
   flock 9
-  if [ ! -f "$ORTLAB_VENV/.complete" ]; then
+  if [ ! -f "$ORTLAB_VENV/.packages" ]; then  # the packages once: a later step that failed does not redo them
     echo "ortlab: building the environment for Python $version ($python) from ${lock##*/} in $ORTLAB_VENV" >&2
     echo "ortlab: once per lock and Python: 3.5 GB of downloads, 7 GB on disk, then ORTModule's C++ extensions" \
          "compile (~4 min on 2 idle cores; 40+ min at nice 10 on a machine loaded 10x); progress below" >&2

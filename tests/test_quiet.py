@@ -8,7 +8,7 @@ from pathlib import Path
 from ortlab.quiet import QUIET
 
 try:
-    import tomllib
+    import tomllib  # novermin: tomli below on 3.10
 except ImportError:  # Python 3.10
     import tomli as tomllib
 

@@ -10,12 +10,12 @@ it. `ortlab check` says which fix removes which blocker; a burst applies none, t
 from __future__ import annotations
 
 import contextlib
-import enum
 import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ortlab.enums import StrEnum
 from ortlab.errors import InputError
 
 # name -> module defining FIX (loaded on first use)
@@ -49,7 +49,7 @@ class FixError(InputError):
     """A fix that is not known, or a fixes argument that is not "auto", "none" or fix names."""
 
 
-class FixKind(enum.StrEnum):
+class FixKind(StrEnum):
     """What a fix changes (the strings check.json and the fix table keep)."""
 
     EXPORTER = "exporter"  # a symbolic: how the exporter writes an operator

@@ -8,12 +8,12 @@ is asked with, which widgets and the CLI read instead of retyping (their values 
 
 from __future__ import annotations
 
-import enum
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ortlab.enums import StrEnum
 from ortlab.errors import InputError
 
 # The running ortlab.engine.loop.Engine, the state of one burst (loop._Burst) and a BurstConfig, as a backend or
@@ -27,7 +27,7 @@ class BurstError(InputError):
     """A burst that cannot start as asked (bad argument, device or optimizer not available here)."""
 
 
-class Optimizer(enum.StrEnum):
+class Optimizer(StrEnum):
     ADAMW = "adamw"
     SGD = "sgd"
     FUSED_ADAM = "fused_adam"  # ORT's, CUDA only
@@ -35,25 +35,25 @@ class Optimizer(enum.StrEnum):
     ZERO1 = "zero1"  # AdamW sharded across ranks
 
 
-class Precision(enum.StrEnum):
+class Precision(StrEnum):
     FP32 = "fp32"
     FP16 = "fp16"  # CUDA only
 
 
-class Device(enum.StrEnum):
+class Device(StrEnum):
     AUTO = "auto"
     CPU = "cpu"
     CUDA = "cuda"
 
 
-class Sampler(enum.StrEnum):
+class Sampler(StrEnum):
     """How a workload's dataset is shared among ranks (ortlab.engine.sampling); None: in order."""
 
     DISTRIBUTED = "distributed"
     LOAD_BALANCING = "load_balancing"
 
 
-class TimeSource(enum.StrEnum):
+class TimeSource(StrEnum):
     """Where collector "time" reads a backend's step time from (ortlab.timing.collector)."""
 
     ORT_PROFILER = "ort-profiler"  # ORT's own profiler in the session of the backend's ORT wrap
@@ -61,7 +61,7 @@ class TimeSource(enum.StrEnum):
     TORCH_PROFILER_FUSED = "torch-profiler-fused"  # torch.profiler without module ranges: operators fused across
 
 
-class MemoryAccount(enum.StrEnum):
+class MemoryAccount(StrEnum):
     """What collector "memory" accounts for a backend (ortlab.account.collector)."""
 
     AUTOGRAD = "autograd"  # what autograd saves in one step of the model, before the burst
@@ -69,7 +69,7 @@ class MemoryAccount(enum.StrEnum):
     GRAPH = "graph"  # the execution graph the backend's ORT wrap ran (needs save_onnx)
 
 
-class StatsTaps(enum.StrEnum):
+class StatsTaps(StrEnum):
     """How collector "stats" instruments a backend (ortlab.activations.collect)."""
 
     HOOKS = "hooks"  # forward hooks, attached only on the recorded steps

@@ -11,13 +11,13 @@ settings' check). A fourth backend is one module and one line here.
 from __future__ import annotations
 
 import contextlib
-import enum
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ortlab.engine.types import Burst, BurstError, Config, Engine, MemoryAccount, StatsTaps, TimeSource
+from ortlab.enums import StrEnum
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ BACKENDS: dict[str, Registered] = {r.name: r for r in (
 )}
 REFERENCE = next(r.name for r in BACKENDS.values() if r.reference)  # "pytorch"
 # The registered backends as a closed set of names (a str Enum: widgets and the CLI list it, runs keep the strings)
-BackendName = enum.StrEnum("BackendName", {name.upper(): name for name in BACKENDS})
+BackendName = StrEnum("BackendName", {name.upper(): name for name in BACKENDS})
 
 
 def registered(name: str) -> Registered:
