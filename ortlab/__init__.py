@@ -55,6 +55,9 @@ _EXPORTS = {
     "time": "ortlab.timing.table",
     "record": "ortlab.recorder",
     "Recorder": "ortlab.recorder",
+    "wrap": "ortlab.wrapping",
+    "WrapError": "ortlab.wrapping",
+    "OrtModuleFailed": "ortlab.wrapping",
     "doctor": "ortlab.environment",
     "setup": "ortlab.environment",
 }
