@@ -64,7 +64,7 @@ _EXPORTS = {
 
 # Subpackages reachable as attributes (`ortlab.graphs.load(run)`); no public name above equals a submodule's name
 # (importing the submodule would rebind the attribute), which tests/test_api.py checks.
-_PACKAGES = ("account", "activations", "compat", "graphs", "recompute", "tuning", "verdict")
+_PACKAGES = ("account", "activations", "compat", "graphs", "hf", "lightning", "recompute", "tuning", "verdict")
 
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 
