@@ -23,7 +23,7 @@ class WorkloadError(InputError):
 
 # modules that turn what a trainer library made into a Workload, each with `accepts(made) -> bool` (without
 # importing the library: a factory that did not use it has not imported it) and `workload(made, origin)`
-ADAPTERS: tuple[str, ...] = ()
+ADAPTERS: tuple[str, ...] = ("ortlab.from_lightning",)
 
 
 @dataclass

@@ -56,9 +56,9 @@ class WrapInfo:
 def wrap(model: Any, options: Options | Mapping[str, Any] | list[str] | str | None = None, fixes: Any = "auto",
          example: Any = None) -> Any:
     """Returns `model` in an ORTModule with `options` (over the ORTMODULE_* variables already set) and `fixes`
-    ("auto": the ones `ortlab check` recommends; "none"; or fix names), fallback to PyTorch disabled. With fixes="auto" the check
-    runs once, on `example` (the model's inputs: a tensor, a tuple of arguments or a dict of keyword arguments) now,
-    or without it on the first forward's inputs. Wrap before DDP, never after."""
+    ("auto": the ones `ortlab check` recommends; "none"; or fix names), fallback to PyTorch disabled. With
+    fixes="auto" the check runs once, on `example` (the model's inputs: a tensor, a tuple of arguments or a dict of
+    keyword arguments) now, or without it on the first forward's inputs. Wrap before DDP, never after."""
     import torch
 
     from ortlab import _ort
