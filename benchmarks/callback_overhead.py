@@ -1,0 +1,76 @@
+"""What `ortlab.hf.RecordCallback` (no collectors) adds to a real `Trainer.train()`: a 20-step run of a small random
+Llama (4 layers, d=64, batch 4, sequence 64, logging every step) with the callback against the same run without
+it, in paired rounds (benchmarks/_paired.py: back to back, alternating which goes first); a round's figure is the
+wall time of `trainer.train()` (the Trainer is built outside it: the same for both). Each side gets a fresh model
+from the same seed. The callback's whole cost is in it: the run folder and meta.json at the start, a metrics line
+per step, final_state.json at the end. Target: ratio <= 1.05.
+
+    python benchmarks/callback_overhead.py [--steps 20] [--rounds 9] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import torch
+from _paired import paired, verdict
+
+import ortlab
+
+TARGET = 1.05
+SEQ, BATCH = 64, 4
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 256, (SEQ,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+def train_seconds(steps: int, out: str | None) -> float:
+    """The wall time of one Trainer.train() of `steps` steps (with the callback when `out` is given)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, PrinterCallback, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ, use_cache=False)
+    model = LlamaForCausalLM(config)
+    with tempfile.TemporaryDirectory() as scratch:
+        args = TrainingArguments(scratch, max_steps=steps, per_device_train_batch_size=BATCH, logging_steps=1,
+                                 report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
+                                 log_level="error")
+        callbacks = [ortlab.hf.RecordCallback(out=out)] if out else None
+        trainer = Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
+        trainer.remove_callback(PrinterCallback)  # its print per step is the same on both sides: noise only
+        started = time.perf_counter()
+        trainer.train()
+        return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    a = parser.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    with tempfile.TemporaryDirectory() as out:
+        train_seconds(2, None), train_seconds(2, out)  # warm up: imports, the first run folder
+        result = paired(a.rounds, lambda: train_seconds(a.steps, None), lambda: train_seconds(a.steps, out),
+                        on_round=lambda i, theirs, ours: print(f"round {i}: without {theirs:.3f} s, with "
+                                                               f"{ours:.3f} s, ratio {ours / theirs:.3f}"))
+    print(f"{a.steps}-step Trainer.train(): without the callback {statistics.median(result.theirs):.3f} s, with it "
+          f"{statistics.median(result.ours):.3f} s (medians over {a.rounds} rounds)")
+    print(f"ratio with / without: {result.ratio:.3f} (rounds {result.spread}); target <= {TARGET}")
+    return verdict({"callback": result.ratio}, {"callback": TARGET})
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
