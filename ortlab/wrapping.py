@@ -83,7 +83,10 @@ def wrap(model: Any, options: Options | Mapping[str, Any] | list[str] | str | No
     if not _ort.is_ortmodule(wrapped):
         raise OrtModuleFailed(f"ORTModule construction gave {type(wrapped).__name__}")
     forward = wrapped.forward  # ORT's per-instance forward (it carries the model's signature)
-    wrapped.__dict__["forward"] = functools.wraps(forward)(functools.partial(_guarded, wrapped, forward, info))
+    # the signature a Trainer reads to keep a batch's columns: a PEFT model's forward takes (*args, **kwargs), its
+    # base model's names them
+    named = model.get_base_model().forward if callable(getattr(model, "get_base_model", None)) else forward
+    wrapped.__dict__["forward"] = functools.wraps(named)(functools.partial(_guarded, wrapped, forward, info))
     wrapped.__dict__[ATTRIBUTE] = info
     return wrapped
 

@@ -77,7 +77,8 @@ def test_a_failure_raises_one_line_never_a_pytorch_run():
 
 
 @pytest.mark.slow
-def test_in_a_trainer_the_deferred_check_runs_on_the_first_batch(tmp_path):
+@pytest.mark.parametrize("lora", [False, True])
+def test_in_a_trainer_the_deferred_check_runs_on_the_first_batch(tmp_path, lora):
     from transformers import Trainer, TrainingArguments
 
     from ortlab.demo.families import SEQ, _decoder_config
@@ -95,6 +96,10 @@ def test_in_a_trainer_the_deferred_check_runs_on_the_first_batch(tmp_path):
 
         torch.manual_seed(0)
         model = LlamaForCausalLM(_decoder_config(LlamaConfig, num_key_value_heads=2))
+        if lora:  # its forward takes (*args, **kwargs): the Trainer keeps the columns its base model names
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
         model = ortlab.wrap(model) if wrap else model
         args = TrainingArguments(str(tmp_path), max_steps=3, per_device_train_batch_size=2, logging_steps=1,
                                  report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
