@@ -23,7 +23,7 @@ class WorkloadError(InputError):
 
 # modules that turn what a trainer library made into a Workload, each with `accepts(made) -> bool` (without
 # importing the library: a factory that did not use it has not imported it) and `workload(made, origin)`
-ADAPTERS: tuple[str, ...] = ("ortlab.from_lightning",)
+ADAPTERS: tuple[str, ...] = ("ortlab.integrations.trainer", "ortlab.integrations.lightning")
 
 
 @dataclass
@@ -186,7 +186,10 @@ class Workload:
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         return {"name": self.name or type(self.model).__name__, "class": type(self.model).__qualname__,
                 "parameters": params, "trainable_parameters": trainable, "batch_size": self.batch_size,
-                **({"dataset_size": len(self.dataset)} if self.dataset is not None else {})}
+                **({"dataset_size": len(self.dataset)} if self.dataset is not None else {}),
+                **({"accumulation": self.accumulation, "clip_grad_norm": self.clip_grad_norm,
+                    "own_loss": self.step_loss is not None, "own_optimizer": self.optimizer is not None}
+                   if self.own_step else {})}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Write the tutorial notebooks 01, 02, 08, 09, 11 and 13 from their cell sources (then execute them in place with
+"""Write the tutorial notebooks 01, 02, 08, 09, 11, 12 and 13 from their cell sources (then execute them in place with
 nbconvert): `python scripts/make_notebooks.py [NAME.ipynb ...]` (default: all of them)."""
 
 import sys
@@ -542,9 +542,116 @@ session.close()
 """),
 ]
 
+trainer = [
+    md("""
+# Your Trainer: a LoRA fine-tune in a Hugging Face Trainer
+
+Most people meet ORTModule inside a `transformers.Trainer`, often with a PEFT LoRA adapter. This notebook takes
+such a Trainer as it is (a tiny random Llama, so that it runs on a laptop CPU in a minute or two):
+
+1. **a burst from the Trainer**: the factory returns the Trainer, not yet trained; ortlab trains its model, its
+   first batches, its optimizer and scheduler, its gradient accumulation and clipping, on PyTorch and on
+   ORTModule, and judges whether they train the same model;
+2. **a real run**: the same Trainer's `train()` with `ortlab.wrap(model)` (ORTModule with ortlab's fixes, no silent
+   fallback to PyTorch) and `ortlab.hf.RecordCallback`, which writes the run as a run folder every view reads;
+   the two backends' runs side by side in the Lab.
+"""),
+    code("""
+%matplotlib inline
+import torch
+
+import ortlab
+
+
+def lora_trainer(wrap=False, callbacks=None, steps=6, out="trainer-out"):
+    \"\"\"A Trainer of a tiny random Llama with a LoRA adapter: gradient accumulation 2, clipping 1.0, warmup.\"\"\"
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            ids = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(i))
+            return {"input_ids": ids, "labels": ids}
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, use_cache=USE_CACHE)
+    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    args = TrainingArguments(out, max_steps=steps, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                             max_grad_norm=1.0, warmup_steps=2, learning_rate=1e-3, logging_steps=1, seed=0,
+                             report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True)
+    return Trainer(model=ortlab.wrap(model) if wrap else model, args=args, train_dataset=Tokens(),
+                   callbacks=callbacks)
+
+
+USE_CACHE = USE_CACHE_VALUE
+"""),
+    md("""
+## 1. A burst from the Trainer
+
+The Lab runs the factory in its worker process. `fixes="auto"` applies what `ortlab check` recommends for the
+model (here: what a decoder's KV cache needs under ORTModule); parity mode makes both backends compute alike, so
+that the verdict can judge them against float64.
+"""),
+    code("""
+lab = ortlab.Lab(lora_trainer, out="runs")
+comparison = lab.compare(steps=4, parity=True, fixes="auto", progress=False)
+print(comparison)
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+print(comparison.verdict().verdict)
+"""),
+    md("""
+## 2. A real run: `ortlab.wrap` and `RecordCallback`
+
+The same Trainer, trained for real in this kernel: once on PyTorch, once with its model in `ortlab.wrap` (the
+options and fixes stay with the model as long as it lives; a failure raises with its reason instead of falling
+back to PyTorch). The callback only observes: the losses it records are the Trainer's own, one row per optimizer
+step.
+"""),
+    code("""
+runs = {}
+for wrap in (False, True):
+    record = ortlab.hf.RecordCallback(out="runs")
+    trainer = lora_trainer(wrap=wrap, callbacks=[record])
+    trainer.train()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    runs["ortmodule" if wrap else "pytorch"] = run = ortlab.load_run(record.path)
+    print(run.path.name, run.status, run.losses == logged)
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+print({name: (run.status, len(run.metrics)) for name, run in runs.items()})
+"""),
+    code("""
+from ortlab.plots import loss_figure
+
+loss_figure({name: run.losses for name, run in runs.items()}, title="Trainer.train(): logged loss per step")
+"""),
+    md("""
+ORTModule's run folder also holds what ORT did: its transitions (why it exported) and its initialization overhead.
+The Lab lists both runs beside the bursts (the Runs table of its Burst tab).
+"""),
+    code("""
+print(runs["ortmodule"].transitions[["action", "reason"]])
+print(runs["ortmodule"].ort["overhead"])
+"""),
+    code("""
+ortlab.list_runs("runs")[["run", "backend", "status", "steps", "final_loss"]].head()
+"""),
+    code("""
+lab.close()
+"""),
+]
+
 NOTEBOOKS = {"01_quickstart.ipynb": quickstart, "02_options_and_bursts.ipynb": options,
              "08_will_my_model_run.ipynb": will_it_run, "09_ortmodule_or_torch_compile.ipynb": stay_or_move,
-             "11_when_ortmodule_trains_a_different_model.ipynb": different_model, "13_tune.ipynb": tune}
+             "11_when_ortmodule_trains_a_different_model.ipynb": different_model, "12_trainer.ipynb": trainer,
+             "13_tune.ipynb": tune}
 
 for name in sys.argv[1:] or NOTEBOOKS:  # the names given (e.g. 13_tune.ipynb), or every notebook here
     nb = nbf.v4.new_notebook(cells=NOTEBOOKS[name])

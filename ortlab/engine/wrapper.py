@@ -199,7 +199,10 @@ class Wrapper:
             args, kwargs = (inputs,), {}
         shapes = {}
         for name, accessor in info.input_accessors.items():
-            tensor = accessor(args, kwargs)
+            try:
+                tensor = accessor(args, kwargs)
+            except (KeyError, IndexError):  # an argument a workload's own step adds (a Trainer's num_items_in_batch)
+                continue
             if isinstance(tensor, torch.Tensor):
                 shapes[name] = list(tensor.shape)
         return shapes

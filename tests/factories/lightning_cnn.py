@@ -1,4 +1,4 @@
-"""LightningModules a factory returns with their data (ortlab.from_lightning): a small CNN with a per-step
+"""LightningModules a factory returns with their data (ortlab.integrations.lightning): a small CNN with a per-step
 scheduler, and ones ortlab refuses in one line."""
 
 import lightning as L
