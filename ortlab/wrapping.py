@@ -12,6 +12,7 @@ forward the same way. Fallback is disabled: a failure raises `OrtModuleFailed` w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import tempfile
@@ -213,9 +214,10 @@ def _guarded(wrapped: Any, forward: Any, info: WrapInfo, *args: Any, **kwargs: A
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             raise WrapError("fixes=\"auto\" without example= runs ortlab check on the first forward, which a "
                             "distributed run must not do inside DDP: pass example= (or fix names) to ortlab.wrap")
-        _resolve(module, info, args, kwargs)
+        with _streams_with_descriptors():
+            _resolve(module, info, args, kwargs)
     passing = bool(set(registry.PYTORCH_PASS) & set(info.fixes)) and module.training and torch.is_grad_enabled()
-    with info.options.applied(), registry.applied(module, info.fixes):
+    with info.options.applied(), registry.applied(module, info.fixes), _streams_with_descriptors():
         kept = [(b, b.detach().clone()) for b in module.buffers()] if passing else None
         try:
             out = forward(*args, **kwargs)
@@ -232,6 +234,21 @@ def _guarded(wrapped: Any, forward: Any, info: WrapInfo, *args: Any, **kwargs: A
                     buffer.copy_(saved)
                 module(*args, **kwargs)
     return out
+
+
+def _streams_with_descriptors() -> contextlib.ExitStack:
+    """ORT silences its export by duplicating the file descriptors of sys.stdout and sys.stderr; a Jupyter kernel
+    that does not capture them (ipykernel under pytest, some front ends) has streams without one, and the export
+    fails. Such a stream is replaced by the process's own (sys.__stdout__) for the forward."""
+    stack = contextlib.ExitStack()
+    for stream, redirect in ((sys.stdout, contextlib.redirect_stdout), (sys.stderr, contextlib.redirect_stderr)):
+        try:
+            stream.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
+            real = sys.__stdout__ if redirect is contextlib.redirect_stdout else sys.__stderr__
+            if real is not None:
+                stack.enter_context(redirect(real))
+    return stack
 
 
 def _reason(error: BaseException, stage: str) -> str:

@@ -554,7 +554,7 @@ such a Trainer as it is (a tiny random Llama, so that it runs on a laptop CPU in
    ORTModule, and judges whether they train the same model;
 2. **a real run**: the same Trainer's `train()` with `ortlab.wrap(model)` (ORTModule with ortlab's fixes, no silent
    fallback to PyTorch) and `ortlab.hf.RecordCallback`, which writes the run as a run folder every view reads;
-   the two backends' runs side by side in the Lab.
+   PyTorch's and ORTModule's runs side by side.
 """),
     code("""
 %matplotlib inline
@@ -563,38 +563,32 @@ import torch
 import ortlab
 
 
-def lora_trainer(wrap=False, callbacks=None, steps=6, out="trainer-out"):
-    \"\"\"A Trainer of a tiny random Llama with a LoRA adapter: gradient accumulation 2, clipping 1.0, warmup.\"\"\"
+def lora_trainer(wrap=False, callbacks=None, steps=6):
+    \"\"\"A Trainer of a LoRA adapter on a tiny random Llama (its KV cache left on, as decoders have it):
+    gradient accumulation 2, clipping 1.0, a warmup.\"\"\"
+    import tempfile
+
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+    from transformers import Trainer, TrainingArguments, default_data_collator
 
-    class Tokens(torch.utils.data.Dataset):
-        def __len__(self):
-            return 64
-
-        def __getitem__(self, i):
-            ids = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(i))
-            return {"input_ids": ids, "labels": ids}
+    from ortlab.demo.trainers import Tokens, tiny_llama
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, use_cache=USE_CACHE)
-    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    args = TrainingArguments(out, max_steps=steps, per_device_train_batch_size=2, gradient_accumulation_steps=2,
-                             max_grad_norm=1.0, warmup_steps=2, learning_rate=1e-3, logging_steps=1, seed=0,
-                             report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True)
+    model = get_peft_model(tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                    lora_dropout=0.0))
+    args = TrainingArguments(tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=2,
+                             gradient_accumulation_steps=2, max_grad_norm=1.0, warmup_steps=2, learning_rate=1e-3,
+                             logging_steps=1, seed=0, report_to="none", save_strategy="no", use_cpu=True,
+                             disable_tqdm=True)
     return Trainer(model=ortlab.wrap(model) if wrap else model, args=args, train_dataset=Tokens(),
-                   callbacks=callbacks)
-
-
-USE_CACHE = USE_CACHE_VALUE
+                   data_collator=default_data_collator, callbacks=callbacks)
 """),
     md("""
 ## 1. A burst from the Trainer
 
 The Lab runs the factory in its worker process. `fixes="auto"` applies what `ortlab check` recommends for the
-model (here: what a decoder's KV cache needs under ORTModule); parity mode makes both backends compute alike, so
-that the verdict can judge them against float64.
+model: here `no-kv-cache`, because ORTModule cannot take the KV cache a decoder returns while `use_cache` is on.
+Parity mode makes both backends compute alike, so that the verdict can judge them against float64.
 """),
     code("""
 lab = ortlab.Lab(lora_trainer, out="runs")
@@ -603,15 +597,16 @@ print(comparison)
 """),
     code("""
 # NBVAL_CHECK_OUTPUT
-print(comparison.verdict().verdict)
+print(comparison.verdict.status, "with", comparison.ortmodule.meta["fixes"]["applied"])
 """),
     md("""
 ## 2. A real run: `ortlab.wrap` and `RecordCallback`
 
-The same Trainer, trained for real in this kernel: once on PyTorch, once with its model in `ortlab.wrap` (the
-options and fixes stay with the model as long as it lives; a failure raises with its reason instead of falling
-back to PyTorch). The callback only observes: the losses it records are the Trainer's own, one row per optimizer
-step.
+The same Trainer, trained for real in this kernel: once as it is (PyTorch), once with its model in
+`ortlab.wrap`. `wrap` checks the model on its first batch (`fixes="auto"`, the default) and keeps the fixes with
+the model for its life, applied around each of its forwards only; a failure raises with its reason instead of
+falling back to PyTorch. The callback only observes: the losses it records are the Trainer's own logged losses,
+one row per optimizer step (two micro-batches each here).
 """),
     code("""
 runs = {}
@@ -621,11 +616,12 @@ for wrap in (False, True):
     trainer.train()
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     runs["ortmodule" if wrap else "pytorch"] = run = ortlab.load_run(record.path)
-    print(run.path.name, run.status, run.losses == logged)
+    print(run.path.name, run.status, "rows are the logged losses:", run.losses == logged)
 """),
     code("""
 # NBVAL_CHECK_OUTPUT
 print({name: (run.status, len(run.metrics)) for name, run in runs.items()})
+print(runs["ortmodule"].meta["fixes"]["applied"])
 """),
     code("""
 from ortlab.plots import loss_figure
@@ -633,11 +629,12 @@ from ortlab.plots import loss_figure
 loss_figure({name: run.losses for name, run in runs.items()}, title="Trainer.train(): logged loss per step")
 """),
     md("""
-ORTModule's run folder also holds what ORT did: its transitions (why it exported) and its initialization overhead.
-The Lab lists both runs beside the bursts (the Runs table of its Burst tab).
+ORTModule's run folder also holds what ORT did: why it exported (its transitions) and what its start-up cost.
+Both recorded runs are in `runs/` beside the bursts, where `ortlab runs`, `ortlab diff`, `ortlab time` and the
+Lab's tabs read them.
 """),
     code("""
-print(runs["ortmodule"].transitions[["action", "reason"]])
+print(runs["ortmodule"].transitions[["action", "reason"]].to_string(index=False))
 print(runs["ortmodule"].ort["overhead"])
 """),
     code("""
