@@ -16,6 +16,7 @@ import contextlib
 import functools
 import sys
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +76,9 @@ def wrap(model: Any, options: Options | Mapping[str, Any] | list[str] | str | No
         _resolve(model, info, example if isinstance(example, Mapping | tuple | list) else (example,), {})
     from ortlab.engine.wrapper import build_ortmodule
 
-    onnx_dir = Path(chosen["save_onnx_path"] or tempfile.mkdtemp(prefix="ortlab-onnx-"))
+    # where ORT saves the stage graphs when asked (a recorder copies them into its run folder)
+    onnx_dir = Path(chosen["save_onnx_path"] or (tempfile.mkdtemp(prefix="ortlab-onnx-") if chosen["save_onnx"]
+                                                 else tempfile.gettempdir()))
     with chosen.applied():
         try:
             wrapped = build_ortmodule(model, chosen, onnx_dir)
@@ -155,8 +158,9 @@ def _resolve(module: Any, info: WrapInfo, args: Any, kwargs: dict[str, Any]) -> 
 
     inputs = _as_inputs(module, args, kwargs)
     training = module.training
-    try:
-        with info.options.replace(fallback_policy="DEFAULT").applied():
+    try:  # the check's exports warn what the wrapped model's own export warns again: said once
+        with info.options.replace(fallback_policy="DEFAULT").applied(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             report = check(Workload(module, lambda step: (inputs, None), _own_loss, name=type(module).__name__),
                            registry.AUTO, info.options["onnx_opset_version"])
     finally:

@@ -558,9 +558,16 @@ such a Trainer as it is (a tiny random Llama, so that it runs on a laptop CPU in
 """),
     code("""
 %matplotlib inline
+import warnings
+
 import torch
 
 import ortlab
+
+# the exporter's notes on transformers' own code when ORTModule exports in this kernel (`ortlab check` reads them
+# as hazards and found none that matter here)
+warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+warnings.filterwarnings("ignore", message="Constant folding")
 
 
 def lora_trainer(wrap=False, callbacks=None, steps=6):

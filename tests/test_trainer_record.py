@@ -77,6 +77,32 @@ def test_hf_with_ortlab_wrap_keeps_ort_files_and_feeds_runs_and_diff(tmp_path):
     assert diff.returncode in (0, 1) and "Traceback" not in diff.stderr, diff.stderr[-2000:]
 
 
+@pytest.mark.slow
+def test_the_lora_trainer_wrapped_and_recorded_keeps_its_logged_losses(tmp_path):
+    """ortlab.demo.trainers:lora_llama (use_cache on, accumulation 2, clipping 1.0, warmup): train() with its model
+    in ortlab.wrap (fixes="auto": no-kv-cache) and the callback."""
+    from ortlab.demo.trainers import lora_llama
+
+    def train(wrap, callbacks=None):
+        torch.manual_seed(0)
+        trainer = lora_llama(out=str(tmp_path / "trainer"))
+        trainer.args.max_steps = 3
+        if wrap:
+            trainer.model = trainer.model_wrapped = ortlab.wrap(trainer.model)
+        for callback in callbacks or []:
+            trainer.add_callback(callback)
+        trainer.train()
+        return [h["loss"] for h in trainer.state.log_history if "loss" in h], trainer.model
+
+    plain, _ = train(False)
+    callback = ortlab.hf.RecordCallback(out=tmp_path / "runs")
+    logged, _ = train(True, [callback])
+    assert logged == pytest.approx(plain, abs=2e-4)
+    run = ortlab.load_run(callback.path)
+    assert run.ok and run.meta["backend"] == "ortmodule" and run.losses == logged
+    assert run.meta["fixes"]["applied"] == ["no-kv-cache"] and run.transitions["action"].tolist() == ["wrap"]
+
+
 def _lightning(tmp_path, callback=None, wrap=False, fail_at=None):
     import lightning as L
 
