@@ -169,3 +169,28 @@ def test_lightning_with_a_wrapped_net_is_recorded_through_its_ortmodule(tmp_path
     assert _lightning(tmp_path, callback, wrap=True) == pytest.approx(plain, rel=1e-5)
     run = ortlab.load_run(callback.path)
     assert run.ok and run.meta["backend"] == "ortmodule" and run.transitions["action"].tolist() == ["wrap"]
+
+
+def test_a_pytorch_lightning_trainer_takes_the_callback(tmp_path):
+    import pytorch_lightning as pl
+
+    class Regression(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, i):
+            return torch.nn.functional.mse_loss(self.fc(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g))
+    callback = ortlab.lightning.RecordCallback(out=tmp_path / "runs")
+    trainer = pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu", default_root_dir=str(tmp_path),
+                         callbacks=[callback])
+    trainer.fit(Regression(), torch.utils.data.DataLoader(data, batch_size=4))
+    run = ortlab.load_run(callback.path)
+    assert run.ok and run.meta["model"]["factory"] == "pytorch_lightning.Trainer" and len(run.metrics) == 2
