@@ -128,17 +128,14 @@ def _options(given: Any) -> Options:
                         "model on PyTorch silently (a failure raises OrtModuleFailed)")
     chosen = chosen.replace(fallback_policy="FALLBACK_DISABLE")
     imported = "onnxruntime.training.ortmodule" in sys.modules
+    now = Options.from_environ()
     for name in sorted(k for k, s in SPECS.items() if s.read_at is ReadAt.IMPORT and s.env):
-        wanted = chosen.env().get(SPECS[name].env)
-        if wanted == os.environ.get(SPECS[name].env):
+        if chosen[name] == now[name]:
             continue
         if imported:
             raise WrapError(f"option {name} is read when onnxruntime is imported, which this process already did: "
                             f"set {SPECS[name].env} before Python starts (Options.export_lines())")
-        if wanted is None:
-            os.environ.pop(SPECS[name].env, None)
-        else:
-            os.environ[SPECS[name].env] = wanted
+        os.environ[SPECS[name].env] = SPECS[name].to_env(chosen[name])
     return chosen
 
 

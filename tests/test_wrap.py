@@ -128,3 +128,16 @@ def test_under_ddp_ortmodule_goes_inside(tmp_path):
         assert _train(DDP(ortlab.wrap(_model(), example=_batch(0)))) == pytest.approx(plain, rel=1e-5)
     finally:
         dist.destroy_process_group()
+
+
+def test_options_read_at_import_are_refused_once_onnxruntime_is_imported():
+    import onnxruntime.training.ortmodule  # noqa: F401 - what a process that used ORTModule has done
+
+    with pytest.raises(WrapError, match="ORTMODULE_ENABLE_CUSTOM_AUTOGRAD before Python starts"):
+        ortlab.wrap(torch.nn.Linear(2, 2), options={"enable_custom_autograd": False}, fixes="none")
+    os.environ["ORTMODULE_ENABLE_CUSTOM_AUTOGRAD"] = "1"  # the default, set: nothing to change
+    try:
+        wrapped = ortlab.wrap(torch.nn.Linear(2, 2), fixes="none")
+    finally:
+        del os.environ["ORTMODULE_ENABLE_CUSTOM_AUTOGRAD"]
+    assert info_of(wrapped).options["fallback_policy"] == "FALLBACK_DISABLE"
