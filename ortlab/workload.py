@@ -117,10 +117,17 @@ class Workload:
         return [batch(step * self.accumulation + j) for j in range(self.accumulation)]
 
     def forward_loss(self, runner: Any, inputs: Any, target: Any) -> torch.Tensor:
-        """One micro-batch's loss through `runner`: `step_loss`, or the model's outputs given to `loss`."""
-        if self.step_loss is not None:
-            return self.step_loss(runner, inputs, target)
-        return self.loss(call_model(runner, inputs), target)
+        """One micro-batch's loss through `runner`: `step_loss`, or the model's outputs given to `loss`; a
+        WorkloadError when `step_loss` gives no tensor (a trainer step that computed no loss)."""
+        if self.step_loss is None:
+            return self.loss(call_model(runner, inputs), target)
+        import torch
+
+        loss = self.step_loss(runner, inputs, target)
+        if not isinstance(loss, torch.Tensor):
+            raise WorkloadError(f"the workload's step_loss returned {type(loss).__name__}, not the loss tensor to "
+                                "backward")
+        return loss
 
     def backward(self, runner: Any, batches: list[tuple[Any, Any]], cast: Callable[[Any], Any] = lambda v: v
                  ) -> float:

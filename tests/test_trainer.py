@@ -72,6 +72,44 @@ def test_the_float64_reference_trains_the_trainers_step():
     assert next(p for p in w.model.parameters()).dtype == torch.float32  # the model itself is untouched
 
 
+class _Regressor(torch.nn.Module):
+    """A model without **kwargs in forward: the Trainer divides its loss by the accumulation itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+    def forward(self, x, labels):
+        return {"loss": torch.nn.functional.mse_loss(self.net(x).squeeze(-1), labels)}
+
+
+def _regression_trainer(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    data = [{"x": x, "labels": x.sum()} for x in torch.randn(24, 4, generator=g)]
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=4,
+                             gradient_accumulation_steps=3, max_grad_norm=0.1, learning_rate=1e-2, max_steps=4,
+                             lr_scheduler_type="cosine", warmup_ratio=0.2, seed=3, use_cpu=True, logging_steps=1,
+                             save_strategy="no", disable_tqdm=True)
+    return Trainer(model=_Regressor(), args=args, train_dataset=data)
+
+
+def test_a_model_without_loss_kwargs_is_scaled_as_the_trainer_scales_it(tmp_path):
+    trainer = _regression_trainer(tmp_path)
+    w = Workload.coerce(trainer, "test")
+    assert w.batch(0)[1] is None  # no token count: the loss is divided by the accumulation instead
+    optimizer, scheduler = w.optimizer(w.model)
+    losses = []
+    for k in range(4):  # two epochs of 2 steps
+        losses.append(w.backward(w.model, w.micro_batches(w.batch, k)))
+        w.optimizer_step(w.model, optimizer, scheduler)
+    trained = _regression_trainer(tmp_path)
+    trained.train()
+    assert [round(x, 4) for x in losses] == [h["loss"] for h in trained.state.log_history if "loss" in h]
+
+
 @pytest.mark.parametrize("change, says", [
     (lambda t: setattr(t, "train_dataset", None), "without a train_dataset"),
     (lambda t: setattr(t.state, "global_step", 4), "has trained already"),

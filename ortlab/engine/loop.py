@@ -317,7 +317,7 @@ class Engine:
         with fp16:
             if self.workload.step_loss is not None:  # the trainer's own step: forward and loss in one
                 with b.backend.forward(self, b, step, inputs):
-                    loss = self.workload.step_loss(b.runner, inputs, target)
+                    loss = self.workload.forward_loss(b.runner, inputs, target)
             else:
                 with b.backend.forward(self, b, step, inputs):
                     outputs = call_model(b.runner, inputs)

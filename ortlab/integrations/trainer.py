@@ -4,14 +4,16 @@ broke with every transformers release: Optimum's ORTTrainer).
 
 - the model: `trainer.model` (a PEFT model as it is: its frozen base stays frozen);
 - the batches: the first ones of `trainer.get_train_dataloader()` (its sampler, collator and removed columns),
-  drawn once with torch's random numbers seeded from `args.seed` (epoch e: `args.seed + e`) and kept, so every
-  burst and backend sees the same ones;
+  drawn once with torch's random numbers seeded from `args.seed` as `train()` seeds them (one stream over the
+  epochs, apart from the process's own) and kept, so every burst and backend sees the same ones;
 - the loss: `trainer.compute_loss(runner, inputs, num_items_in_batch=...)`, with the token count of the whole
   optimizer step as `trainer.get_batch_samples` works it out, divided by the accumulation where the Trainer's
   `training_step` divides it;
 - the optimizer and LR scheduler: `create_optimizer_and_scheduler` for the run `args` describe (learning rate,
   weight decay, warmup, scheduler type), made anew for each burst and for the float64 copy;
-- `args.gradient_accumulation_steps` micro-batches per step and `args.max_grad_norm` clipping.
+- `args.gradient_accumulation_steps` micro-batches per step and `args.max_grad_norm` clipping. Where the
+  accumulation does not divide an epoch's batches, the Trainer's last step of the epoch takes the remainder; a
+  burst's steps always take as many, running on into the next epoch (bursts are short: most stay in the first).
 """
 
 from __future__ import annotations
@@ -104,13 +106,14 @@ class Batches:
         return dict(self.drawn[i]), self.counts[step]
 
     def _draw(self) -> None:
-        """One more batch, with torch's random numbers of the draw (seeded from args.seed) instead of the
-        process's: the order is the same whoever draws, and the process's own stream is left alone."""
+        """One more batch into `drawn` (none at an epoch's end: the next call begins the next epoch), with the
+        draw's own stream of torch's random numbers (seeded from args.seed) instead of the process's: the order is
+        the same whoever draws, and the process's own stream is left alone."""
         import torch
 
         with torch.random.fork_rng(devices=[]):
             if self._rng is None:
-                torch.manual_seed(self.trainer.args.seed + self.epoch)
+                torch.manual_seed(self.trainer.args.seed)  # as trainer.train() seeds before its first epoch
             else:
                 torch.set_rng_state(self._rng)
             if self._iterator is None:
@@ -121,7 +124,8 @@ class Batches:
                 if not self.drawn:
                     raise TrainerError("the Trainer's train dataloader gives no batch (an empty train_dataset, or "
                                        "dataloader_drop_last with fewer samples than a batch)") from None
-                self.epoch, self._iterator, self._rng = self.epoch + 1, None, None
+                self.epoch, self._iterator = self.epoch + 1, None  # the next epoch's order: the same stream
+                self._rng = torch.get_rng_state()
                 return
             self._rng = torch.get_rng_state()
         self.drawn.append({k: v for k, v in batch.items()})
