@@ -13,6 +13,7 @@ only observes: it reads what the Trainer hands every callback and changes none o
 
 from __future__ import annotations
 
+import atexit
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ class RecordCallback(TrainerCallback):
 
     def __init__(self, out: str | Path = "runs", collect: dict[str, dict] | None = None, name: str | None = None):
         self.out, self.collect, self.name = out, checked_collect(collect), name
+        # A Trainer tells its callbacks nothing of an exception: the run ends "failed" when the next train() begins
+        # or the process ends first
         self.recorder: Recorder | None = None
         self.path: Path | None = None
         self._waiting: int | None = None  # the step whose row waits for the Trainer's log of its loss
@@ -44,6 +47,7 @@ class RecordCallback(TrainerCallback):
                                  origin="transformers.Trainer", meta={"trainer": trainer})
         self.recorder.__enter__()
         self.path = self.recorder.path
+        atexit.register(self._at_exit)  # an exception in train() reaches no callback: a script's ends the process
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush()
@@ -72,9 +76,14 @@ class RecordCallback(TrainerCallback):
             self._waiting = None
             self.recorder.step()
 
+    def _at_exit(self) -> None:
+        self._close("failed", f"the process ended during train() after {self.recorder.steps} steps (an exception "
+                    "in train() reaches no callback)")
+
     def _close(self, status: str, why: str = "") -> None:
         if self.recorder is None:
             return
+        atexit.unregister(self._at_exit)
         recorder, self.recorder = self.recorder, None
         error = RuntimeError(why) if status != "ok" else None
         recorder.__exit__(None if error is None else RuntimeError, error, None)

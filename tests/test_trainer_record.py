@@ -194,3 +194,35 @@ def test_a_pytorch_lightning_trainer_takes_the_callback(tmp_path):
     trainer.fit(Regression(), torch.utils.data.DataLoader(data, batch_size=4))
     run = ortlab.load_run(callback.path)
     assert run.ok and run.meta["model"]["factory"] == "pytorch_lightning.Trainer" and len(run.metrics) == 2
+
+
+FAILING_SCRIPT = """
+import sys
+import torch
+import ortlab
+from tests.test_trainer_record import Tokens, _hf
+
+
+class Broken(Tokens):
+    def __getitem__(self, i):
+        if i >= 4:
+            raise RuntimeError("bad sample")
+        return super().__getitem__(i)
+
+
+import tests.test_trainer_record as t
+t.Tokens = Broken
+_hf(__import__("pathlib").Path(sys.argv[1]), ortlab.hf.RecordCallback(out=sys.argv[1] + "/runs"))
+"""
+
+
+def test_hf_run_of_a_script_that_raises_ends_failed(tmp_path):
+    """A Trainer tells its callbacks nothing of an exception: the process's end closes the run."""
+    from pathlib import Path
+
+    r = subprocess.run([sys.executable, "-c", FAILING_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                       timeout=600, cwd=Path(__file__).parents[1])
+    assert r.returncode != 0 and "bad sample" in r.stderr
+    (path,) = (tmp_path / "runs").iterdir()
+    run = ortlab.load_run(path)
+    assert run.status == "failed" and "the process ended during train()" in run.error
