@@ -118,7 +118,7 @@ def _lightning(tmp_path, callback=None, wrap=False, fail_at=None):
     class Classifier(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.net = ortlab.wrap(Net(), fixes="none") if wrap else Net()
+            self.net = ortlab.wrap(Net()) if wrap else Net()  # fixes="auto": checked on the first batch
             self.losses = []
 
         def training_step(self, batch, i):
