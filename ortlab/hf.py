@@ -1,6 +1,6 @@
 """Hugging Face: `RecordCallback` records a real `Trainer.train()` as a run folder, the way `ortlab.record` records a
 loop (per-step loss, step time, memory, the collectors "stats" and "time"), so that `ortlab runs`, `diff`, `time`,
-the Lab and the notebooks read it:
+the Lab and the notebooks read it. For example:
 
     trainer = Trainer(model=ortlab.wrap(model), args=args, train_dataset=data,
                       callbacks=[ortlab.hf.RecordCallback(out="runs")])

@@ -1,6 +1,6 @@
 """Lightning: `RecordCallback` records a real `Trainer.fit()` as a run folder, the way `ortlab.record` records a loop
 (per-step loss, step time, memory, the collectors "stats" and "time"), so that `ortlab runs`, `diff`, `time`, the
-Lab and the notebooks read it:
+Lab and the notebooks read it. For example:
 
     trainer = lightning.Trainer(max_steps=20, callbacks=[ortlab.lightning.RecordCallback(out="runs")])
 
