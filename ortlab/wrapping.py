@@ -66,8 +66,8 @@ def wrap(model: Any, options: Options | Mapping[str, Any] | list[str] | str | No
     from ortlab import _ort
     from ortlab.compat import registry
 
+    chosen = _options(options)  # first: options read at import are set before anything imports ORTModule
     _refuse(model, torch)
-    chosen = _options(options)
     asked = registry.parse(fixes)
     if asked != registry.AUTO:
         _carried(asked)

@@ -141,3 +141,14 @@ def test_options_read_at_import_are_refused_once_onnxruntime_is_imported():
     finally:
         del os.environ["ORTMODULE_ENABLE_CUSTOM_AUTOGRAD"]
     assert info_of(wrapped).options["fallback_policy"] == "FALLBACK_DISABLE"
+
+
+def test_options_read_at_import_are_set_before_onnxruntime_is_imported():
+    import subprocess
+    import sys
+
+    script = ("import os, sys, torch, ortlab\n"
+              "ortlab.wrap(torch.nn.Linear(2, 2), options={'enable_custom_autograd': False}, fixes='none')\n"
+              "print(os.environ['ORTMODULE_ENABLE_CUSTOM_AUTOGRAD'])\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("0"), r.stderr[-2000:]
