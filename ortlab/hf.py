@@ -41,6 +41,8 @@ class RecordCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         self._close("failed", "a new train() began before the last one ended")
+        if not state.is_world_process_zero:  # several processes: the first records, as the Trainer logs
+            return
         trainer = {k: _plain(getattr(args, k, None)) for k in ARGUMENTS}
         self.recorder = Recorder(model, self.out, self.collect, self.name,
                                  batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps,

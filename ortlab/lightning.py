@@ -35,6 +35,8 @@ class _Recording:
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._close("failed", "a new fit() began before the last one ended")
+        if not trainer.is_global_zero:  # several processes: the first records, as Lightning logs
+            return
         model = _ortmodule_in(pl_module) or pl_module
         accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
         loader = getattr(trainer, "train_dataloader", None)
