@@ -6,8 +6,8 @@ loop under DDP), with ortlab's options and compatibility fixes, and no silent Py
 
 A burst applies its fixes for the burst and undoes them after; a wrapped model lives as long as the user keeps it,
 so its fixes are applied around each of its forwards instead (ORT exports, and exports again, only inside one) and
-never reach another model of the process. Its options are set in the environment at construction and around each
-forward the same way. Fallback is disabled: a failure raises `OrtModuleFailed` with ortlab's one-line reason.
+never reach another model of the process. Its options are set in the environment at construction, and those ORT reads
+at export around each forward. Fallback is disabled: a failure raises `OrtModuleFailed` with ortlab's one-line reason.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortlab import _ort
+from ortlab.compat import registry
 from ortlab.errors import InputError, OrtlabError
 from ortlab.options import SPECS, Options, ReadAt
 
@@ -63,9 +65,6 @@ def wrap(model: Any, options: Options | Mapping[str, Any] | list[str] | str | No
     keyword arguments) now, or without it on the first forward's inputs. Wrap before DDP, never after."""
     import torch
 
-    from ortlab import _ort
-    from ortlab.compat import registry
-
     chosen = _options(options)  # first: options read at import are set before anything imports ORTModule
     _refuse(model, torch)
     asked = registry.parse(fixes)
@@ -102,7 +101,6 @@ def info_of(model: Any) -> WrapInfo | None:
 
 
 def _refuse(model: Any, torch: Any) -> None:
-    from ortlab import _ort
     from ortlab._dynamo import compiled_inner
 
     if _ort.is_ortmodule(model):
@@ -149,7 +147,6 @@ def _carried(names: tuple[str, ...] | list[str]) -> None:
 def _resolve(module: Any, info: WrapInfo, args: Any, kwargs: dict[str, Any]) -> None:
     """fixes="auto": `ortlab check` on these inputs (the model's state and mode unchanged after); its fixes become
     the wrap's, and what no fix removes raises, named."""
-    from ortlab.compat import registry
     from ortlab.compat.check import check
     from ortlab.workload import Workload
 
@@ -207,9 +204,6 @@ def _guarded(wrapped: Any, forward: Any, info: WrapInfo, *args: Any, **kwargs: A
     gradients advancing them (as a burst does)."""
     import torch
 
-    from ortlab import _ort
-    from ortlab.compat import registry
-
     module = _ort.inner_module(wrapped)
     if info.pending:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -218,7 +212,7 @@ def _guarded(wrapped: Any, forward: Any, info: WrapInfo, *args: Any, **kwargs: A
         with _streams_with_descriptors():
             _resolve(module, info, args, kwargs)
     passing = bool(set(registry.PYTORCH_PASS) & set(info.fixes)) and module.training and torch.is_grad_enabled()
-    with info.options.applied(), registry.applied(module, info.fixes), _streams_with_descriptors():
+    with _export_environment(info.options), registry.applied(module, info.fixes), _streams_with_descriptors():
         kept = [(b, b.detach().clone()) for b in module.buffers()] if passing else None
         try:
             out = forward(*args, **kwargs)
@@ -235,6 +229,32 @@ def _guarded(wrapped: Any, forward: Any, info: WrapInfo, *args: Any, **kwargs: A
                     buffer.copy_(saved)
                 module(*args, **kwargs)
     return out
+
+
+@contextlib.contextmanager
+def _export_environment(options: Options) -> Any:
+    """The variables of the options ORT reads when it exports, as `options` has them, for one forward (it read the
+    others at construction, under Options.applied); none is touched when the environment says the same already."""
+    import os
+
+    changed = {}
+    for spec in _EXPORT_READ:
+        wanted = options[spec.name]
+        current = os.environ.get(spec.env)
+        if (spec.default if current is None else spec.parse(current)) != wanted:
+            changed[spec.env] = current
+            os.environ[spec.env] = spec.to_env(wanted)
+    try:
+        yield
+    finally:
+        for name, old in changed.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+_EXPORT_READ = tuple(spec for spec in SPECS.values() if spec.read_at is ReadAt.EXPORT and spec.env)
 
 
 def _streams_with_descriptors() -> contextlib.ExitStack:
