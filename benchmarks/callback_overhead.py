@@ -6,6 +6,9 @@ is built outside it; other jobs on a shared machine only ever add time). Each si
 same seed. The callback's whole cost is in it: the run folder and meta.json at the start, a metrics line
 per step, final_state.json at the end. Target: ratio <= 1.05.
 
+A second figure that a loaded machine moves less: the time spent inside the callback's hooks (timed in the runs
+with it) over those runs' wall time, the median over the rounds.
+
     python benchmarks/callback_overhead.py [--steps 20] [--rounds 7] [--repeats 3] [--threads N]
 """
 
@@ -34,6 +37,31 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": ids, "labels": ids}
 
 
+HOOKS = ("on_train_begin", "on_step_begin", "on_step_end", "on_log", "on_train_end")
+inside: list[float] = []  # per run with the callback: seconds spent in its hooks
+
+
+class Timed(ortlab.hf.RecordCallback):
+    """RecordCallback whose hooks add the time they take to `inside[-1]`."""
+
+
+def _timed(name: str):
+    hook = getattr(ortlab.hf.RecordCallback, name)
+
+    def timed(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return hook(self, *args, **kwargs)
+        finally:
+            inside[-1] += time.perf_counter() - started
+
+    return timed
+
+
+for _name in HOOKS:
+    setattr(Timed, _name, _timed(_name))
+
+
 def train_seconds(steps: int, out: str | None) -> float:
     """The wall time of one Trainer.train() of `steps` steps (with the callback when `out` is given)."""
     from transformers import LlamaConfig, LlamaForCausalLM, PrinterCallback, Trainer, TrainingArguments
@@ -46,7 +74,9 @@ def train_seconds(steps: int, out: str | None) -> float:
         args = TrainingArguments(scratch, max_steps=steps, per_device_train_batch_size=BATCH, logging_steps=1,
                                  report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
                                  log_level="error")
-        callbacks = [ortlab.hf.RecordCallback(out=out)] if out else None
+        callbacks = [Timed(out=out)] if out else None
+        if out:
+            inside.append(0.0)
         trainer = Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
         trainer.remove_callback(PrinterCallback)  # its print per step is the same on both sides: noise only
         started = time.perf_counter()
@@ -77,6 +107,9 @@ def main() -> int:
     print(f"{a.steps}-step Trainer.train(): without the callback {statistics.median(theirs):.3f} s, with it "
           f"{statistics.median(ours):.3f} s (medians over {a.rounds} rounds of the shortest of {r})")
     print(f"ratio with / without: {ratio:.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f}); target <= {TARGET}")
+    shares = [h / w for h, w in zip(inside[1:], runs.ours, strict=True)]  # inside[0]: the warm-up's
+    print(f"time inside the callback's hooks: {100 * statistics.median(shares):.2f}% of train() "
+          f"({100 * min(shares):.2f}-{100 * max(shares):.2f}%)")
     return verdict({"callback": ratio}, {"callback": TARGET})
 
 
