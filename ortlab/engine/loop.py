@@ -273,21 +273,21 @@ class Engine:
         """One optimizer step: each micro-batch's forward and backward (one unless the workload accumulates), then
         the workload's clipping, the optimizer's and the scheduler's step. Phases: "forward" as the first
         micro-batch begins, "backward" as the last one's backward does."""
+        work, total = self.workload, 0.0
+        first = self._batch(b, step, 0)  # at step 0 the backend wraps the model on it, before the step begins
         for c in b.collectors.values():
             c.step_begin(step)
         started = time.perf_counter()
-        work, total = self.workload, 0.0
         for j in range(work.accumulation):
-            total += self._micro(b, step, j, j == work.accumulation - 1)
+            total += self._micro(b, step, j, first if j == 0 else self._batch(b, step, j))
         for c in b.timers:
             c.phase(step, "optimizer")
         b.stage = "optimizer"
         work.optimizer_step(self.model, b.optimizer, b.scheduler, b.scaler)
-        loss_value = total
         elapsed = time.perf_counter() - started
         for c in b.timers:
             c.phase(step, "end")
-        row = {"step": step, "loss": loss_value, "step_time_s": elapsed,
+        row = {"step": step, "loss": total, "step_time_s": elapsed,
                "samples_per_s": (work.batch_size or 1) * work.accumulation / elapsed if elapsed > 0 else None,
                "peak_mem_mb": b.memory.peak_mb()}
         row.update(b.feed.load(step) or {})
@@ -296,9 +296,9 @@ class Engine:
             c.step_end(step)
         return row
 
-    def _micro(self, b: _Burst, step: int, j: int, last: bool) -> float:
-        """Micro-batch `j` of `step`: forward (the backend wraps the model at the first), loss, backward; its
-        loss (waits for the device)."""
+    def _batch(self, b: _Burst, step: int, j: int) -> tuple[Any, Any]:
+        """Micro-batch `j` of `step` on the burst's device; the first of the burst is the one the backend wraps
+        the model on."""
         b.stage = "data"
         inputs, target = to_device(b.feed.batch(step * self.workload.accumulation + j), b.device)
         if step == 0 and j == 0:
@@ -306,6 +306,12 @@ class Engine:
             b.first_inputs = inputs
             b.runner = self.runner = self._runner(b, b.backend.wrap(self, b, inputs))
         b.last_inputs = inputs
+        return inputs, target
+
+    def _micro(self, b: _Burst, step: int, j: int, batch: tuple[Any, Any]) -> float:
+        """Micro-batch `j` of `step`: forward, loss, backward; its loss (waits for the device)."""
+        inputs, target = batch
+        last = j == self.workload.accumulation - 1
         started = time.perf_counter()
         if j == 0:
             for c in b.timers:
