@@ -55,13 +55,16 @@ _EXPORTS = {
     "time": "ortlab.timing.table",
     "record": "ortlab.recorder",
     "Recorder": "ortlab.recorder",
+    "wrap": "ortlab.wrapping",
+    "WrapError": "ortlab.wrapping",
+    "OrtModuleFailed": "ortlab.wrapping",
     "doctor": "ortlab.environment",
     "setup": "ortlab.environment",
 }
 
 # Subpackages reachable as attributes (`ortlab.graphs.load(run)`); no public name above equals a submodule's name
 # (importing the submodule would rebind the attribute), which tests/test_api.py checks.
-_PACKAGES = ("account", "activations", "compat", "graphs", "recompute", "tuning", "verdict")
+_PACKAGES = ("account", "activations", "compat", "graphs", "hf", "lightning", "recompute", "tuning", "verdict")
 
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 

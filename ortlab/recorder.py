@@ -25,6 +25,7 @@ from typing import Any
 from ortlab import _ort
 from ortlab.errors import InputError
 from ortlab.options import Options
+from ortlab.wrapping import info_of
 
 HANGING_LEVELS = ("INFO", "DEVINFO", "VERBOSE")
 
@@ -69,7 +70,8 @@ class Recorder:
     Python logger, the collectors' data, and the exported graphs when ORT saved them."""
 
     def __init__(self, model: Any, out: str | Path = "runs", collect: dict[str, dict] | None = None,
-                 name: str | None = None, batch_size: int | None = None):
+                 name: str | None = None, batch_size: int | None = None, origin: str = "recorded loop",
+                 meta: dict[str, Any] | None = None):
         import torch
 
         if not isinstance(model, torch.nn.Module):
@@ -80,14 +82,7 @@ class Recorder:
             raise RecordError(f"ORTModule log level {_ort.log_level(model)} hangs a Jupyter kernel (ORT's C++ output "
                               "fills the kernel's pipe); build it with DebugOptions(log_level=LogLevel.WARNING), or "
                               "run the loop as a script, or use ortlab.Session bursts (they run in a worker)")
-        collect = dict(collect or {})
-        if set(collect) - {"stats", "time"}:
-            raise RecordError(f"collect {sorted(collect)} is not allowed for a recorded loop; allowed: 'stats', "
-                              "'time'")
-        if "time" in collect:
-            from ortlab.timing.collector import profiled_steps
-
-            profiled_steps(collect["time"], None)
+        collect = checked_collect(collect)
         from ortlab._dynamo import compiled_inner
         from ortlab.engine.config import BurstConfig
 
@@ -98,6 +93,7 @@ class Recorder:
         self.cfg = BurstConfig(backend=backend, out=str(out), name=name, collect=collect,
                                options=Options.from_environ())
         self.batch_size = batch_size
+        self.origin, self.extra_meta = origin, dict(meta or {})
         self.path: Path | None = None
         self.steps = 0
 
@@ -113,15 +109,16 @@ class Recorder:
 
         device = next((p.device for p in self.inner.parameters()), torch.device("cpu"))
         self.collectors = make_collectors(self.cfg.collect)
-        self.path = new_run_dir(self.cfg.out, self.cfg.backend, self.cfg.name or f"recorded-{self.cfg.backend}")
+        label = "recorded" if self.origin == "recorded loop" else self.origin.rpartition(".")[2].lower()
+        self.path = new_run_dir(self.cfg.out, self.cfg.backend, self.cfg.name or f"{label}-{self.cfg.backend}")
         params = sum(p.numel() for p in self.inner.parameters())
         self.writer = RunWriter(self.path, {
             "backend": self.cfg.backend, "recorded": True, "config": self.cfg.to_dict(),
             "effective_options": self._options().to_dict(),
-            "model": {"factory": "recorded loop", "name": type(self.inner).__name__,
+            "model": {"factory": self.origin, "name": type(self.inner).__name__,
                       "class": type(self.inner).__qualname__,
                       "parameters": params, "batch_size": self.batch_size},
-            "device": str(device), "versions": versions(), "pid": os.getpid(),
+            "device": str(device), "versions": versions(), "pid": os.getpid(), **self.extra_meta,
         })
         self._log = logging.FileHandler(self.path / "log.txt", encoding="utf-8")
         self._log.setFormatter(logging.Formatter("%(asctime)s %(name)s [%(levelname)s] - %(message)s"))
@@ -178,6 +175,9 @@ class Recorder:
         self._log.close()
         if self.ortmodule:
             self._write_ort_files()
+            wrapped = info_of(self.model)
+            if wrapped is not None:  # ortlab.wrap's fixes, as a burst records its own
+                extra["fixes"] = {k: v for k, v in wrapped.to_dict().items() if k != "options"}
             error = _ort.Wrap(self.model, True).fallback()
             if error is not None:  # the user's ORTModule ran their loop on PyTorch: never "ok"
                 from ortlab.compat.errors import fallback_record
@@ -202,7 +202,8 @@ class Recorder:
         extra = {"log_level": _ort.log_level(self.model)}
         if save:
             extra.update(save_onnx=True, save_onnx_path=folder, onnx_prefix=prefix)
-        return Options.from_environ().replace(**extra)
+        wrapped = info_of(self.model)  # ortlab.wrap's options, which it sets around each forward
+        return (wrapped.options if wrapped is not None else Options.from_environ()).replace(**extra)
 
     def _note_export(self, row: dict[str, Any]) -> None:
         info = _ort.Wrap(self.model, self.inner.training).exported_model()
@@ -234,6 +235,18 @@ class Recorder:
                 (self.path / "onnx").mkdir(exist_ok=True)
                 for f in fresh:
                     shutil.copy2(f, self.path / "onnx" / f.name)
+
+
+def checked_collect(collect: dict[str, dict] | None) -> dict[str, dict]:
+    """The collectors a recorded loop can run ("stats", "time"), their settings checked."""
+    collect = dict(collect or {})
+    if set(collect) - {"stats", "time"}:
+        raise RecordError(f"collect {sorted(collect)} is not allowed for a recorded loop; allowed: 'stats', 'time'")
+    if "time" in collect:
+        from ortlab.timing.collector import profiled_steps
+
+        profiled_steps(collect["time"], None)
+    return collect
 
 
 def _fallback(wrap: _ort.Wrap) -> str | None:

@@ -21,6 +21,11 @@ class WorkloadError(InputError):
     """A model factory that cannot be found, sent to a worker, or that returns the wrong thing."""
 
 
+# modules that turn what a trainer library made into a Workload, each with `accepts(made) -> bool` (without
+# importing the library: a factory that did not use it has not imported it) and `workload(made, origin)`
+ADAPTERS: tuple[str, ...] = ("ortlab.integrations.trainer", "ortlab.integrations.lightning")
+
+
 @dataclass
 class Workload:
     """The factory protocol: a factory returns one of these (or a `(model, batch, loss)` tuple).
@@ -40,18 +45,44 @@ class Workload:
       by the load-balancing sampler and for the load figures.
     - `batch_size`: samples per step. Without a sampler, step k trains on samples k * batch_size onwards, in order
       (wrapping around), so `batch(step)` still works everywhere.
+
+    A workload taken from a trainer (a Hugging Face `Trainer`, a LightningModule) also brings the pieces of its
+    training step, so that every backend and the float64 reference train exactly what that trainer computes:
+
+    - `step_loss(runner, inputs, target)`: the loss to backward, in place of `loss(runner(inputs), target)` (a
+      Trainer's `compute_loss`, a LightningModule's `training_step`); `runner` is the module the backend trains
+      (the model, its ORTModule, its compiled module), its parameters the model's. Scaled as the trainer
+      backwards it (divided by `accumulation` where the trainer does).
+    - `optimizer(model)`: `(optimizer, scheduler or None)` over `model`'s parameters (the model itself, or its
+      float64 copy for the reference burst). Used unless a burst names an optimizer (`optimizer="auto"`, the
+      default, takes it); the scheduler steps after each optimizer step.
+    - `accumulation`: micro-batches per optimizer step: step k trains on `batch(k * accumulation + j)`, each
+      backwarded, and its row's loss is their losses' sum (what the trainer logs).
+    - `clip_grad_norm`: the gradients' total norm clipped to this before each optimizer step (None: not).
     """
 
     model: torch.nn.Module
     batch: Callable[[int], tuple[Any, Any]] | None
-    loss: Callable[[Any, Any], torch.Tensor]
+    loss: Callable[[Any, Any], torch.Tensor] | None
     name: str = ""
     batch_size: int | None = None  # samples per step, for samples/s
     dataset: Sequence[Any] | None = None
     collate: Callable[[list[Any]], tuple[Any, Any]] | None = None
     complexity: Callable[[Any], int] | None = None
+    step_loss: Callable[[Any, Any, Any], torch.Tensor] | None = None
+    optimizer: Callable[[Any], tuple[Any, Any]] | None = None
+    accumulation: int = 1
+    clip_grad_norm: float | None = None
 
     def __post_init__(self):
+        if not isinstance(self.accumulation, int) or isinstance(self.accumulation, bool) or self.accumulation < 1:
+            raise WorkloadError(f"a Workload's accumulation must be a whole number >= 1, not {self.accumulation!r}")
+        if self.clip_grad_norm is not None and not (isinstance(self.clip_grad_norm, int | float)
+                                                    and self.clip_grad_norm > 0):
+            raise WorkloadError(f"a Workload's clip_grad_norm must be a number > 0 or None, not "
+                                f"{self.clip_grad_norm!r}")
+        if self.loss is None and self.step_loss is None:
+            raise WorkloadError("a Workload needs loss(outputs, target) or step_loss(runner, inputs, target)")
         if self.dataset is None:
             if self.batch is None:
                 raise WorkloadError("a Workload needs batch(step), or a dataset with collate and batch_size")
@@ -73,18 +104,87 @@ class Workload:
         """The batch of step `k` from `dataset` (the samples `step_indices(k)` picks, collated)."""
         return self.collate([self.dataset[i] for i in self.step_indices(k)])
 
+    @property
+    def own_step(self) -> bool:
+        """Whether the workload brings pieces of its training step (its loss step, optimizer, accumulation or
+        clipping) rather than the plain protocol's."""
+        return (self.step_loss is not None or self.optimizer is not None or self.accumulation > 1
+                or self.clip_grad_norm is not None)
+
+    def micro_batches(self, batch: Callable[[int], tuple[Any, Any]], step: int) -> list[tuple[Any, Any]]:
+        """The `(inputs, target)` pairs optimizer step `step` trains on, from `batch` (the workload's, or a
+        burst's feed): `accumulation` of them."""
+        return [batch(step * self.accumulation + j) for j in range(self.accumulation)]
+
+    def forward_loss(self, runner: Any, inputs: Any, target: Any) -> torch.Tensor:
+        """One micro-batch's loss through `runner`: `step_loss`, or the model's outputs given to `loss`; a
+        WorkloadError when `step_loss` gives no tensor (a trainer step that computed no loss)."""
+        if self.step_loss is None:
+            return self.loss(call_model(runner, inputs), target)
+        import torch
+
+        loss = self.step_loss(runner, inputs, target)
+        if not isinstance(loss, torch.Tensor):
+            raise WorkloadError(f"the workload's step_loss returned {type(loss).__name__}, not the loss tensor to "
+                                "backward")
+        return loss
+
+    def backward(self, runner: Any, batches: list[tuple[Any, Any]], cast: Callable[[Any], Any] = lambda v: v
+                 ) -> float:
+        """The step's loss as a row shows it (the sum of its micro-batches'), after the forward and backward of
+        every micro-batch through `runner` (inputs and targets through `cast`, e.g. to float64), gradients
+        accumulating."""
+        total = 0.0
+        for inputs, target in batches:
+            loss = self.forward_loss(runner, cast(inputs), cast(target))
+            loss.backward()
+            total += float(loss.detach())
+        return total
+
+    def make_optimizer(self, model: Any, name: str, lr: float, device: Any) -> tuple[Any, Any]:
+        """The optimizer and scheduler a burst trains `model` with: the workload's own for `name` "auto" when
+        it brings one, else ortlab's `name` (ortlab.engine.config.make_optimizer) without a scheduler."""
+        if self.optimizer is not None and name == "auto":
+            made = self.optimizer(model)
+            return made if isinstance(made, tuple) else (made, None)
+        from ortlab.engine.config import make_optimizer
+
+        return make_optimizer(name, model.parameters(), lr, device), None
+
+    def optimizer_step(self, model: Any, optimizer: Any, scheduler: Any, scaler: Any = None) -> None:
+        """After a step's backward: clip (`clip_grad_norm`), the optimizer's step, the scheduler's, gradients
+        cleared."""
+        import torch
+
+        if self.clip_grad_norm is not None:
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_grad_norm)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
     @classmethod
     def coerce(cls, made: Any, origin: str) -> Workload:
-        """The Workload a factory made (a Workload or a `(model, batch, loss)` tuple); else WorkloadError naming
-        `origin`."""
+        """The Workload a factory made (a Workload, a `(model, batch, loss)` tuple, or what an adapter of
+        `ADAPTERS` reads: a trainer not yet trained); else WorkloadError naming `origin`."""
         if isinstance(made, Workload):
             return made
         if isinstance(made, tuple) and len(made) == 3:
             return cls(*made)
+        for name in ADAPTERS:
+            adapter = importlib.import_module(name)
+            if adapter.accepts(made):
+                return adapter.workload(made, origin)
         raise WorkloadError(
             f"model factory {origin} returned {type(made).__name__}; it must return "
-            "ortlab.Workload(model, batch, loss) "
-            "or a (model, batch, loss) tuple"
+            "ortlab.Workload(model, batch, loss), "
+            "a (model, batch, loss) tuple or a trainer ortlab reads (transformers.Trainer)"
         )
 
     def describe(self) -> dict[str, Any]:
@@ -93,7 +193,10 @@ class Workload:
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         return {"name": self.name or type(self.model).__name__, "class": type(self.model).__qualname__,
                 "parameters": params, "trainable_parameters": trainable, "batch_size": self.batch_size,
-                **({"dataset_size": len(self.dataset)} if self.dataset is not None else {})}
+                **({"dataset_size": len(self.dataset)} if self.dataset is not None else {}),
+                **({"accumulation": self.accumulation, "clip_grad_norm": self.clip_grad_norm,
+                    "own_loss": self.step_loss is not None, "own_optimizer": self.optimizer is not None}
+                   if self.own_step else {})}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Write the tutorial notebooks 01, 02, 08, 09, 11 and 13 from their cell sources (then execute them in place with
+"""Write the tutorial notebooks 01, 02, 08, 09, 11, 12 and 13 from their cell sources (then execute them in place with
 nbconvert): `python scripts/make_notebooks.py [NAME.ipynb ...]` (default: all of them)."""
 
 import sys
@@ -542,9 +542,120 @@ session.close()
 """),
 ]
 
+trainer = [
+    md("""
+# Your Trainer: a LoRA fine-tune in a Hugging Face Trainer
+
+Most people meet ORTModule inside a `transformers.Trainer`, often with a PEFT LoRA adapter. This notebook takes
+such a Trainer as it is (a tiny random Llama, so that it runs on a laptop CPU in a minute or two):
+
+1. **a burst from the Trainer**: the factory returns the Trainer, not yet trained; ortlab trains its model, its
+   first batches, its optimizer and scheduler, its gradient accumulation and clipping, on PyTorch and on
+   ORTModule, and judges whether they train the same model;
+2. **a real run**: the same Trainer's `train()` with `ortlab.wrap(model)` (ORTModule with ortlab's fixes, no silent
+   fallback to PyTorch) and `ortlab.hf.RecordCallback`, which writes the run as a run folder every view reads;
+   PyTorch's and ORTModule's runs side by side.
+"""),
+    code("""
+%matplotlib inline
+import warnings
+
+import torch
+
+import ortlab
+
+# the exporter's notes on transformers' own code when ORTModule exports in this kernel (`ortlab check` reads them
+# as hazards and found none that matter here)
+warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+warnings.filterwarnings("ignore", message="Constant folding")
+
+
+def lora_trainer(wrap=False, callbacks=None, steps=6):
+    \"\"\"A Trainer of a LoRA adapter on a tiny random Llama (its KV cache left on, as decoders have it):
+    gradient accumulation 2, clipping 1.0, a warmup.\"\"\"
+    import tempfile
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from ortlab.demo.trainers import Tokens, tiny_llama
+
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                    lora_dropout=0.0))
+    args = TrainingArguments(tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=2,
+                             gradient_accumulation_steps=2, max_grad_norm=1.0, warmup_steps=2, learning_rate=1e-3,
+                             logging_steps=1, seed=0, report_to="none", save_strategy="no", use_cpu=True,
+                             disable_tqdm=True)
+    return Trainer(model=ortlab.wrap(model) if wrap else model, args=args, train_dataset=Tokens(),
+                   data_collator=default_data_collator, callbacks=callbacks)
+"""),
+    md("""
+## 1. A burst from the Trainer
+
+The Lab runs the factory in its worker process. `fixes="auto"` applies what `ortlab check` recommends for the
+model: here `no-kv-cache`, because ORTModule cannot take the KV cache a decoder returns while `use_cache` is on.
+Parity mode makes both backends compute alike, so that the verdict can judge them against float64.
+"""),
+    code("""
+lab = ortlab.Lab(lora_trainer, out="runs")
+comparison = lab.compare(steps=4, parity=True, fixes="auto", progress=False)
+print(comparison)
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+print(comparison.verdict.status, "with", comparison.ortmodule.meta["fixes"]["applied"])
+"""),
+    md("""
+## 2. A real run: `ortlab.wrap` and `RecordCallback`
+
+The same Trainer, trained for real in this kernel: once as it is (PyTorch), once with its model in
+`ortlab.wrap`. `wrap` checks the model on its first batch (`fixes="auto"`, the default) and keeps the fixes with
+the model for its life, applied around each of its forwards only; a failure raises with its reason instead of
+falling back to PyTorch. The callback only observes: the losses it records are the Trainer's own logged losses,
+one row per optimizer step (two micro-batches each here).
+"""),
+    code("""
+runs = {}
+for wrap in (False, True):
+    record = ortlab.hf.RecordCallback(out="runs")
+    trainer = lora_trainer(wrap=wrap, callbacks=[record])
+    trainer.train()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    runs["ortmodule" if wrap else "pytorch"] = run = ortlab.load_run(record.path)
+    print(run.path.name, run.status, "rows are the logged losses:", run.losses == logged)
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+print({name: (run.status, len(run.metrics)) for name, run in runs.items()})
+print(runs["ortmodule"].meta["fixes"]["applied"])
+"""),
+    code("""
+from ortlab.plots import loss_figure
+
+loss_figure({name: run.losses for name, run in runs.items()}, title="Trainer.train(): logged loss per step")
+"""),
+    md("""
+ORTModule's run folder also holds what ORT did: why it exported (its transitions) and what its start-up cost.
+Both recorded runs are in `runs/` beside the bursts, where `ortlab runs`, `ortlab diff`, `ortlab time` and the
+Lab's tabs read them.
+"""),
+    code("""
+print(runs["ortmodule"].transitions[["action", "reason"]].to_string(index=False))
+print(runs["ortmodule"].ort["overhead"])
+"""),
+    code("""
+ortlab.list_runs("runs")[["run", "backend", "status", "steps", "final_loss"]].head()
+"""),
+    code("""
+lab.close()
+"""),
+]
+
 NOTEBOOKS = {"01_quickstart.ipynb": quickstart, "02_options_and_bursts.ipynb": options,
              "08_will_my_model_run.ipynb": will_it_run, "09_ortmodule_or_torch_compile.ipynb": stay_or_move,
-             "11_when_ortmodule_trains_a_different_model.ipynb": different_model, "13_tune.ipynb": tune}
+             "11_when_ortmodule_trains_a_different_model.ipynb": different_model, "12_trainer.ipynb": trainer,
+             "13_tune.ipynb": tune}
 
 for name in sys.argv[1:] or NOTEBOOKS:  # the names given (e.g. 13_tune.ipynb), or every notebook here
     nb = nbf.v4.new_notebook(cells=NOTEBOOKS[name])

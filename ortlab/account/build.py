@@ -28,7 +28,8 @@ from ortlab.account.liveness import Plan, alive_at, plan, timeline
 from ortlab.account.order import ORDERS, execution_order
 
 ORDER_CHOICES = ("auto", *ORDERS)
-_STATE_PER_PARAMETER = {"adamw": 2, "fused_adam": 2, "sgd": 1}  # moment buffers (ortlab's SGD: momentum 0.9)
+# moment buffers (ortlab's SGD: momentum 0.9; "auto": AdamW, ortlab's and a Trainer's default)
+_STATE_PER_PARAMETER = {"auto": 2, "adamw": 2, "fused_adam": 2, "sgd": 1}
 
 
 def memory(source: Any, *, dims: Mapping[str, int] | None = None,

@@ -98,7 +98,7 @@ def torch_memory(workload_or_model: Any = None, inputs: Any = None, loss: Any = 
     instead of the model (its compiled module: what the compiled graphs save, attributed to "(compiled)")."""
     import torch
 
-    from ortlab.workload import call_model, to_device
+    from ortlab.workload import to_device
 
     work = _workload(workload_or_model, inputs, loss, model_kwargs, seed)
     model = work.model.to(device).train()
@@ -154,7 +154,7 @@ def torch_memory(workload_or_model: Any = None, inputs: Any = None, loss: Any = 
         stack.append("(compiled)")
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            value = work.loss(call_model(runner if runner is not None else model, batch_inputs), target)
+            value = work.forward_loss(runner if runner is not None else model, batch_inputs, target)
         value.backward()
     finally:
         for h in hooks:

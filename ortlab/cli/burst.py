@@ -138,7 +138,7 @@ def add_burst_args(b) -> None:
     b.add_argument("--allow-fallback", action="store_true",
                    help="exit 0 even when ORTModule fell back to PyTorch (the run's status stays 'fallback')")
     add_compile_args(b)
-    b.add_argument("--optimizer", default="adamw", choices=[str(o) for o in Optimizer],
+    b.add_argument("--optimizer", default="auto", choices=[str(o) for o in Optimizer],
                    help="zero1: AdamW with its state sharded over the ranks (ZeRO stage 1, with --nproc > 1); "
                    "fused_adam needs CUDA")
     b.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")

@@ -19,6 +19,7 @@ from ortlab.compat.blockers import (
     NO_KERNEL,
     ORT_FAILED,
     UNSUPPORTED_OP,
+    UNSUPPORTED_OUTPUT,
     WRONG_GRADIENT,
     Blocker,
 )
@@ -28,6 +29,8 @@ REMEDIES = {
                     "symbolic for it (torch.onnx.register_custom_op_symbolic)",
     EXPORT_FAILED: "the exporter could not trace the model: see the message; data-dependent Python in forward "
                    "is the usual cause",
+    UNSUPPORTED_OUTPUT: "return only tensors (in tuples, lists, dicts or ModelOutputs) from forward, or keep this "
+                        "output out of the module ORTModule wraps",
     INVALID_TYPE: "no ortlab fix: cast the input to a type ORT accepts for this operator before it",
     NO_KERNEL: "no ortlab fix: ORT 1.19.2 has no CPU kernel for it; write it with other operators",
     NO_GRADIENT: "no ortlab fix: ORT 1.19.2 cannot build its gradient; write it with operators that have one, or "

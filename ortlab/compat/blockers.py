@@ -12,6 +12,7 @@ from typing import Any
 # What kind of blocker, in the order ORTModule meets them.
 UNSUPPORTED_OP = "unsupported operator"  # the exporter has no ONNX symbolic for an ATen operator at this opset
 EXPORT_FAILED = "export failed"  # tracing or exporting failed for another reason
+UNSUPPORTED_OUTPUT = "unsupported output"  # forward returns an object ORTModule cannot flatten (a KV cache)
 INVALID_TYPE = "invalid type"  # ORT rejects an operator's input type (ONNX type constraints)
 NO_KERNEL = "no kernel"  # ORT has no kernel for the operator and types on this device
 NO_GRADIENT = "no gradient"  # ORT's gradient builder has no gradient for the operator
@@ -22,8 +23,8 @@ WRONG_GRADIENT = "wrong gradient"  # the first step's gradients differ from PyTo
 BAKED_INPUT = "baked input"  # an argument the graph bakes in takes other values in later batches
 BUFFER_UPDATE = "buffer update"  # forward mutates buffers; ORT's graph does not carry the updates
 FROZEN_FLOW = "frozen control flow"  # later batches take Python paths the export did not (ORT's outputs differ)
-KINDS = (UNSUPPORTED_OP, EXPORT_FAILED, INVALID_TYPE, NO_KERNEL, NO_GRADIENT, NO_GRADIENT_KERNEL, ORT_FAILED,
-         WRONG_GRADIENT, BAKED_INPUT, FROZEN_FLOW, BUFFER_UPDATE)
+KINDS = (UNSUPPORTED_OP, EXPORT_FAILED, UNSUPPORTED_OUTPUT, INVALID_TYPE, NO_KERNEL, NO_GRADIENT, NO_GRADIENT_KERNEL,
+         ORT_FAILED, WRONG_GRADIENT, BAKED_INPUT, FROZEN_FLOW, BUFFER_UPDATE)
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 _LIBRARY = ("/torch/", "/onnxruntime/", "/ortlab/compat/", "/ortlab/engine/")

@@ -22,6 +22,7 @@ from ortlab.compat.blockers import (
     EXPORT_FAILED,
     FROZEN_FLOW,
     UNSUPPORTED_OP,
+    UNSUPPORTED_OUTPUT,
     WRONG_GRADIENT,
     Blocker,
     frames,
@@ -59,8 +60,27 @@ def find(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) -> F
         found.append(Blocker(UNSUPPORTED_OP, f"aten::{node.op_type}", f"the exporter has no ONNX symbolic for "
                              f"aten::{node.op_type} at opset {opset}", "export", node.name, module_path(node.name),
                              model_line(stack), stack))
+    found += _outputs(model, exported)
     per_op, unchecked = opcheck.check_nodes(exported)
     return Found(merge(found + failures.known_failures(exported) + per_op), exported, unchecked)
+
+
+def _outputs(model: Any, exported: Any) -> list[Blocker]:
+    """An output ORTModule cannot flatten (it fails at the first forward): the KV cache a Hugging Face decoder
+    returns while its config's use_cache is on, named with that config."""
+    from ortlab.compat.fixes.kv_cache import caching
+
+    out = []
+    for where, cls in exported.unflattened:
+        message = (f"forward returns {where} as a {cls.__module__}.{cls.__qualname__}: ORTModule flattens tensors, "
+                   "None, numbers, strings, sequences and mappings only (\"Unsupported flatten data type\")")
+        module, configs = caching(model) if cls.__name__.endswith("Cache") else (None, [])
+        if configs:
+            message += (f"; it is the KV cache the model returns while {' and '.join(configs)} "
+                        "(a decoder's default), which training does not use")
+        out.append(Blocker(UNSUPPORTED_OUTPUT, f"{cls.__name__} at {where}", message, "export", module=module,
+                           source=", ".join(configs) or None))
+    return out
 
 
 def _export_failure(e: BaseException) -> Blocker:
@@ -238,10 +258,11 @@ def _baked_inputs(workload: Any, watch: Any) -> list[Blocker]:
 
 def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: list[dict], watch: Any,
                  graphs: dict | None) -> list[Blocker]:
-    """The next batches' outputs of ORTModule's graph against PyTorch's (dropout off, the same parameters): a
-    graph that froze a Python decision gives other outputs where a batch takes another path. Named with the
-    hazards the export warned about in the model's own code. `graphs` (fix graph-per-value): a graph per
-    distinct baked value, exported as the batches need them, as a burst with the fix would."""
+    """The next batches' outputs (a workload's own step: its loss) of ORTModule's graph against PyTorch's (dropout
+    off, the same parameters): a graph that froze a Python decision gives other outputs where a batch takes
+    another path. Named with the hazards the export warned about in the model's own code. `graphs` (fix
+    graph-per-value): a graph per distinct baked value, exported as the batches need them, as a burst with the
+    fix would."""
     import torch
 
     from ortlab.compat import registry
@@ -253,18 +274,22 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
     model = workload.model
     device = next((p.device for p in model.parameters()), None)
     first = None
+    def forward(module: Any, inputs: Any, target: Any) -> Any:  # a workload's own step gives its loss, not outputs
+        return call_model(module, inputs) if workload.step_loss is None else workload.forward_loss(module, inputs,
+                                                                                                   target)
+
     with kept(model), parity(model, True, 0), registry.applied(model, fixes):
         for step in range(1, SAMPLED_BATCHES):
-            inputs, _ = workload.batch(step)
+            inputs, target = workload.batch(step)
             if device is not None:
-                inputs = to_device(inputs, device)
+                inputs, target = to_device(inputs, device), to_device(target, device)
             runner = wrapped
             if graphs is not None:
                 key = watch.key(inputs)
                 runner = graphs[key] if key in graphs else graphs.setdefault(key, fresh_ortmodule(model))
             with torch.enable_grad():
-                expected = call_model(model, inputs)
-                got = call_model(runner, inputs)
+                expected = forward(model, inputs, target)
+                got = forward(runner, inputs, target)
             gap = outputs_differ(expected, got)
             if gap is not None:
                 first = (step, gap)

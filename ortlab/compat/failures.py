@@ -16,6 +16,7 @@ from ortlab.compat.blockers import (
     NO_KERNEL,
     ORT_FAILED,
     UNSUPPORTED_OP,
+    UNSUPPORTED_OUTPUT,
     Blocker,
     frames,
     model_line,
@@ -56,6 +57,10 @@ def step_failure(e: BaseException, exported: Any) -> Blocker:
             else NO_GRADIENT if "gradient" in lowered else UNSUPPORTED_OP if "exporting the operator" in lowered
             else ORT_FAILED)
     name, op = read.node, read.op
+    unflattened = re.search(r"Unsupported flatten data type: <class '([\w.]+)'>", message)
+    if unflattened:  # an output (the KV cache) ORTModule's schema cannot hold: check's probe export names where
+        return Blocker(UNSUPPORTED_OUTPUT, unflattened[1].rpartition(".")[2], message, "ORTModule's first forward",
+                       module="")
     if name is None and (processing := _ort.failing_node(e)) is not None:
         name, op = processing[0], op or processing[1]
     node = _node(exported, name)

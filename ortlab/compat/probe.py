@@ -22,6 +22,7 @@ class Exported:
     model: Any  # onnx.ModelProto
     trained: list[str]  # graph inputs that require gradients (parameters, and input tensors that require grad)
     warnings: list[warnings.WarningMessage] = field(default_factory=list)
+    unflattened: list[tuple[str, type]] = field(default_factory=list)  # outputs ORTModule cannot flatten: (where, type)
     _types: dict[str, Any] | None = field(default=None, repr=False)
 
     def types(self) -> dict[str, Any]:
@@ -87,6 +88,21 @@ def output_tensors(value: Any) -> list[Any]:
     return []
 
 
+def unflattenable(value: Any, where: str = "output") -> list[tuple[str, type]]:
+    """The objects in a model's output that ORTModule cannot flatten (its schema takes tensors, None, numbers,
+    strings, sequences and mappings only: "Unsupported flatten data type"), as (where, type): a Hugging Face
+    decoder's KV cache at "output.past_key_values"."""
+    from collections.abc import Mapping, Sequence
+
+    if value is None or isinstance(value, str | int | float | bool) or _is_tensor(value):
+        return []
+    if isinstance(value, Mapping):
+        return [x for k, v in value.items() for x in unflattenable(v, f"{where}.{k}")]
+    if isinstance(value, Sequence):
+        return [x for i, v in enumerate(value) for x in unflattenable(v, f"{where}[{i}]")]
+    return [(where, type(value))]
+
+
 def export(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) -> Exported:
     """Export `model` on `inputs` as ORTModule would (training mode, parameters as graph inputs, every input
     dimension dynamic), leaving unconvertible operators in the graph. Raises what the exporter raises when the
@@ -100,6 +116,7 @@ def export(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) ->
 
     _ort.register_export_symbolics(opset)
     flat = _Flat(inputs)
+    unflattened: list[tuple[str, type]] = []
 
     class Probe(torch.nn.Module):
         def __init__(self):
@@ -107,7 +124,9 @@ def export(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) ->
             setattr(self, ROOT, model)
 
         def forward(self, *tensors):
-            return tuple(output_tensors(call_model(getattr(self, ROOT), flat.rebuild(tensors))))
+            outputs = call_model(getattr(self, ROOT), flat.rebuild(tensors))
+            unflattened[:] = unflattenable(outputs)
+            return tuple(output_tensors(outputs))
 
     names = [f"input{i}" for i in range(len(flat.tensors))]
     dynamic = {n: {d: f"{n}_dim{d}" for d in range(t.dim())} for n, t in zip(names, flat.tensors, strict=True)}
@@ -124,4 +143,4 @@ def export(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) ->
     trained = [f"{ROOT}.{n}" for n, p in model.named_parameters() if p.requires_grad]
     trained += [n for n, t in zip(names, flat.tensors, strict=True) if t.requires_grad and t.is_floating_point()]
     graph_inputs = {i.name for i in proto.graph.input}
-    return Exported(proto, [n for n in trained if n in graph_inputs], list(caught))
+    return Exported(proto, [n for n in trained if n in graph_inputs], list(caught), unflattened)

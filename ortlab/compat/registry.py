@@ -41,6 +41,7 @@ FIXES: dict[str, str] = {
     "feature-dropout": "ortlab.compat.fixes.feature_dropout",
     "label-smoothing": "ortlab.compat.fixes.label_smoothing",
     "embedding-max-norm": "ortlab.compat.fixes.embedding_max_norm",
+    "no-kv-cache": "ortlab.compat.fixes.kv_cache",
 }
 AUTO, NONE = "auto", "none"
 

@@ -25,7 +25,7 @@ class BurstConfig:
     backend: str = "ortmodule"
     steps: int = 20
     options: Options = field(default_factory=Options)
-    optimizer: str = "adamw"
+    optimizer: str = "auto"  # the workload's own (Workload.optimizer) when it brings one, else adamw
     lr: float = 1e-3
     seed: int = 0
     precision: str = "fp32"
@@ -152,7 +152,7 @@ def resolve_device(requested: str):
 def make_optimizer(name: str, params, lr: float, device):
     import torch
 
-    if name == "adamw":
+    if name in ("adamw", "auto"):  # "auto" here: the workload brought no optimizer of its own
         return torch.optim.AdamW(params, lr=lr)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)

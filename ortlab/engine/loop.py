@@ -23,7 +23,7 @@ from ortlab.capture import captured_output
 from ortlab.compat.errors import root_message
 from ortlab.engine.backends import Backend, make, registered
 from ortlab.engine.collectors import Collector, make_collectors
-from ortlab.engine.config import BurstConfig, make_optimizer, resolve_device
+from ortlab.engine.config import BurstConfig, resolve_device
 from ortlab.engine.machine import Contention, fit_threads
 from ortlab.engine.parity import parity
 from ortlab.engine.peak import PeakMemory
@@ -47,6 +47,7 @@ class _Burst:
     path: Path
     writer: RunWriter
     optimizer: Any
+    scheduler: Any  # the workload's LR scheduler (Workload.optimizer), stepped after each optimizer step; or None
     collectors: dict[str, Collector]
     timers: list[Collector]  # the collectors told each step's phases (Collector.times_phases)
     memory: PeakMemory
@@ -55,6 +56,7 @@ class _Burst:
     scaler: Any = None
     runner: Any = None  # the module that trains: the model, its ORTModule or its compiled module
     first_inputs: Any = None  # step 0's inputs: their shapes size the exported graph's symbolic dimensions
+    last_inputs: Any = None  # the last micro-batch's inputs (the step's, without accumulation)
     stage: str = "setup"  # what the burst is doing now: named in a failure
     steps_done: int = 0
     forward_s: float = 0.0  # the last step's forward and loss: this process's own work (ortlab.engine.ranks)
@@ -123,10 +125,11 @@ class Engine:
             except reference.NoFloat64 as e:
                 error = str(e)
         self.initial.restore(self.model)
-        batch = self.feed.batch(0)
-        runner, exports = self.backend(cfg.backend).gradient_runner(self, cfg, tuple(fixes), batch)
+        batches = self.workload.micro_batches(self.feed.batch, 0)  # the first optimizer step's
+        runner, exports = self.backend(cfg.backend).gradient_runner(self, cfg, tuple(fixes), batches[0])
         with cfg.effective_options().applied():
-            check = first_step(self.workload, fixes, cfg.seed, runner=runner, batch=batch, exact=first64 or True)
+            check = first_step(self.workload, fixes, cfg.seed, runner=runner, batches=batches,
+                               exact=first64 or True)
         out = {**check.to_dict(), "exported": exports}
         if burst:
             out["float64"] = reference_run if error is None else {"error": error}
@@ -216,8 +219,11 @@ class Engine:
                 for p in self.model.parameters():
                     if p.is_floating_point():
                         p.mul_(1 + cfg.perturb)
-        optimizer = make_optimizer(cfg.optimizer, self.model.parameters(), cfg.lr, device)
-        if self.initial.optimizer is not None and cfg.optimizer in ("adamw", "sgd"):
+        if cfg.distributed and self.workload.own_step:
+            raise BurstError("a workload that brings its own training step (a Trainer's loss, optimizer, "
+                             "accumulation or clipping) runs in one process: use nproc=1 and nnodes=1")
+        optimizer, scheduler = self.workload.make_optimizer(self.model, cfg.optimizer, cfg.lr, device)
+        if self.initial.optimizer is not None and cfg.optimizer in ("adamw", "sgd", "auto"):
             with contextlib.suppress(ValueError, KeyError):
                 optimizer.load_state_dict(self.initial.optimizer)
         collectors = make_collectors(cfg.collect)
@@ -233,8 +239,8 @@ class Engine:
         self.model.train()
         timers = [c for c in collectors.values() if c.times_phases]
         self.current = self.backend(cfg.backend)
-        return _Burst(cfg, options, device, path, writer, optimizer, collectors, timers, PeakMemory(device), feed,
-                      self.current, scaler, runner=self.model)
+        return _Burst(cfg, options, device, path, writer, optimizer, scheduler, collectors, timers, PeakMemory(device),
+                      feed, self.current, scaler, runner=self.model)
 
     def _feed(self, cfg: BurstConfig) -> Feed:
         """The batches this process trains on (a rank of a distributed burst: its share)."""
@@ -264,55 +270,75 @@ class Engine:
         b.stage = "done"
 
     def _step(self, b: _Burst, step: int) -> dict[str, Any]:
-        b.stage = "data"
-        inputs, target = to_device(b.feed.batch(step), b.device)
-        if step == 0:
-            b.stage = "wrap"
-            b.first_inputs = inputs
-            b.runner = self.runner = self._runner(b, b.backend.wrap(self, b, inputs))
+        """One optimizer step: each micro-batch's forward and backward (one unless the workload accumulates), then
+        the workload's clipping, the optimizer's and the scheduler's step. Phases: "forward" as the first
+        micro-batch begins, "backward" as the last one's backward does."""
+        work, total = self.workload, 0.0
+        first = self._batch(b, step, 0)  # at step 0 the backend wraps the model on it, before the step begins
         for c in b.collectors.values():
             c.step_begin(step)
         started = time.perf_counter()
+        for j in range(work.accumulation):
+            total += self._micro(b, step, j, first if j == 0 else self._batch(b, step, j))
         for c in b.timers:
-            c.phase(step, "forward")
+            c.phase(step, "optimizer")
+        b.stage = "optimizer"
+        work.optimizer_step(self.model, b.optimizer, b.scheduler, b.scaler)
+        elapsed = time.perf_counter() - started
+        for c in b.timers:
+            c.phase(step, "end")
+        row = {"step": step, "loss": total, "step_time_s": elapsed,
+               "samples_per_s": (work.batch_size or 1) * work.accumulation / elapsed if elapsed > 0 else None,
+               "peak_mem_mb": b.memory.peak_mb()}
+        row.update(b.feed.load(step) or {})
+        b.backend.after_step(self, b, step, b.last_inputs, row)
+        for c in b.collectors.values():
+            c.step_end(step)
+        return row
+
+    def _batch(self, b: _Burst, step: int, j: int) -> tuple[Any, Any]:
+        """Micro-batch `j` of `step` on the burst's device; the first of the burst is the one the backend wraps
+        the model on."""
+        b.stage = "data"
+        inputs, target = to_device(b.feed.batch(step * self.workload.accumulation + j), b.device)
+        if step == 0 and j == 0:
+            b.stage = "wrap"
+            b.first_inputs = inputs
+            b.runner = self.runner = self._runner(b, b.backend.wrap(self, b, inputs))
+        b.last_inputs = inputs
+        return inputs, target
+
+    def _micro(self, b: _Burst, step: int, j: int, batch: tuple[Any, Any]) -> float:
+        """Micro-batch `j` of `step`: forward, loss, backward; its loss (waits for the device)."""
+        inputs, target = batch
+        last = j == self.workload.accumulation - 1
+        started = time.perf_counter()
+        if j == 0:
+            for c in b.timers:
+                c.phase(step, "forward")
         b.stage = "forward"
         # no autocast context at all in fp32: even a disabled one sets the device's autocast dtype and nesting,
         # which cost 1-3% of an ORTModule step in benchmarks/distributed_overhead.py
         fp16 = torch.autocast(b.device.type, dtype=torch.float16) if b.scaler else contextlib.nullcontext()
         with fp16:
-            with b.backend.forward(self, b, step, inputs):
-                outputs = call_model(b.runner, inputs)
-            b.stage = "loss"
-            loss = self.workload.loss(outputs, target)
+            if self.workload.step_loss is not None:  # the trainer's own step: forward and loss in one
+                with b.backend.forward(self, b, step, inputs):
+                    loss = self.workload.forward_loss(b.runner, inputs, target)
+            else:
+                with b.backend.forward(self, b, step, inputs):
+                    outputs = call_model(b.runner, inputs)
+                b.stage = "loss"
+                loss = self.workload.loss(outputs, target)
         if self.time_forward and b.device.type == "cuda":
             torch.cuda.synchronize()  # the forward's kernels are asynchronous
         b.forward_s = time.perf_counter() - started
         loss = self._before_backward(b, step, loss)
-        for c in b.timers:
-            c.phase(step, "backward")
+        if last:
+            for c in b.timers:
+                c.phase(step, "backward")
         b.stage = "backward"
         (b.scaler.scale(loss) if b.scaler else loss).backward()
-        for c in b.timers:
-            c.phase(step, "optimizer")
-        b.stage = "optimizer"
-        if b.scaler:
-            b.scaler.step(b.optimizer)
-            b.scaler.update()
-        else:
-            b.optimizer.step()
-        b.optimizer.zero_grad(set_to_none=True)
-        loss_value = float(loss.detach())  # waits for the device
-        elapsed = time.perf_counter() - started
-        for c in b.timers:
-            c.phase(step, "end")
-        row = {"step": step, "loss": loss_value, "step_time_s": elapsed,
-               "samples_per_s": (self.workload.batch_size or 1) / elapsed if elapsed > 0 else None,
-               "peak_mem_mb": b.memory.peak_mb()}
-        row.update(b.feed.load(step) or {})
-        b.backend.after_step(self, b, step, inputs, row)
-        for c in b.collectors.values():
-            c.step_end(step)
-        return row
+        return float(loss.detach())  # waits for the device
 
     def _runner(self, b: _Burst, runner: Any) -> Any:
         """The module the burst's steps call, from the backend's (a rank of a distributed burst puts DDP

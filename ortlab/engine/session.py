@@ -66,7 +66,7 @@ class Session:
     # -- public
 
     def burst(self, backend: str = "ortmodule", steps: int = 20, options: Options | dict | None = None, *,
-              optimizer: str = "adamw", lr: float = 1e-3, seed: int = 0, precision: str = "fp32",
+              optimizer: str = "auto", lr: float = 1e-3, seed: int = 0, precision: str = "fp32",
               device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,

@@ -28,6 +28,7 @@ class BurstError(InputError):
 
 
 class Optimizer(StrEnum):
+    AUTO = "auto"  # the workload's own optimizer and scheduler when it brings them (a Trainer's), else adamw
     ADAMW = "adamw"
     SGD = "sgd"
     FUSED_ADAM = "fused_adam"  # ORT's, CUDA only

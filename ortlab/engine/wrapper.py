@@ -128,16 +128,7 @@ class Wrapper:
         self.internals().set_onnx_save_path(onnx_dir)
 
     def _wrap(self, options: Options, onnx_dir: Path):
-        from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
-
-        _ort.patch_label_hook_bug()
-        save_onnx = bool(options["save_onnx"])
-        save_path = options["save_onnx_path"] or str(onnx_dir)
-        if save_onnx:
-            Path(save_path).mkdir(parents=True, exist_ok=True)
-        debug = DebugOptions(log_level=LogLevel[options["log_level"]], save_onnx=save_onnx,
-                             onnx_prefix=options["onnx_prefix"], save_path=save_path)
-        return ORTModule(self.module, debug)
+        return build_ortmodule(self.module, options, onnx_dir)
 
     # ORT's own state, read after a step -------------------------------------------------------------
 
@@ -208,7 +199,10 @@ class Wrapper:
             args, kwargs = (inputs,), {}
         shapes = {}
         for name, accessor in info.input_accessors.items():
-            tensor = accessor(args, kwargs)
+            try:
+                tensor = accessor(args, kwargs)
+            except (KeyError, IndexError):  # an argument a workload's own step adds (a Trainer's num_items_in_batch)
+                continue
             if isinstance(tensor, torch.Tensor):
                 shapes[name] = list(tensor.shape)
         return shapes
@@ -217,6 +211,21 @@ class Wrapper:
         """What ORT's GraphTransitionManager knows about the exported graph."""
         info = self.internals().post_export()
         return {} if info is None else info.to_dict()
+
+
+def build_ortmodule(module: torch.nn.Module, options: Options, onnx_dir: Path) -> Any:
+    """A new ORTModule over `module` with the DebugOptions these options name (its graphs saved into `onnx_dir`
+    unless save_onnx_path names a folder); ORT reads the other options from the environment (the caller's)."""
+    from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
+
+    _ort.patch_label_hook_bug()
+    save_onnx = bool(options["save_onnx"])
+    save_path = options["save_onnx_path"] or str(onnx_dir)
+    if save_onnx:
+        Path(save_path).mkdir(parents=True, exist_ok=True)
+    debug = DebugOptions(log_level=LogLevel[options["log_level"]], save_onnx=save_onnx,
+                         onnx_prefix=options["onnx_prefix"], save_path=save_path)
+    return ORTModule(module, debug)
 
 
 def ort_checks_for_reexport(options: Options) -> bool:

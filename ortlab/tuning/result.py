@@ -135,16 +135,13 @@ class Tuning:
         return self.best.export_lines()
 
     def wrap_call(self) -> str:
-        """The Python that trains a model with the best options. `ortlab.wrap` is not part of ortlab yet: the call
-        is printed as text, followed by what does the same today."""
+        """The Python that trains a model with the best options in the user's own loop or Trainer (`ortlab.wrap`:
+        ORTModule with these options, ortlab's fixes, fallback disabled)."""
         args = ", ".join(f"{k}={v!r}" for k, v in self.best.to_dict().items())
         return "\n".join([
-            f"ortlab.wrap(model, options=ortlab.Options({args}))  # planned: not in ortlab yet; the same today:",
-            "from onnxruntime.training.ortmodule import ORTModule",
-            f"options = ortlab.Options({args})",
-            "with options.applied():  # the ORTMODULE_* variables; ORT reads them at construction and export",
-            "    model = ORTModule(model)  # keep the first training step inside the block",
-            *(["# options read at import: export them before Python starts (export_lines())"]
+            f"model = ortlab.wrap(model, options=ortlab.Options({args}))",
+            *(["# options read at import: ortlab.wrap sets them only before onnxruntime is imported; else export "
+               "them before Python starts (export_lines())"]
               if any(c.restart for c in self.candidates.values() if c.name == self.best_name) else []),
         ])
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ortlab.engine.backends import has
+from ortlab.verdict.state import FROZEN
 
 LABELS = {"ortmodule": "ORTModule", "compile": "torch.compile"}
 BATCH_NORM = ("running_mean", "running_var", "num_batches_tracked")
@@ -23,7 +24,8 @@ def state_text(differ: list[dict[str, Any]]) -> str:
     """The end state's evidence in words, grouped: whole-number buffers, float buffers, parameters."""
     groups: dict[str, list[str]] = {}
     for d in differ:
-        kind = "whole-number buffers" if d.get("whole") else ("buffers" if d["kind"] == "buffer" else "parameters")
+        kind = ("frozen parameters" if d["kind"] == FROZEN else "whole-number buffers" if d.get("whole") else
+                "buffers" if d["kind"] == "buffer" else "parameters")
         groups.setdefault(kind, []).append(d["name"])
     parts = [f"{len(names)} {kind if len(names) > 1 else kind[:-1]} ({_examples(names)})" for kind, names in
              groups.items()]
@@ -37,7 +39,7 @@ def causes(run: Any, state: dict[str, Any] | None, applied: list[str], measured:
     differ = (state or {}).get("differ", [])
     buffers = _buffer_causes([d for d in differ if d["kind"] == "buffer"], backend, applied, measured)
     inputs = [{**h, "kind": "input ORT did not re-export for"} for h in run.meta.get("ignored_inputs") or []]
-    frozen = measured["losses"] or any(d["kind"] == "parameter" for d in differ)
+    frozen = measured["losses"] or any(d["kind"] in ("parameter", FROZEN) for d in differ)
     pointed, harmless = [], []
     for h in run.meta.get("hazards") or []:
         benign = h.get("in_torch") or h["kind"].startswith("in-place update")

@@ -175,13 +175,16 @@ def describe(row: dict[str, Any], who: str = "ORT") -> str:
             f"{percent(row['relative'], 1.0)} (first step, dropout off)")
 
 
-def step(workload: Any, inputs: Any, target: Any, runner: Any = None) -> Step:
-    """One forward and backward of the workload's model through `runner` (the model itself when None, or an
-    ORTModule over it; no optimizer step); the model's parameters, buffers and gradients are as before
-    afterwards. Raises what the step raises; an ORTModule that fell back to PyTorch raises why it fell back."""
+def step(workload: Any, batches: list[tuple[Any, Any]], runner: Any = None) -> Step:
+    """One step's forward and backward (each of its micro-batches) of the workload's model through `runner` (the
+    model itself when None, or an ORTModule over it; no optimizer step); the model's parameters, buffers and
+    gradients are as before afterwards. Raises what the step raises; an ORTModule that fell back to PyTorch
+    raises why it fell back."""
     model = workload.model
     with kept(model):
-        loss = _forward_backward(workload, model if runner is None else runner, inputs, target)
+        for p in model.parameters():
+            p.grad = None
+        loss = workload.backward(model if runner is None else runner, batches)
         if runner is not None and runner is not model:
             from ortlab import _ort
 
@@ -201,16 +204,6 @@ def fresh_ortmodule(model: Any) -> Any:
     return ORTModule(model, DebugOptions(log_level=LogLevel.WARNING))
 
 
-def _forward_backward(workload: Any, runner: Any, inputs: Any, target: Any) -> float:
-    from ortlab.workload import call_model
-
-    for p in workload.model.parameters():
-        p.grad = None
-    loss = workload.loss(call_model(runner, inputs), target)
-    loss.backward()
-    return float(loss.detach())
-
-
 @contextlib.contextmanager
 def kept(model: Any) -> Iterator[None]:
     """The model's state and gradients restored after the block (a step must leave no trace)."""
@@ -228,13 +221,13 @@ def kept(model: Any) -> Iterator[None]:
 
 def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int = 0, tolerance: float = AGREE,
                log: Path | None = None, runner: Any = None, batch: tuple[Any, Any] | None = None,
-               exact: bool | Step = True) -> GradientCheck:
-    """The first batch's gradients on PyTorch (the model as written) and on the other backend (with `fixes`
+               exact: bool | Step = True, batches: list[tuple[Any, Any]] | None = None) -> GradientCheck:
+    """The first step's gradients on PyTorch (the model as written) and on the other backend (with `fixes`
     applied), every dropout off, the same seeds, ORT's compute optimizer off (parity mode). `runner`: the other
     backend's module over the model (an ORTModule exported in parity mode, a compiled module); None: a fresh
-    ORTModule (one export). `batch`: the inputs and target (default: the workload's batch 0). `exact`: where the
-    two are not allclose, one float64 PyTorch step judges them (ortlab.verdict.exact); a Step: that float64 step,
-    already taken (a float64 burst's first)."""
+    ORTModule (one export). `batch`: one batch's inputs and target; `batches`: the step's micro-batches (default:
+    the workload's first step's). `exact`: where the two are not allclose, one float64 PyTorch step judges them
+    (ortlab.verdict.exact); a Step: that float64 step, already taken (a float64 burst's first)."""
     from ortlab.capture import captured_output
     from ortlab.compat import registry
     from ortlab.engine.parity import parity
@@ -242,17 +235,18 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
     from ortlab.workload import to_device
 
     model = workload.model
-    inputs, target = batch if batch is not None else workload.batch(0)
+    if batches is None:
+        batches = [batch] if batch is not None else workload.micro_batches(workload.batch, 0)
     device = next((p.device for p in model.parameters()), None)
     if device is not None:
-        inputs, target = to_device(inputs, device), to_device(target, device)
+        batches = [to_device(b, device) for b in batches]
     model.train()
     with Options(enable_compute_optimizer=False).applied():
         with parity(model, True, seed):
-            pt = step(workload, inputs, target)
+            pt = step(workload, batches)
         with parity(model, True, seed), registry.applied(model, list(fixes)), \
                 captured_output(log or Path("/dev/null")):
-            ort = step(workload, inputs, target, runner if runner is not None else fresh_ortmodule(model))
+            ort = step(workload, batches, runner if runner is not None else fresh_ortmodule(model))
         if not exact or allclose(pt, ort):
             return compare(pt, ort, tolerance, list(fixes))
         from ortlab.verdict import reference
@@ -260,7 +254,7 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
         if isinstance(exact, Step):
             return compare(pt, ort, tolerance, list(fixes), exact)
         try:  # a copy of the model: the original is untouched
-            exact_step = reference.step(workload, inputs, target, seed)
+            exact_step = reference.step(workload, batches, seed)
         except reference.NoFloat64 as e:
             return compare(pt, ort, tolerance, list(fixes), notes=[f"{e}: the gradients are judged against PyTorch "
                                                                      "fp32's instead"])

@@ -238,12 +238,11 @@ class _Search:
     def _pass(self, model: Any, inputs: Any, target: Any, paths: list[str], runner: Any = None) -> _Pass:
         from ortlab.engine.parity import parity
         from ortlab.verdict.gradients import kept
-        from ortlab.workload import call_model
 
         with kept(model), parity(model, True, self.seed), _taps({p: self._module(p, model) for p in paths}) as tap:
             for p in model.parameters():
                 p.grad = None
-            loss = self.workload.loss(call_model(runner if runner is not None else model, inputs), target)
+            loss = self.workload.forward_loss(runner if runner is not None else model, inputs, target)
             loss.backward()
             grads = {n: None if p.grad is None else p.grad.detach().clone()
                      for n, p in model.named_parameters() if p.requires_grad}

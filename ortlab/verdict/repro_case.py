@@ -63,7 +63,7 @@ def capture(workload: Any, batch: tuple[Any, Any], path: str, seed: int = 0) -> 
 
     from ortlab.engine.parity import parity
     from ortlab.verdict.gradients import kept
-    from ortlab.workload import call_model, to_device
+    from ortlab.workload import to_device
 
     model = workload.model
     module = model.get_submodule(path) if path else model
@@ -91,7 +91,7 @@ def capture(workload: Any, batch: tuple[Any, Any], path: str, seed: int = 0) -> 
                module.register_forward_hook(after, with_kwargs=True)]
     try:
         with kept(model), parity(model, True, seed):
-            loss = workload.loss(call_model(model, inputs), target)
+            loss = workload.forward_loss(model, inputs, target)
             loss.backward()
     finally:
         for h in handles:

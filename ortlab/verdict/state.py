@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 FILE = "final_state.json"
+FROZEN = "frozen parameter"  # a parameter that does not require grad
 NOISE_FACTOR = 10.0  # a float tensor differs when it is this many times further off than the noise pair
 FLOOR = 1e-6  # ... and further than this (relative), whatever the noise
 
@@ -30,13 +31,14 @@ def summarize(model: Any) -> dict[str, dict[str, Any]]:
     sum of squares."""
     import torch
 
-    parameters = {n for n, _ in model.named_parameters()}
+    parameters = {n: p.requires_grad for n, p in model.named_parameters()}
     types = {n: type(m).__name__ for n, m in model.named_modules()}
     out = {}
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             values = (tensor.detach().abs() if tensor.is_complex() else tensor.detach()).double()
-            out[name] = {"kind": "parameter" if name in parameters else "buffer",
+            kind = "buffer" if name not in parameters else "parameter" if parameters[name] else FROZEN
+            out[name] = {"kind": kind,
                          "dtype": str(tensor.dtype).removeprefix("torch."), "numel": tensor.numel(),
                          "module_type": types.get(name.rpartition(".")[0]),
                          "sum": float(values.sum()), "sumsq": float((values * values).sum())}
@@ -68,8 +70,10 @@ def distance(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 
 def whole(entry: dict[str, Any]) -> bool:
-    """A whole-number tensor (a counter, num_batches_tracked): it must match exactly."""
-    return not entry["dtype"].startswith(("float", "bfloat", "complex"))
+    """A tensor that must match exactly: a whole-number one (a counter, num_batches_tracked), or a frozen
+    parameter (requires_grad off: a LoRA model's base), which no backend may change: judged with the trained
+    ones, thousands of them would widen what the trained ones are allowed."""
+    return entry["kind"] == FROZEN or not entry["dtype"].startswith(("float", "bfloat", "complex"))
 
 
 def differing(pytorch: dict, other: dict, noise: dict | None = None, exact: dict | None = None

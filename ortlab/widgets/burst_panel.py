@@ -92,7 +92,7 @@ class BurstPanel(W.VBox):
         self.parity = W.Checkbox(value=True, description="parity mode",
                                  tooltip="same seeds, dropout 0, compute optimizer off, deterministic")
         self.optimizer = W.Dropdown(options=[str(o) for o in Optimizer if o is not Optimizer.ZERO1],  # zero1: ranks
-                                    value=Optimizer.ADAMW.value, description="optimizer")
+                                    value=Optimizer.AUTO.value, description="optimizer")
         self.precision = W.Dropdown(options=[str(p) for p in Precision], value=Precision.FP32.value,
                                     description="precision")
         self.nproc = W.BoundedIntText(value=1, min=1, max=64, description="processes",
