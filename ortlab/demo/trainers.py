@@ -8,6 +8,7 @@ no-kv-cache turns off for the burst), gradient accumulation, clipping, a warmup.
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,14 +45,15 @@ def lora_llama(accumulation: int = 2, max_grad_norm: float = 1.0, warmup_steps: 
                out: str | None = None) -> Any:
     """A Trainer (not yet trained) of a LoRA adapter (r=4 on q_proj and v_proj) on a tiny Llama: AdamW with weight
     decay, linear warmup then decay, `accumulation` micro-batches per step, gradients clipped to
-    `max_grad_norm`. `out`: the Trainer's output_dir (default: a new temporary folder; a burst writes nothing
-    there)."""
+    `max_grad_norm`. `out`: the Trainer's output_dir (default: `ortlab-trainer` in the temporary folder; a burst
+    writes nothing there)."""
     from peft import LoraConfig, get_peft_model
     from transformers import Trainer, TrainingArguments, default_data_collator
 
     model = get_peft_model(tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                     lora_dropout=0.0))
-    args = TrainingArguments(output_dir=out or tempfile.mkdtemp(prefix="ortlab-trainer-"), report_to="none",
+    # save_strategy "no": nothing is written there, so one shared name serves every call (no folder per call)
+    args = TrainingArguments(output_dir=out or str(Path(tempfile.gettempdir()) / "ortlab-trainer"), report_to="none",
                              per_device_train_batch_size=BATCH, gradient_accumulation_steps=accumulation,
                              max_grad_norm=max_grad_norm, warmup_steps=warmup_steps, learning_rate=lr,
                              weight_decay=0.01, max_steps=20, seed=0, use_cpu=True, logging_steps=1,
