@@ -112,12 +112,12 @@ def against_float64(workload, fixes: list[str]) -> dict:
     inputs, target = workload.batch(0)
     workload.model.train()
     with parity(workload.model, True, 0):
-        fp32 = step(workload, inputs, target)
+        fp32 = step(workload, [(inputs, target)])
         with registry.applied(workload.model, fixes):
-            ort = step(workload, inputs, target, fresh_ortmodule(workload.model))
+            ort = step(workload, [(inputs, target)], fresh_ortmodule(workload.model))
         wide = copy.copy(workload)
         wide.model = copy.deepcopy(workload.model).double()
-        exact = step(wide, inputs.double(), target)
+        exact = step(wide, [(inputs.double(), target)])
     names = [n for n, g in exact.grads.items() if g is not None]
 
     def flat(s):

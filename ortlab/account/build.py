@@ -28,8 +28,8 @@ from ortlab.account.liveness import Plan, alive_at, plan, timeline
 from ortlab.account.order import ORDERS, execution_order
 
 ORDER_CHOICES = ("auto", *ORDERS)
-# moment buffers (ortlab's SGD: momentum 0.9; "auto": AdamW, ortlab's and a Trainer's default)
-_STATE_PER_PARAMETER = {"auto": 2, "adamw": 2, "fused_adam": 2, "sgd": 1}
+# moment buffers (ortlab's SGD: momentum 0.9; an optimizer a workload brought is named by its class: adamw, adam)
+_STATE_PER_PARAMETER = {"adamw": 2, "adam": 2, "fused_adam": 2, "sgd": 1}
 
 
 def memory(source: Any, *, dims: Mapping[str, int] | None = None,
@@ -194,6 +194,9 @@ def _assemble(g: ExecGraph, run: Any, p: Plan, shapes: Shapes, values: dict[str,
     stash = [] if y is None else [r for r in alive_at(p, y) if p.start[r] < y < p.end[r]]
     optimizer = ((run.meta.get("config") or {}) if run is not None else {}).get("optimizer")
     factor = _STATE_PER_PARAMETER.get(optimizer) if optimizer else None
+    if optimizer == "auto":  # the class the burst made (a Trainer's own, else AdamW; older runs: ortlab's AdamW);
+        optimizer = str(run.meta.get("optimizer") or "AdamW").lower()  # another's SGD: its momentum is not known
+        factor = _STATE_PER_PARAMETER.get(optimizer) if optimizer != "sgd" else None
     trainable = sum(p.size[r] or 0 for r in p.start
                     if p.kind[r] == "parameter" and f"{r}_grad" in g.graph_outputs)
     steps = {"node": [g.names[i] for i in p.order], "op": [g.ops[i] for i in p.order],

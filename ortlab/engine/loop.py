@@ -234,6 +234,8 @@ class Engine:
                       "rebuild": {"ref": self.ref.to_dict(), "seed": self.seed, "snapshot": self.snapshot}},
             "device": str(device), "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
             "versions": versions(), "pid": os.getpid(), "machine": fit_threads(),
+            "optimizer": type(optimizer).__name__,  # what "auto" became (the workload's own, else AdamW)
+            "scheduler": type(scheduler).__name__ if scheduler is not None else None,
         })
         scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.model.train()
