@@ -2,6 +2,8 @@
 
 import pytest
 
+from tests.conftest import pytest_runtest_protocol  # noqa: F401  (a stuck cell ends its worker, not the suite)
+
 
 def pytest_collection_modifyitems(items):
     for item in items:
