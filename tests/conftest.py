@@ -37,12 +37,13 @@ def _allowed_seconds(item) -> float | None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A test still running two minutes past its timeout is stuck where pytest-timeout's SIGALRM cannot reach it (C
-    code that never returns to Python): faulthandler's own thread prints every thread's stack and ends this process,
-    so that xdist names the test, replaces the worker and the suite goes on instead of hanging until CI's limit."""
+    """A test still running well past its timeout (twice it, at most two minutes more) is stuck where pytest-timeout's
+    SIGALRM cannot reach it (C code that never returns to Python, a blocked signal): faulthandler's own thread prints
+    every thread's stack and ends this process, so that xdist names the test, replaces the worker and the suite goes
+    on instead of hanging until CI's limit."""
     allowed = _allowed_seconds(item)
     if allowed:
-        faulthandler.dump_traceback_later(allowed + 120, exit=True, file=_STDERR[0] if _STDERR else 2)
+        faulthandler.dump_traceback_later(allowed + min(allowed, 120), exit=True, file=_STDERR[0] if _STDERR else 2)
     try:
         yield
     finally:
