@@ -200,6 +200,11 @@ def test_run_folder_uses_recorded_shapes_options_and_optimizer(tmp_path):
     assert memory(run, dims={"batch": 4}).dims == {"batch": 4}  # a given symbol overrides the recorded one
     with pytest.raises(AccountError, match="no input symbol 'bach'; its symbols: batch"):
         memory(run, dims={"bach": 4})  # a typo is named, not ignored beside the recorded value
+    for made, state in (("AdamW", 2 * 256), ("SGD", None), (None, 2 * 256)):  # optimizer "auto": what the burst made
+        meta["config"]["optimizer"], meta["optimizer"] = "auto", made  # (another's SGD: its momentum is not known)
+        (run / "meta.json").write_text(json.dumps(meta))
+        a = memory(run)
+        assert (a.optimizer, a.optimizer_state_bytes) == ((made or "AdamW").lower(), state), made
     meta["effective_options"]["memory_opt_level"] = 1
     (run / "meta.json").write_text(json.dumps(meta))
     assert memory(run).order == "memory_efficient"

@@ -193,10 +193,11 @@ def _assemble(g: ExecGraph, run: Any, p: Plan, shapes: Shapes, values: dict[str,
                  for r in p.start if p.kind[r] == "activation" and p.size[r] is None]
     stash = [] if y is None else [r for r in alive_at(p, y) if p.start[r] < y < p.end[r]]
     optimizer = ((run.meta.get("config") or {}) if run is not None else {}).get("optimizer")
-    factor = _STATE_PER_PARAMETER.get(optimizer) if optimizer else None
+    known = _STATE_PER_PARAMETER
     if optimizer == "auto":  # the class the burst made (a Trainer's own, else AdamW; older runs: ortlab's AdamW);
         optimizer = str(run.meta.get("optimizer") or "AdamW").lower()  # another's SGD: its momentum is not known
-        factor = _STATE_PER_PARAMETER.get(optimizer) if optimizer != "sgd" else None
+        known = {k: v for k, v in known.items() if k != "sgd"}
+    factor = known.get(optimizer) if optimizer else None
     trainable = sum(p.size[r] or 0 for r in p.start
                     if p.kind[r] == "parameter" and f"{r}_grad" in g.graph_outputs)
     steps = {"node": [g.names[i] for i in p.order], "op": [g.ops[i] for i in p.order],
