@@ -1,8 +1,7 @@
 """ortlab: explore ONNX Runtime's ORTModule interactively: options, bursts beside PyTorch, runs on disk."""
 
-from importlib import import_module as _import_module
-
 from ortlab import quiet as _quiet
+from ortlab.lazy import lazy as _lazy
 
 __version__ = "0.1.0"
 _quiet.install()  # third-party warnings that say nothing about a run (ortlab/quiet.py)
@@ -68,17 +67,4 @@ _PACKAGES = ("account", "activations", "compat", "graphs", "hf", "lightning", "r
 
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 
-
-def __getattr__(name: str):
-    if name in _PACKAGES:
-        return _import_module(f"ortlab.{name}")
-    if name in _EXPORTS:
-        module, _, attr = _EXPORTS[name].partition(":")
-        value = getattr(_import_module(module), attr or name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ortlab' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy(__name__, _EXPORTS, globals(), packages=_PACKAGES)

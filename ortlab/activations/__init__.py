@@ -12,7 +12,7 @@ No public name here is also a submodule's name (importing the submodule would re
 `compare` lives in `diff`, `bisect` in `bisection`, `tap` in `pythonop`.
 """
 
-from importlib import import_module as _import_module
+from ortlab.lazy import lazy as _lazy
 
 # name -> module, loaded on first use: `import ortlab.activations` imports neither torch, pandas nor
 # matplotlib.
@@ -41,14 +41,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(_import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ortlab.activations' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy(__name__, _EXPORTS, globals())

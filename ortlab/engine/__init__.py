@@ -5,21 +5,10 @@ module shares (`types`), the worker process, its typed messages and its client (
 
 from ortlab.engine.config import BurstConfig
 from ortlab.engine.types import BurstError, Collector
+from ortlab.lazy import lazy as _lazy
 
 __all__ = ["BurstConfig", "BurstError", "Collector", "Engine", "Session", "WorkerError"]
 
-
-def __getattr__(name: str):  # torch is imported only when the loop or the session is needed
-    if name == "Engine":
-        from ortlab.engine.loop import Engine
-
-        return Engine
-    if name == "Session":
-        from ortlab.engine.session import Session
-
-        return Session
-    if name == "WorkerError":
-        from ortlab.engine.client import WorkerError
-
-        return WorkerError
-    raise AttributeError(f"module 'ortlab.engine' has no attribute {name!r}")
+# torch is imported only when the loop or the session is needed
+__getattr__, __dir__ = _lazy(__name__, {"Engine": "ortlab.engine.loop", "Session": "ortlab.engine.session",
+                                        "WorkerError": "ortlab.engine.client"}, globals())

@@ -10,8 +10,7 @@ Modules: expr (plan ids, symbolic savings), observer (ORT's plans from a wrap), 
 (plans, what_if, plan_config, write_config), sweep (plan_sweep), figures.
 """
 
-from importlib import import_module as _import_module
-
+from ortlab.lazy import lazy as _lazy
 from ortlab.recompute.errors import PlanError as PlanError
 
 # name -> module, loaded on first use: `import ortlab.recompute` imports neither torch nor pandas.
@@ -37,14 +36,4 @@ _EXPORTS = {
 
 __all__ = sorted([*_EXPORTS, "PlanError"])
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(_import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ortlab.recompute' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy(__name__, _EXPORTS, globals())

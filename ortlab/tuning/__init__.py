@@ -8,8 +8,7 @@ with the baseline's noise), strategy (what fits the budget), measure (a burst's 
 search (`Tuner`, `tune`), result (`Tuning`), figures (the pareto figure), errors.
 """
 
-from importlib import import_module as _import_module
-
+from ortlab.lazy import lazy as _lazy
 from ortlab.tuning.errors import TuneError as TuneError
 
 # name -> module, loaded on first use: `import ortlab.tuning` imports neither torch nor pandas.
@@ -32,14 +31,4 @@ _EXPORTS = {
 
 __all__ = sorted([*_EXPORTS, "TuneError"])
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(_import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ortlab.tuning' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy(__name__, _EXPORTS, globals())
