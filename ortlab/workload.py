@@ -333,9 +333,16 @@ def to_device(value: Any, device: torch.device) -> Any:
     return value
 
 
-def call_model(model: torch.nn.Module, inputs: Any) -> Any:
+def call_arguments(inputs: Any) -> tuple[tuple, dict]:
+    """A batch's inputs as the positional and keyword arguments the model takes them as: a mapping by name, a tuple
+    or list in order, anything else as the one argument."""
     if isinstance(inputs, Mapping):
-        return model(**inputs)
+        return (), dict(inputs)
     if isinstance(inputs, tuple | list):
-        return model(*inputs)
-    return model(inputs)
+        return tuple(inputs), {}
+    return (inputs,), {}
+
+
+def call_model(model: torch.nn.Module, inputs: Any) -> Any:
+    args, kwargs = call_arguments(inputs)
+    return model(*args, **kwargs)

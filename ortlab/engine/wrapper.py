@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from ortlab.compat.errors import root_message
 from ortlab.engine.types import Transition
 from ortlab.options import SPECS, Options, ReadAt
 from ortlab.verdict.inputs import InputWatch
+from ortlab.workload import call_arguments
 
 # Every ORTModule wrap builds DebugOptions from these; the rest reach ORT through the environment.
 _DEBUG_FIELDS = ("log_level", "save_onnx", "onnx_prefix", "save_onnx_path")
@@ -191,12 +191,7 @@ class Wrapper:
         info = self.internals().post_export()
         if info is None:
             return {}
-        if isinstance(inputs, Mapping):
-            args, kwargs = (), dict(inputs)
-        elif isinstance(inputs, tuple | list):
-            args, kwargs = tuple(inputs), {}
-        else:
-            args, kwargs = (inputs,), {}
+        args, kwargs = call_arguments(inputs)
         shapes = {}
         for name, accessor in info.input_accessors.items():
             try:

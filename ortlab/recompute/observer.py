@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,13 @@ def _burst_dims(engine) -> dict[str, int]:
     accessors (ORT's observer keeps the first batch it ever saw: another burst's when a wrap is reused)."""
     import torch
 
-    from ortlab.workload import to_device
+    from ortlab.workload import call_arguments, to_device
 
     info = engine.current.wrapper.internals().post_export()
     inputs, _ = engine.feed.batch(0)  # this burst's first batch (its sampler's, its rank's)
     device = next(engine.model.parameters()).device
     inputs = to_device(inputs, device)
-    if isinstance(inputs, Mapping):
-        args, kwargs = (), dict(inputs)
-    elif isinstance(inputs, tuple | list):
-        args, kwargs = tuple(inputs), {}
-    else:
-        args, kwargs = (inputs,), {}
+    args, kwargs = call_arguments(inputs)
     dims = {}
     for name, axes in info.dynamic_axes.items():
         accessor = info.input_accessors.get(name)

@@ -35,12 +35,9 @@ def leaves(forward: inspect.Signature | None, inputs: Any) -> dict[str, Leaf]:
     """The inputs of one step by ORT's input names."""
     import torch
 
-    if isinstance(inputs, Mapping):
-        args, kwargs = (), dict(inputs)
-    elif isinstance(inputs, tuple | list):
-        args, kwargs = tuple(inputs), {}
-    else:
-        args, kwargs = (inputs,), {}
+    from ortlab.workload import call_arguments
+
+    args, kwargs = call_arguments(inputs)
     try:
         bound = forward.bind(*args, **kwargs).arguments if forward is not None else None
     except TypeError:
