@@ -13,9 +13,11 @@ def _threads_per_worker() -> None:
     torch. Two workers that each take every core run twice the threads the cores can take: their pools spin against
     each other and a burst takes 8x as long (EfficientNet-B0's comparison: 13 s on one thread each, 121 s beside a
     trainer on two). The cores stay visible: a test sees the machine a user has (two ranks on two cores do not warn)."""
+    from ortlab.engine.machine import available_cores  # torch-free: the affinity and a container's quota
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and workers > 1:
-        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, available_cores() // workers)))
 
 
 _threads_per_worker()

@@ -1,6 +1,8 @@
 """The machine a burst runs on (cores, threads, a busy machine named) and the Stop grace that tells a stuck process
 from a slow one by its progress, not by a fixed time."""
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -83,8 +85,6 @@ def test_cores_and_a_busy_machine_named():
 
 def test_the_wait_for_a_core_is_measured_against_a_competitor():
     """This process and a spinning one on the same core: this one waits for it about half the time."""
-    import os
-
     if not hasattr(os, "sched_setaffinity") or cpu_wait_seconds() is None:
         pytest.skip("no CPU affinity or schedstat here")
     before = os.sched_getaffinity(0)
@@ -129,3 +129,25 @@ def test_a_second_stop_expires_the_grace_at_once():
     finally:
         stuck.kill()
         stuck.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("omp", ["1", None])
+def test_orts_sessions_take_the_thread_count_torch_takes(tmp_path, omp):
+    """OMP_NUM_THREADS sets torch's threads and ORT's pool ignores it: a burst gives ORT's sessions torch's count, so
+    that the two backends are timed on the same threads; without it, ORT keeps its default on a whole machine."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if omp:
+        env["OMP_NUM_THREADS"] = omp
+    done = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--backend", "ortmodule", "--steps", "1",
+                           "--in-process", "--json", "--out", str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    runs = [p for p in tmp_path.iterdir() if p.name.endswith("-ortmodule")]
+    machine = json.loads((runs[0] / "meta.json").read_text())["machine"]
+    if omp:
+        assert machine["threads"] == machine["ort_threads"] == 1 and machine["threads_from"] == "OMP_NUM_THREADS"
+    elif available_cores() == (os.cpu_count() or 1):
+        assert machine["ort_threads"] is None, machine
+    else:
+        assert machine["ort_threads"] == available_cores(), machine
