@@ -60,9 +60,8 @@ class OrtBackend(Backend):
         from ortlab.engine.machine import available_cores
 
         cores = available_cores()  # ORT's own default counts the host's cores, not the ones this process gets
+        # OMP_NUM_THREADS is left to torch: ORT's pool ignores it in a user's own script too
         threads = cores if cores < (os.cpu_count() or cores) else None
-        if os.environ.get("OMP_NUM_THREADS"):  # the user's count, which torch takes and ORT's own pool ignores
-            threads = torch.get_num_threads()
         with contextlib.suppress(_ort.OrtInternalsError):
             _ort.session_threads(threads)
             b.writer.meta.setdefault("machine", {})["ort_threads"] = threads  # None: ORT's default (its cores)
