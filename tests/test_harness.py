@@ -28,4 +28,3 @@ def test_a_test_stuck_past_its_timeout_ends_its_worker_and_the_suite_goes_on(tmp
     assert done.returncode == 1, out
     assert "crashed while running 'test_stuck.py::test_stuck'" in out and "1 failed, 1 passed" in out, out
     assert "Timeout (0:00:02)!" in out and 'test_stuck.py", line 6 in test_stuck' in out, out  # the stack, named
-
