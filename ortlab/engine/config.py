@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ortlab.engine.backends import checked_settings, registered
+from ortlab.engine.backends import check_available, checked_settings, registered
 from ortlab.engine.collectors import check as check_collectors
 from ortlab.engine.types import BurstError, Device, MemoryAccount, Optimizer, Precision, Sampler
 from ortlab.options import Options
@@ -56,6 +56,7 @@ class BurstConfig:
                 raise BurstError(f"{label} {value!r} is not allowed; allowed: {', '.join(allowed)}")
 
         registered(self.backend)
+        check_available(self.backend)  # ORTModule on the current stack: why not, and where it runs, in one line
         check("optimizer", self.optimizer, Optimizer)
         check("precision", self.precision, Precision)
         check("device", self.device, Device)
