@@ -28,15 +28,18 @@ class StackInfo:
     locks: dict[str, str]  # Python version -> its lock (what bin/_env.sh installs)
     torch: str  # the torch its locks pin
     runs: str  # what runs there, in words
+    required: tuple[str, ...]  # the backends it promises: `ortlab doctor` exits 0 when all of them can run
 
 
 STACKS: dict[Stack, StackInfo] = {
     Stack.ORT: StackInfo(Stack.ORT, ("3.10", "3.11"),
                          {"3.11": "requirements.lock", "3.10": "requirements-py310.lock"}, "2.6.0",
-                         "PyTorch, ORTModule (onnxruntime-training 1.19.2) and torch.compile"),
+                         "PyTorch, ORTModule (onnxruntime-training 1.19.2) and torch.compile",
+                         ("pytorch", "ortmodule")),
     Stack.CURRENT: StackInfo(Stack.CURRENT, ("3.12", "3.13"),
                              {"3.12": "requirements-current.lock", "3.13": "requirements-current-py313.lock"},
-                             "2.14.1", "PyTorch and torch.compile on the newest torch; no ORTModule"),
+                             "2.14.1", "PyTorch and torch.compile on the newest torch; no ORTModule",
+                             ("pytorch", "compile")),
 }
 ORT_TORCH_MAX = (2, 6)  # ORTModule 1.19.2's extensions fail to load from torch 2.7 on
 

@@ -71,6 +71,20 @@ def shots_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `ort` need ORTModule: on the current stack (Python 3.12+, the newest torch) they are skipped
+    with the reason ortlab itself gives a user there."""
+    from ortlab.stacks import ortmodule_line
+
+    why = ortmodule_line()
+    if why is None:
+        return
+    skip = pytest.mark.skip(reason=why)
+    for item in items:
+        if item.get_closest_marker("ort"):
+            item.add_marker(skip)
+
+
 def pytest_addoption(parser):
     parser.addoption("--stress", action="store_true", default=os.environ.get("ORTLAB_STRESS") == "1",
                      help="run the tests marked 'interrupt' (Stop, Ctrl-C, orphans) with the machine loaded: other "

@@ -200,6 +200,7 @@ def test_ort_statistics_subscriber_dumps_are_read_and_compared(tmp_path):
                                                           "blocks.0.mlp.1")
 
 
+@pytest.mark.ort
 def test_ortlab_run_and_ort_dump_compare_by_ort_names(pytorch_pair, tmp_path):
     """An ortlab run against a dump ORT's subscriber wrote of the same training: tensors pair up by ORT's
     names."""

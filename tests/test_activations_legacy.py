@@ -104,6 +104,7 @@ def _as_dump(merged: Path, folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.ort
 def test_a_broken_file_names_its_line_and_the_rest_is_read(pt_dump, tmp_path):
     copy = tmp_path / "pt"
     shutil.copytree(pt_dump / "pt", copy)
@@ -136,6 +137,7 @@ mutations = st.one_of(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutation=mutations)
+@pytest.mark.ort
 def test_malformed_tensor_files_fail_with_file_and_line(pt_dump, tmp_path, mutation):
     good = _sample_file(pt_dump)
     kind = mutation[0]

@@ -83,6 +83,7 @@ def test_cli_diff(three_runs, capsys):
     assert data["first"]["name"] == "blocks.1.mlp.0" and data["first"]["previous"] == "blocks.1.ln2"
 
 
+@pytest.mark.ort
 def test_cli_bad_input_is_one_line_and_exit_2(three_runs, tmp_path, capsys):
     plain, _, _ = three_runs
 

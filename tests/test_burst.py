@@ -141,7 +141,10 @@ def test_run_folder_round_trip(demo_session):
     again = load_run(run.path)
     assert again.meta == run.meta
     assert again.metrics.equals(run.metrics)
-    assert again.meta["config"]["seed"] == 7 and again.meta["versions"]["onnxruntime-training"] == "1.19.2"
+    from ortlab.stacks import ortmodule_unavailable
+
+    ort = None if ortmodule_unavailable() else "1.19.2"  # the versions of the stack it ran on
+    assert again.meta["config"]["seed"] == 7 and again.meta["versions"].get("onnxruntime-training") == ort
     assert set(json.loads((run.path / "meta.json").read_text())) >= {"backend", "config", "model", "status", "device"}
     from ortlab import list_runs
 

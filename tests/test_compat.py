@@ -58,6 +58,7 @@ def test_ort_errors_lead_with_what_failed_and_keep_the_cxx_location_last():
     assert readable("plain text") == "plain text"
 
 
+@pytest.mark.ort
 def test_fixes_are_named_or_auto_and_a_bad_name_says_what_exists():
     from ortlab.engine.config import BurstConfig
 
@@ -105,6 +106,7 @@ class _Call(torch.nn.Module):
     dict(n=1, dim=-1), dict(n=2, dim=0), dict(n=1, dim=1, prepend=True), dict(n=1, dim=-1, append=True),
     dict(n=3, dim=-1, prepend=True, append=True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+@pytest.mark.ort
 def test_the_diff_fix_exports_what_torch_diff_computes(case, dtype):
     x = (torch.randn(3, 6, generator=torch.Generator().manual_seed(1)) * 4).to(dtype)
     pre = x[:, :1] if case.get("prepend") else None
@@ -121,6 +123,7 @@ def test_the_diff_fix_exports_what_torch_diff_computes(case, dtype):
     assert got.dtype == expected.numpy().dtype and (got == expected.numpy()).all()
 
 
+@pytest.mark.ort
 def test_without_the_diff_fix_the_exporter_still_says_unsupported():
     """The fix is undone with its context: the next export fails as torch fails, not on an emptied registry."""
     x = torch.randn(2, 4)
@@ -131,6 +134,7 @@ def test_without_the_diff_fix_the_exporter_still_says_unsupported():
 
 @pytest.mark.parametrize("dtype,asked", [(torch.bool, None), (torch.int32, None), (torch.uint8, None),
                                          (torch.float32, None), (torch.int64, torch.float64)])
+@pytest.mark.ort
 def test_the_cumsum_fix_sums_in_the_type_torch_sums_in(dtype, asked):
     x = (torch.randn(3, 5, generator=torch.Generator().manual_seed(2)) * 3).to(dtype)
 

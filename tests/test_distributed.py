@@ -54,7 +54,7 @@ def test_what_every_rank_would_refuse_is_refused_before_launching(tmp_path):
 
 
 def test_single_process_config_is_unchanged():
-    cfg = BurstConfig()
+    cfg = BurstConfig(backend="pytorch")
     assert not cfg.distributed and cfg.world_size == 1
     assert BurstConfig.from_dict(cfg.to_dict()) == cfg
 

@@ -336,6 +336,7 @@ def test_diff_names_a_truncated_stats_file_and_different_models(tmp_path):
     one_line_exit_2(cli("diff", str(a), str(small)), "different models")
 
 
+@pytest.mark.ort
 def test_bisect_checks_its_candidates_before_any_burst(tmp_path):
     one_line_exit_2(cli("bisect", "--candidates", "nope", "--out", str(tmp_path)), "'nope'")
     assert not [p for p in tmp_path.glob("*") if not p.name.startswith(".")]

@@ -98,6 +98,7 @@ def _fake_run(folder: Path, backend: str, verdict: dict | None) -> Path:
     ("ortmodule", {"status": "agree", "gradients": {"agree": True}}, "verdict is 'agree': nothing to reproduce"),
     ("ortmodule", {"status": "diverged", "gradients": {"agree": True}}, "its first step's gradients agree"),
 ])
+@pytest.mark.ort
 def test_repro_refuses_a_run_without_a_gradient_divergence_in_one_line(tmp_path, backend, verdict, says):
     path = _fake_run(tmp_path, backend, verdict)
     done = subprocess.run([sys.executable, "-m", "ortlab.cli", "repro", str(path)], capture_output=True, text=True,
@@ -114,6 +115,7 @@ def test_repro_asks_for_the_model_when_the_run_cannot_name_it(tmp_path):
         ortlab.repro(path)
 
 
+@pytest.mark.ort
 def test_a_stored_localization_that_found_nothing_is_reported_exit_1(tmp_path):
     path = _fake_run(tmp_path, "ortmodule", {"status": "diverged", "gradients": {"agree": False},
                                              "localized": {"path": None, "note": "no module reproduces it"}})

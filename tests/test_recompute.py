@@ -213,6 +213,7 @@ def test_cli_sweep_json_reports_accounted_savings(tmp_path, capsys):
     assert all(r["accounted_saving_mb"] > 0 for r in applied if r["set"] != "all type 1")
 
 
+@pytest.mark.ort
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert _cli("plans", "--model-arg", "n_layer", "--out", str(tmp_path)) == 2
     assert _cli("plans", "--sweep", "--steps", "1", "--out", str(tmp_path)) == 2

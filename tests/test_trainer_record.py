@@ -154,6 +154,7 @@ def test_lightning_rows_are_optimizer_steps_and_change_nothing(tmp_path):
     assert run.losses == pytest.approx(means, rel=1e-6)
 
 
+@pytest.mark.ort
 def test_lightning_failure_ends_the_run_failed(tmp_path):
     callback = ortlab.lightning.RecordCallback(out=tmp_path / "runs")
     with pytest.raises(RuntimeError, match="stop here"):

@@ -233,6 +233,7 @@ def test_the_budget_decides_what_runs_and_a_stop_keeps_what_was_measured(tmp_pat
     assert json.loads((t.path / "tune.json").read_text())["stopped"]
 
 
+@pytest.mark.ort
 def test_bad_input_is_one_line(tmp_path, capsys):
     from ortlab.cli import main
 

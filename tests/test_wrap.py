@@ -130,6 +130,7 @@ def test_under_ddp_ortmodule_goes_inside(tmp_path):
         dist.destroy_process_group()
 
 
+@pytest.mark.ort
 def test_options_read_at_import_are_refused_once_onnxruntime_is_imported():
     import onnxruntime.training.ortmodule  # noqa: F401 - what a process that used ORTModule has done
 
@@ -143,6 +144,7 @@ def test_options_read_at_import_are_refused_once_onnxruntime_is_imported():
     assert info_of(wrapped).options["fallback_policy"] == "FALLBACK_DISABLE"
 
 
+@pytest.mark.ort
 def test_options_read_at_import_are_set_before_onnxruntime_is_imported():
     import subprocess
     import sys

@@ -24,12 +24,12 @@ def cmd_burst(args) -> int:
     from ortlab.engine.backends import BACKENDS, check_available
     from ortlab.engine.session import Session
 
+    kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
     if args.backend in BACKENDS:
         check_available(args.backend)
         backends = (args.backend,)
     else:
         backends = chosen_backends(args.backend)
-    kwargs, options = burst_kwargs(args)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         if len(backends) > 1:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)

@@ -11,8 +11,8 @@ from ortlab.cli.common import model_kwargs, print_json
 def cmd_compare(args) -> int:
     from ortlab.engine.session import Session
 
+    kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
     backends = chosen_backends(args.backends)
-    kwargs, options = burst_kwargs(args)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         comparison = session.compare(args.steps, options, backends=backends, **kwargs)
     decision, recommendation = comparison.decision(), comparison.recommendation()

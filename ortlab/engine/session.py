@@ -140,6 +140,9 @@ class Session:
         """Will the model train on ORTModule? Every blocker at once, with its module and source line, the fixes
         that remove them (verified by exporting again) and one ORTModule training step: a CheckReport, also
         written to `<out>/<stamp>-check/check.json`. `fixes`: "auto", "none" or fix names (ortlab.compat)."""
+        from ortlab.engine.backends import check_available
+
+        check_available("ortmodule")  # the current stack: why not, and where it runs, in one line
         from ortlab.compat.check import CheckReport
         from ortlab.compat.registry import parse
 

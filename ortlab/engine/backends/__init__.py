@@ -37,6 +37,7 @@ class Registered:
     settings: tuple[str, str] | None = None  # (a BurstConfig field of its own, "module:function" checking it)
     # "module:function" saying why it cannot run in this process (None: it can), asked before a burst starts
     unavailable: str | None = None
+    health: str | None = None  # "module:function" checking what it needs on this machine (`ortlab doctor`)
 
     def imports(self, options: Any) -> Any:
         """The import-time options a process must have been started with to run this backend with `options`
@@ -47,13 +48,16 @@ class Registered:
 
 
 BACKENDS: dict[str, Registered] = {r.name: r for r in (
-    Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True),
+    Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True,
+               health="ortlab.diagnosis:pytorch_health"),
     Registered("ortmodule", "ortlab.engine.backends.ort:OrtBackend", "ORTModule", onnx_stages=True, compat=True,
                import_options=True, time_source=TimeSource.ORT_PROFILER, memory=MemoryAccount.GRAPH,
-               stats_taps=StatsTaps.GRAPH, unavailable="ortlab.stacks:ortmodule_line"),
+               stats_taps=StatsTaps.GRAPH, unavailable="ortlab.stacks:ortmodule_line",
+               health="ortlab.diagnosis:ortmodule_health"),
     Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
                time_source=TimeSource.TORCH_PROFILER_FUSED, memory=MemoryAccount.AUTOGRAD_RUNNER,
-               stats_taps=StatsTaps.COMPILED_HOOKS, settings=("compile", "ortlab.engine.backends.compiled:settings")),
+               stats_taps=StatsTaps.COMPILED_HOOKS, settings=("compile", "ortlab.engine.backends.compiled:settings"),
+               health="ortlab.diagnosis:compile_health"),
 )}
 REFERENCE = next(r.name for r in BACKENDS.values() if r.reference)  # "pytorch"
 # The registered backends as a closed set of names (a str Enum: widgets and the CLI list it, runs keep the strings)

@@ -1,6 +1,7 @@
 """`ortlab doctor`: what runs here and what does not, per backend, each with its reason and fix; the stack, the
-interpreter and lock, the GPU and its memory. Exit 0 when the stack asked for is healthy: on the ort stack
-ORTModule can run, on the current stack PyTorch and torch.compile can."""
+interpreter and lock, the GPU and its memory. Exit 0 when the stack asked for is healthy: every backend it promises
+(StackInfo.required: PyTorch and ORTModule on the ort stack, PyTorch and torch.compile on the current one) can run.
+Each backend's check is named by its registry entry (`health`), so a backend says itself what it needs."""
 
 from __future__ import annotations
 
@@ -24,6 +25,16 @@ from ortlab.stacks import STACKS, Stack, ort_stack_hint, ortmodule_unavailable, 
 
 
 @dataclass
+class Machine:
+    """What the backends' checks read: the versions installed, the GPU, ORTModule's built extensions."""
+
+    versions: dict[str, str | None]
+    cuda_available: bool
+    gpu_name: str | None
+    extensions: dict[str, bool]
+
+
+@dataclass
 class Problem:
     what: str
     fix: str
@@ -39,6 +50,7 @@ class BackendStatus:
     runs: bool
     detail: str  # what it runs on (the device, the compiler), or why it does not
     fix: str | None = None
+    problems: list[Problem] = field(default_factory=list)  # what else to know (notes), or what keeps it from running
 
 
 @dataclass
@@ -54,7 +66,6 @@ class Report:
     cuda_available: bool
     gpu_name: str | None
     gpu_memory_gib: float | None
-    ort_cuda_provider: str
     extensions: dict[str, bool]
     backends: list[BackendStatus] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -83,7 +94,6 @@ class Report:
                else "none (torch sees no CUDA device): the CPU")
         lines.append(f"GPU          {gpu}")
         if self.versions.get("onnxruntime"):
-            lines.append(f"ORT CUDA EP  {self.ort_cuda_provider}")
             built = [n for n, ok in self.extensions.items() if ok]
             lines.append(f"extensions   {', '.join(built) if built else 'none built'}")
         lines.append("backends")
@@ -123,10 +133,23 @@ def _ort_cuda_provider(cuda_available: bool) -> tuple[str, Problem | None]:
     return "loads", None
 
 
-def _compile_status(torch, cuda_available: bool) -> BackendStatus:
+def pytorch_health(m: Machine) -> BackendStatus:
+    """PyTorch runs wherever torch imports."""
+    if m.versions["torch"] is None:
+        return BackendStatus("pytorch", "PyTorch", False, "torch is not installed",
+                             f"pip install torch=={STACKS[this_stack()].torch}")
+    device = f"on {m.gpu_name}" if m.cuda_available else "on the CPU"
+    return BackendStatus("pytorch", "PyTorch", True, f"torch {m.versions['torch']} {device}")
+
+
+def compile_health(m: Machine) -> BackendStatus:
     """torch.compile's default compiler (inductor) needs a C++ compiler for the CPU and triton for a GPU."""
     label = "torch.compile"
-    if cuda_available:
+    if m.versions["torch"] is None:
+        return BackendStatus("compile", label, False, "torch is not installed", None)
+    if m.cuda_available:
+        import torch
+
         if importlib.util.find_spec("triton") is None:
             return BackendStatus("compile", label, False, "inductor needs triton on a GPU, and it is not installed",
                                  "pip install triton (the version torch's wheel names)")
@@ -135,17 +158,16 @@ def _compile_status(torch, cuda_available: bool) -> BackendStatus:
             return BackendStatus("compile", label, False, f"triton needs a GPU of compute capability 7.0 or newer "
                                  f"(this one: {major}.x)", "--compile-backend aot_eager (no code generation)")
         return BackendStatus("compile", label, True, f"inductor with triton {_version('triton')} on the GPU")
-    cxx = os.environ.get("CXX") or "g++"
-    if shutil.which(cxx) is None and shutil.which("c++") is None:
+    cxx = shutil.which(os.environ.get("CXX") or "g++") or shutil.which("c++")
+    if cxx is None:
         return BackendStatus("compile", label, False, "inductor needs a C++ compiler for the CPU, and none is found",
                              "install one (Debian: apt-get install g++), or --compile-backend aot_eager")
-    return BackendStatus("compile", label, True, f"inductor with the C++ compiler {shutil.which(cxx) or 'c++'} on "
-                         "the CPU")
+    return BackendStatus("compile", label, True, f"inductor with the C++ compiler {cxx} on the CPU")
 
 
-def _ortmodule_problems(versions: dict, extensions: dict, cuda_available: bool) -> list[Problem]:
-    """What keeps ORTModule from running in this environment (the ort stack's problems)."""
-    problems: list[Problem] = []
+def ortmodule_health(m: Machine) -> BackendStatus:
+    """What keeps ORTModule from running in this environment, and what else to know (notes)."""
+    versions, problems = m.versions, []
     why = ortmodule_unavailable()
     if sys.version_info >= (3, 12):
         problems.append(Problem(f"Python {platform.python_version()}: onnxruntime-training 1.19.2 (ORTModule's last "
@@ -154,54 +176,54 @@ def _ortmodule_problems(versions: dict, extensions: dict, cuda_available: bool) 
         problems.append(Problem("onnxruntime-training is not installed", "pip install onnxruntime-training==1.19.2"))
     elif why is not None:
         problems.append(Problem(why, "pip install torch==2.6.0"))
-    missing = [n for n in CPU_EXTENSIONS if not extensions[n]]
+    missing = [n for n in CPU_EXTENSIONS if not m.extensions[n]]
     if versions["onnxruntime"] and missing:
         problems.append(Problem(f"ORTModule's torch C++ extensions are not built ({', '.join(missing)})",
                                 "ortlab setup"))
-    if versions["onnxruntime"] and cuda_available and not all(extensions[n] for n in CUDA_EXTENSIONS):
+    if versions["onnxruntime"] and m.cuda_available and not all(m.extensions[n] for n in CUDA_EXTENSIONS):
         problems.append(Problem("ORTModule's CUDA extensions are not built (no fused Adam)",
                                 "install a CUDA toolkit matching torch, then: ortlab setup", fatal=False))
-    return problems
+    provider, problem = _ort_cuda_provider(m.cuda_available)
+    if problem:
+        problems.append(problem)
+    fatal = [p for p in problems if p.fatal]
+    runs = not fatal and versions["torch"] is not None
+    detail = fatal[0].what if fatal else f"onnxruntime-training {versions['onnxruntime']} (ORT's CUDA EP: {provider})"
+    return BackendStatus("ortmodule", "ORTModule", runs, detail, fatal[0].fix if fatal else None, problems)
+
+
+def _health(name: str, m: Machine) -> BackendStatus:
+    from ortlab.engine.backends import BACKENDS
+
+    module, _, attr = BACKENDS[name].health.partition(":")
+    return getattr(importlib.import_module(module), attr)(m)
 
 
 def doctor() -> Report:
     """Everything that decides what can run here, each problem with its fix."""
+    from ortlab.engine.backends import BACKENDS
+
     versions = {name: _version(dist) for name, dist in [
         ("torch", "torch"), ("onnxruntime", "onnxruntime-training"), ("onnx", "onnx"), ("netron", "netron"),
         ("ipywidgets", "ipywidgets"), ("transformers", "transformers"), ("ortlab", "ortlab")]}
-    stack = this_stack()
-    problems: list[Problem] = []
-    backends: list[BackendStatus] = []
+    stack = STACKS[this_stack()]
     cuda_available, gpu_name, gpu_memory = False, None, None
-    if versions["torch"] is None:
-        problems.append(Problem("torch is not installed", f"pip install torch=={STACKS[stack].torch}"))
-    else:
+    if versions["torch"] is not None:
         import torch
 
         cuda_available = torch.cuda.is_available()
         if cuda_available:
             props = torch.cuda.get_device_properties(0)
             gpu_name, gpu_memory = props.name, props.total_memory / 2**30
-        device = f"on {gpu_name}" if cuda_available else "on the CPU"
-        backends.append(BackendStatus("pytorch", "PyTorch", True, f"torch {versions['torch']} {device}"))
-        backends.append(_compile_status(torch, cuda_available))
-    extensions = built_extensions()
-    ort_problems = _ortmodule_problems(versions, extensions, cuda_available)
-    provider, problem = _ort_cuda_provider(cuda_available)
-    if problem:
-        ort_problems.append(problem)
-    fatal = [p for p in ort_problems if p.fatal]
-    ort = BackendStatus("ortmodule", "ORTModule", not fatal and versions["torch"] is not None,
-                        fatal[0].what if fatal else f"onnxruntime-training {versions['onnxruntime']}",
-                        fatal[0].fix if fatal else None)
-    backends.insert(min(1, len(backends)), ort)  # in the registry's order: PyTorch, ORTModule, torch.compile
-    if stack is Stack.ORT:
-        problems += ort_problems  # the ort stack is ORTModule's: its problems are the stack's
-    else:
-        problems += [p for p in ort_problems if not p.fatal]
-        problems += [Problem(f"{b.label} cannot run: {b.detail}", b.fix or "") for b in backends
-                     if b.name == "compile" and not b.runs]
-    if versions["onnx"] is None and stack is Stack.ORT:
+    machine = Machine(versions, cuda_available, gpu_name, built_extensions())
+    backends = [_health(name, machine) for name in BACKENDS if BACKENDS[name].health]
+    problems: list[Problem] = []
+    for b in backends:  # a backend the stack promises: what keeps it from running is the stack's problem
+        promised = b.name in stack.required
+        problems += [p for p in b.problems if promised or not p.fatal]
+        if promised and not b.runs and not any(p.fatal for p in b.problems):
+            problems.append(Problem(f"{b.label} cannot run: {b.detail}", b.fix or ""))
+    if versions["onnx"] is None and stack.name is Stack.ORT:
         problems.append(Problem("onnx is not installed", "pip install onnx==1.16.2"))
     for name, missing in (("netron", "graphs fall back to ortlab's own view"),
                           ("ipywidgets", "the Lab's panels need it; bursts, the CLI and the API do not")):
@@ -217,7 +239,7 @@ def doctor() -> Report:
     if sys.prefix != sys.base_prefix:  # a venv: the Python it was made from (3.10's _base_executable is the venv's)
         interpreter = f"{base_python()} (environment: {sys.prefix})"
     return Report(
-        stack=str(stack),
+        stack=str(stack.name),
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
         interpreter=interpreter,
@@ -228,8 +250,7 @@ def doctor() -> Report:
         cuda_available=cuda_available,
         gpu_name=gpu_name,
         gpu_memory_gib=gpu_memory,
-        ort_cuda_provider=provider,
-        extensions=extensions,
+        extensions=machine.extensions,
         backends=backends,
         problems=problems,
     )
