@@ -49,6 +49,7 @@ def ensure(env: Path, log=lambda line: print(line, file=sys.stderr, flush=True))
     if not marker.is_file():
         log(f"ortlab: a GPU is here: installing the CUDA 11.8 libraries ORT's CUDA execution provider loads "
             f"({LOCK.name}: about 1.4 GB of downloads) into {folder}, once")
+        folder.mkdir(parents=True, exist_ok=True)
         logfile = env / "install-ort-cuda.log"
         with open(logfile, "w") as out:
             done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",

@@ -71,17 +71,30 @@ def shots_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
+def _notebook_uses_ortmodule(path: Path, seen: dict[Path, bool]) -> bool:
+    """A tutorial whose code names ORTModule (a burst, an option, the Lab's ORTModule runs) needs the ort stack."""
+    if path not in seen:
+        import json
+
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        code = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        seen[path] = "ortmodule" in code.lower()
+    return seen[path]
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `ort` need ORTModule: on the current stack (Python 3.12+, the newest torch) they are skipped
-    with the reason ortlab itself gives a user there."""
+    """Tests marked `ort`, and the notebooks whose code uses ORTModule, need ORTModule: on the current stack (Python
+    3.12+, the newest torch) they are skipped with the reason ortlab itself gives a user there."""
     from ortlab.stacks import ortmodule_line
 
     why = ortmodule_line()
     if why is None:
         return
-    skip = pytest.mark.skip(reason=why)
+    skip, seen = pytest.mark.skip(reason=why), {}
     for item in items:
-        if item.get_closest_marker("ort"):
+        notebook = item.path.suffix == ".ipynb" and _notebook_uses_ortmodule(item.path, seen)
+        if notebook or item.get_closest_marker("ort"):
+            item.add_marker(pytest.mark.ort)
             item.add_marker(skip)
 
 

@@ -54,6 +54,7 @@ def dumps(pt_dump):
 
 
 @pytest.mark.slow  # exports with ORTModule
+@pytest.mark.ort
 def test_merge_writes_what_ort_merge_writes(dumps, tmp_path):
     from onnxruntime.training.utils.hooks.merge_activation_summary import generate_summaries_per_step
 

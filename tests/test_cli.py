@@ -112,6 +112,7 @@ def test_setup_is_idempotent():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.ort
 def test_burst_both_json(tmp_path):
     r = ortlab("burst", "--steps", "4", "--parity", "--json", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -129,6 +130,7 @@ def test_burst_both_json(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.ort
 def test_burst_table(tmp_path):
     r = ortlab("burst", "--steps", "3", "--backend", "ortmodule", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr

@@ -173,6 +173,7 @@ def test_the_eager_attention_fix_keeps_parameters_and_is_undone():
 
 
 @slow
+@pytest.mark.ort
 def test_check_lists_every_blocker_at_once_with_its_line_and_what_removes_it(tmp_path):
     import ortlab
 
@@ -199,6 +200,7 @@ def test_check_lists_every_blocker_at_once_with_its_line_and_what_removes_it(tmp
 
 
 @slow
+@pytest.mark.ort
 def test_check_verifies_the_fixes_with_a_training_step_and_the_cli_says_so(tmp_path):
     done = cli("check", "--model", FIXABLE, "--out", str(tmp_path), "--in-process", "--json")
     assert done.returncode == 0, done.stderr
@@ -213,6 +215,7 @@ def test_check_verifies_the_fixes_with_a_training_step_and_the_cli_says_so(tmp_p
 
 
 @slow
+@pytest.mark.ort
 def test_the_fixes_keep_the_math_loss_and_gradients(tmp_path):
     from ortlab import Session
     from ortlab.verdict.gradients import first_step
@@ -231,6 +234,7 @@ def test_the_fixes_keep_the_math_loss_and_gradients(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_a_fallback_is_its_own_status_and_nothing_is_compared_against_it(tmp_path):
     out = tmp_path / "runs"
     done = cli("burst", "--model", FIXABLE, "--steps", "2", "--parity", "--out", str(out), "--json")
@@ -258,6 +262,7 @@ def test_a_fallback_is_its_own_status_and_nothing_is_compared_against_it(tmp_pat
 
 
 @slow
+@pytest.mark.ort
 def test_an_ort_graph_error_reads_from_its_reason(tmp_path):
     from ortlab import Session
 
@@ -271,6 +276,7 @@ def test_an_ort_graph_error_reads_from_its_reason(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_a_recorded_ortmodule_that_fell_back_is_not_ok(tmp_path):
     from onnxruntime.training.ortmodule import ORTModule
 

@@ -62,6 +62,7 @@ def test_backends_of_a_comparison_put_pytorch_first():
 
 @slow
 @pytest.mark.timeout(900)
+@pytest.mark.ort
 def test_three_backends_side_by_side_in_parity(tmp_path):
     done = cli("burst", "--backend", "pytorch,ortmodule,compile", "--parity", "--steps", "6", "--model-arg",
                "n_layer=1", "--out", str(tmp_path), "--in-process", "--json")

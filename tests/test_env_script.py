@@ -133,8 +133,8 @@ def test_two_clones_sharing_one_environment_each_run_their_own_ortlab(tmp_path):
     one after the other, then the first again: each `doctor` runs from its own checkout, whichever checkout the
     environment was built from."""
     first, second = _clone(tmp_path / "first"), _clone(tmp_path / "second")
-    (second / "ortlab" / "environment.py").write_text(
-        (second / "ortlab" / "environment.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
+    (second / "ortlab" / "diagnosis.py").write_text(
+        (second / "ortlab" / "diagnosis.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
     from ortlab.environment import base_python
 
     env = dict(os.environ, ORTLAB_ENV_ROOT=str(Path(sys.prefix).parent), ORTLAB_PYTHON=base_python())
@@ -181,3 +181,38 @@ def test_a_failed_install_shows_pips_error_first_and_each_download_with_its_size
     assert lines[1] == "ERROR: Package 'networkx' requires a different Python: 3.10.13 not in '>=3.11'"
     assert lines[-1] == f"ortlab: installing the pinned packages failed (pip exit 1); full log: {tmp_path / 'log'}"
     assert (tmp_path / "log").read_text().count("INFO: pip is looking") == 24
+
+
+def _unresolved(library: Path, **env) -> set[str]:
+    """The libraries `ldd` cannot find for `library` (with `env` added to this process's environment)."""
+    out = subprocess.run(["ldd", str(library)], capture_output=True, text=True, env={**os.environ, **env}).stdout
+    return {line.split()[0] for line in out.splitlines() if "not found" in line}
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="no ldd on this machine")
+def test_on_a_gpu_the_ort_stack_gets_the_cuda_11_libraries_its_provider_loads(tmp_path):
+    """ORT's CUDA provider (onnxruntime-training 1.19.2, a CUDA 11.8 build) needs CUDA 11 libraries torch 2.6 does not
+    bring. Told there is a GPU (ORTLAB_GPU=1: there is none here), scripts/ort_cuda.py installs
+    requirements-ort-cuda.lock into a folder of the environment and prints its library folders, which bin/_env.sh
+    puts on LD_LIBRARY_PATH: with them, every library the provider needs resolves; without a GPU it installs and
+    prints nothing. (The folder is kept under the cache root: 1.4 GB, installed once.)"""
+    import onnxruntime
+
+    from ortlab.environment import cache_root
+
+    provider = Path(onnxruntime.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    script = str(ROOT / "scripts" / "ort_cuda.py")
+    none = subprocess.run([sys.executable, script, str(tmp_path)], env={**os.environ, "ORTLAB_GPU": "0"},
+                          capture_output=True, text=True)
+    assert none.returncode == 0 and none.stdout == "" and not (tmp_path / "ort-cuda11").exists()
+    r = subprocess.run([sys.executable, script, str(cache_root() / "ort-cuda-check")],
+                       env={**os.environ, "ORTLAB_GPU": "1"}, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    folders = r.stdout.strip().split(":")
+    assert folders and all(Path(f).is_dir() for f in folders), r.stdout
+    before = _unresolved(provider, LD_LIBRARY_PATH="")
+    assert {"libcublas.so.11", "libcudnn.so.8", "libcudart.so.11.0"} <= before  # what torch's CUDA 12 lacks
+    assert _unresolved(provider, LD_LIBRARY_PATH=":".join(folders)) == set()

@@ -144,6 +144,7 @@ def _workload(ref: str):
 
 
 @slow
+@pytest.mark.ort
 def test_the_wrong_gradient_shrinks_to_the_se_block_and_the_model_is_left_as_it_was():
     from ortlab.verdict.localize import localize
 
@@ -179,6 +180,7 @@ def test_the_wrong_gradient_shrinks_to_the_se_block_and_the_model_is_left_as_it_
 
 
 @slow
+@pytest.mark.ort
 def test_a_model_whose_ort_gradients_are_right_localizes_nothing():
     from ortlab.verdict.localize import localize
 
@@ -190,6 +192,7 @@ def test_a_model_whose_ort_gradients_are_right_localizes_nothing():
 
 
 @slow
+@pytest.mark.ort
 def test_the_repro_script_of_a_correct_module_exits_0(tmp_path):
     from ortlab.verdict.repro_case import write
 
@@ -203,6 +206,7 @@ def test_the_repro_script_of_a_correct_module_exits_0(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_ortlab_repro_writes_a_script_that_shows_the_wrong_gradient_with_bare_ortmodule(tmp_path):
     from ortlab import Session
     from ortlab.verdict.localize import LOCALIZED
@@ -232,6 +236,7 @@ def test_ortlab_repro_writes_a_script_that_shows_the_wrong_gradient_with_bare_or
 
 
 @slow
+@pytest.mark.ort
 def test_the_session_localizes_in_its_worker_with_progress(tmp_path):
     from ortlab import Session
 

@@ -104,8 +104,8 @@ def test_every_pin_of_each_lock_has_a_wheel_for_its_python(python, tmp_path):
     if python == f"{sys.version_info[0]}.{sys.version_info[1]}" and Path(sys.prefix, ".complete").is_file():
         pytest.skip(f"{LOCKS[python]} built this environment")
     abi = "cp" + python.replace(".", "")
-    platforms = [a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-                             "linux_x86_64") for a in ("--platform", p)]
+    glibc = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)]  # Debian 12's glibc 2.36 and older
+    platforms = [a for p in (*glibc, "manylinux2014_x86_64", "linux_x86_64") for a in ("--platform", p)]
     # --ignore-requires-python: pip checks it against the interpreter that runs it, not --python-version (on 3.10,
     # 3.11's lock failed on contourpy's >=3.11); the report's requires_python is checked below for the lock's Python
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",

@@ -211,6 +211,7 @@ def _shape(text: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_the_readmes_sample_output_is_what_burst_prints(tmp_path):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     start = readme.index("What `bin/ortlab burst` printed")

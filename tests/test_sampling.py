@@ -124,6 +124,7 @@ def test_one_process_trains_a_dataset_in_order_with_its_load(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_two_ranks_load_balancing_lowers_the_imbalance_and_both_backends_see_the_same_batches(tmp_path):
     with Session(None, VARIABLE, out=tmp_path / "runs") as s:
         plain = s.burst("pytorch", 4, nproc=2, sampler="distributed", progress=False)
@@ -149,6 +150,7 @@ def test_two_ranks_load_balancing_lowers_the_imbalance_and_both_backends_see_the
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_two_ranks_refuse_a_sampler_for_a_workload_without_a_dataset(tmp_path):
     with Session(None, TINY, out=tmp_path / "runs") as s, pytest.raises(BurstError, match="with a dataset"):
         s.burst("pytorch", 1, nproc=2, sampler="load_balancing", progress=False)

@@ -206,6 +206,7 @@ def test_the_kv_cache_is_named_and_the_fix_turns_it_off_for_the_burst():
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_the_lora_trainer_bursts_on_ortmodule_to_agree_with_the_kv_cache_fix(tmp_path):
     """The LoRA Trainer as written (use_cache on, accumulation 2, clipping, warmup): check names the cache, --fix
     auto applies no-kv-cache, and ORTModule trains the adapter as PyTorch does."""
