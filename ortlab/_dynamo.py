@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # torch 2.6: "Graph break in user code at F:L\nReason: Unsupported: ..."; torch 2.7+: "Graph break (user stack
-# suppressed ...) in user code at F:L\nGraph Break Reason: Encountered graph break when ...:\n\n<what>\n  Explanation: ..."
+# suppressed ...) in user code at F:L\nGraph Break Reason: Encountered graph break when ...:\n\n<what>\n
+#   Explanation: ..."
 _BREAK = re.compile(r"Graph break(?: \([^)]*\))? in user code at (?P<file>.+?):(?P<line>\d+)\s*\n"
                     r"(?:Graph Break )?Reason: (?P<reason>.+?)(?:\n|$)", re.S)
 _EXPLAINED = re.compile(r"\n\n(?P<what>[^\n]+)\n\s+Explanation: (?P<why>[^\n]+)")
