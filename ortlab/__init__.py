@@ -57,7 +57,7 @@ _EXPORTS = {
     "wrap": "ortlab.wrapping",
     "WrapError": "ortlab.wrapping",
     "OrtModuleFailed": "ortlab.wrapping",
-    "doctor": "ortlab.environment",
+    "doctor": "ortlab.diagnosis",
     "setup": "ortlab.environment",
 }
 

@@ -9,8 +9,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_BREAK = re.compile(r"Graph break(?: \(details suppressed\))? in user code at (?P<file>.+?):(?P<line>\d+)\s*\n"
-                    r"Reason: (?P<reason>.+?)(?:\n|$)", re.S)
+# torch 2.6: "Graph break in user code at F:L\nReason: Unsupported: ..."; torch 2.7+: "Graph break (user stack
+# suppressed ...) in user code at F:L\nGraph Break Reason: Encountered graph break when ...:\n\n<what>\n
+#   Explanation: ..."
+_BREAK = re.compile(r"Graph break(?: \([^)]*\))? in user code at (?P<file>.+?):(?P<line>\d+)\s*\n"
+                    r"(?:Graph Break )?Reason: (?P<reason>.+?)(?:\n|$)", re.S)
+_EXPLAINED = re.compile(r"\n\n(?P<what>[^\n]+)\n\s+Explanation: (?P<why>[^\n]+)")
 _RECOMPILE = re.compile(r"Recompiling function (?P<function>\S+) in (?P<file>.+?):(?P<line>\d+)")
 _OUTPUT_CODE = re.compile(r"Output code written to: (?P<path>\S+)")
 # compile-time metrics whose entries add up to the time spent compiling (forward: dynamo, AOT and inductor;
@@ -53,6 +57,15 @@ def unique_graphs() -> int | None:
     except ImportError:
         return None
     return int(counters["stats"].get("unique_graphs", 0))
+
+
+def break_reason(text: str, first: str = "") -> str:
+    """A graph break's reason in one line: torch 2.7+ says what failed and explains it on later lines ("Failed to
+    trace builtin operator" / "Explanation: Dynamo does not know how to trace builtin operator `print` ..."), torch
+    2.6 on its first line."""
+    if (m := _EXPLAINED.search(text)) is not None:
+        return f"{m['what'].strip()}: {m['why'].strip()}"
+    return first.strip() or (text.strip().splitlines() or [""])[0]
 
 
 @dataclass
@@ -98,7 +111,7 @@ class Observer(logging.Handler):
             return
         if (m := _BREAK.search(text)) is not None:
             self.observed.graph_breaks.append({"step": self.step, "file": m["file"], "line": int(m["line"]),
-                                               "reason": m["reason"].strip()})
+                                               "reason": break_reason(text, m["reason"])})
         elif (m := _RECOMPILE.search(text)) is not None:
             reasons = [line.strip()[2:].strip() for line in text.splitlines()[2:] if line.strip().startswith("- ")]
             self.observed.recompiles.append({"step": self.step, "function": m["function"], "file": m["file"],

@@ -1,4 +1,5 @@
-"""What this machine can run: versions, CUDA, and the build of ORTModule's torch C++ extensions."""
+"""Where ortlab builds things (`cache_root`) and the build of ORTModule's torch C++ extensions (`ortlab setup`);
+what runs here is `ortlab.doctor`'s."""
 
 from __future__ import annotations
 
@@ -12,14 +13,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # The CPU extensions ORTModule loads on every device; the CUDA ones only matter on a GPU.
 CPU_EXTENSIONS = ("aten_op_executor", "torch_interop_utils")
 CUDA_EXTENSIONS = ("fused_ops", "torch_gpu_allocator")
 ORT_CUDA_MAJOR = "11"  # onnxruntime-training 1.19.2's wheel is a CUDA 11.8 build
-SUPPORTED_PYTHONS = ((3, 10), (3, 11))  # onnxruntime-training 1.19.2 has wheels up to 3.11; each has a lock
 
 
 def base_python() -> str:
@@ -157,159 +156,3 @@ def setup(force: bool = False, log=print) -> dict[str, bool]:
         raise SetupError(f"built, but no shared library found for {', '.join(missing)} in {cpp_dir}")
     log("ortlab setup: done: " + ", ".join(name for name in wanted))
     return state
-
-
-@dataclass
-class Problem:
-    what: str
-    fix: str
-    fatal: bool = True
-
-
-@dataclass
-class Report:
-    python: str
-    platform: str
-    interpreter: str  # the Python the environment was made from (a venv's base), then the environment itself
-    lock: str | None  # the lock bin/ortlab installed this environment from (None outside bin/ortlab)
-    ortlab_from: str  # the checkout (or site-packages) whose ortlab is running
-    cache: str  # cache_root(): environments and compiled kernels (ORTLAB_ENV_ROOT moves it)
-    versions: dict[str, str | None]
-    cuda_available: bool
-    gpu_name: str | None
-    ort_cuda_provider: str
-    extensions: dict[str, bool]
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not any(p.fatal for p in self.problems)
-
-    def to_dict(self) -> dict:
-        return asdict(self) | {"ok": self.ok}
-
-    def __str__(self) -> str:
-        lines = [f"Python       {self.python} ({self.platform}; ortlab supports 3.10 and 3.11)",
-                 f"interpreter  {self.interpreter}",
-                 f"lock         {self.lock or 'none (not an environment bin/ortlab made)'}",
-                 f"ortlab from  {self.ortlab_from}",
-                 f"cache        {self.cache} (environments, compiled kernels; ORTLAB_ENV_ROOT moves it)"]
-        from ortlab.versions import TESTED_TRANSFORMERS
-
-        tested = {"transformers": f" (model families tested with {', '.join(TESTED_TRANSFORMERS)}: "
-                                  "docs/compatibility.md)"}
-        lines += [f"{name:<12} {ver or 'not installed'}{tested.get(name, '')}" for name, ver in self.versions.items()]
-        cuda = f"available: {self.gpu_name}" if self.cuda_available else "not available (CPU only)"
-        lines.append(f"CUDA         {cuda}")
-        lines.append(f"ORT CUDA EP  {self.ort_cuda_provider}")
-        built = [n for n, ok in self.extensions.items() if ok]
-        lines.append(f"extensions   {', '.join(built) if built else 'none built'}")
-        for p in self.problems:
-            lines.append(f"{'PROBLEM' if p.fatal else 'note'}: {p.what} -> {p.fix}")
-        lines.append("ORTModule can run." if self.ok else "ORTModule cannot run until the problems above are fixed.")
-        return "\n".join(lines)
-
-
-def _ort_cuda_provider(cuda_available: bool) -> tuple[str, Problem | None]:
-    """Whether ORT's CUDA execution provider library can load its CUDA 11.8 dependencies."""
-    spec = importlib.util.find_spec("onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        return "onnxruntime missing", None
-    lib = Path(next(iter(spec.submodule_search_locations))) / "capi" / "libonnxruntime_providers_cuda.so"
-    if not lib.exists():
-        return "not in this build", None
-    if not cuda_available:
-        return "present, unused (no GPU)", None
-    import ctypes
-
-    try:
-        ctypes.CDLL(str(lib))
-    except OSError as e:
-        return f"cannot load: {e}", Problem(
-            "ORT's CUDA execution provider cannot load its CUDA 11.8 libraries",
-            "install CUDA 11.8 runtime, cuBLAS 11 and cuDNN 8 (e.g. 'pip install nvidia-cuda-runtime-cu11 "
-            "nvidia-cublas-cu11 nvidia-cudnn-cu11' and put their lib folders on LD_LIBRARY_PATH), or run on the CPU",
-            fatal=False,
-        )
-    return "loads", None
-
-
-def doctor() -> Report:
-    """Everything that decides whether ORTModule can run here, each problem with its fix."""
-    versions = {
-        name: _version(dist)
-        for name, dist in [
-            ("torch", "torch"),
-            ("onnxruntime", "onnxruntime-training"),
-            ("onnx", "onnx"),
-            ("netron", "netron"),
-            ("transformers", "transformers"),
-            ("ortlab", "ortlab"),
-        ]
-    }
-    problems: list[Problem] = []
-    if sys.version_info[:2] not in SUPPORTED_PYTHONS:
-        problems.append(Problem(
-            f"Python {platform.python_version()}: onnxruntime-training 1.19.2 (ORTModule's last release) ships wheels "
-            "for Python 3.8-3.11 and ortlab is tested on 3.10 and 3.11",
-            "use Python 3.11 or 3.10 (bin/ortlab finds python3.11 or python3.10, or ORTLAB_PYTHON=/path/to/python)"))
-    cuda_available, gpu_name = False, None
-    if versions["torch"] is None:
-        problems.append(Problem("torch is not installed", "pip install torch==2.6.0"))
-    else:
-        import torch
-
-        cuda_available = torch.cuda.is_available()
-        gpu_name = torch.cuda.get_device_name(0) if cuda_available else None
-        major_minor = tuple(int(x) for x in versions["torch"].split("+")[0].split(".")[:2])
-        if major_minor > (2, 6):
-            problems.append(
-                Problem(
-                    f"torch {versions['torch']} is too new for onnxruntime-training 1.19.2 (its extensions fail to "
-                    "load from torch 2.7 on)",
-                    "pip install torch==2.6.0",
-                )
-            )
-    if versions["onnxruntime"] is None:
-        problems.append(Problem("onnxruntime-training is not installed", "pip install onnxruntime-training==1.19.2"))
-    if versions["onnx"] is None:
-        problems.append(Problem("onnx is not installed", "pip install onnx==1.16.2"))
-    if versions["netron"] is None:
-        problems.append(Problem("netron is not installed", "pip install netron (graphs fall back to ortlab's own view)",
-                                fatal=False))
-    from ortlab.versions import TESTED_TRANSFORMERS, transformers_note
-
-    note = transformers_note(versions["transformers"])
-    if note:
-        problems.append(Problem(note, f"pip install transformers=={TESTED_TRANSFORMERS[-1]} (or "
-                                f"{TESTED_TRANSFORMERS[0]}); docs/compatibility.md", fatal=False))
-    extensions = built_extensions()
-    missing = [n for n in CPU_EXTENSIONS if not extensions[n]]
-    if versions["onnxruntime"] and missing:
-        problems.append(Problem(f"ORTModule's torch C++ extensions are not built ({', '.join(missing)})",
-                                "ortlab setup"))
-    if cuda_available and not all(extensions[n] for n in CUDA_EXTENSIONS):
-        problems.append(
-            Problem("ORTModule's CUDA extensions are not built (no fused Adam)",
-                    "install a CUDA toolkit matching torch, then: ortlab setup", fatal=False)
-        )
-    provider, problem = _ort_cuda_provider(cuda_available)
-    if problem:
-        problems.append(problem)
-    interpreter = sys.executable
-    if sys.prefix != sys.base_prefix:  # a venv: the Python it was made from (3.10's _base_executable is the venv's)
-        interpreter = f"{base_python()} (environment: {sys.prefix})"
-    return Report(
-        python=platform.python_version(),
-        platform=f"{platform.system()} {platform.machine()}",
-        interpreter=interpreter,
-        lock=os.environ.get("ORTLAB_LOCK"),
-        ortlab_from=str(Path(__file__).resolve().parents[1]),
-        cache=str(cache_root()),
-        versions=versions,
-        cuda_available=cuda_available,
-        gpu_name=gpu_name,
-        ort_cuda_provider=provider,
-        extensions=extensions,
-        problems=problems,
-    )

@@ -71,6 +71,33 @@ def shots_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
+def _notebook_uses_ortmodule(path: Path, seen: dict[Path, bool]) -> bool:
+    """A tutorial whose code names ORTModule (a burst, an option, the Lab's ORTModule runs) needs the ort stack."""
+    if path not in seen:
+        import json
+
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        code = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        seen[path] = "ortmodule" in code.lower()
+    return seen[path]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `ort`, and the notebooks whose code uses ORTModule, need ORTModule: on the current stack (Python
+    3.12+, the newest torch) they are skipped with the reason ortlab itself gives a user there."""
+    from ortlab.stacks import ortmodule_line
+
+    why = ortmodule_line()
+    if why is None:
+        return
+    skip, seen = pytest.mark.skip(reason=why), {}
+    for item in items:
+        notebook = item.path.suffix == ".ipynb" and _notebook_uses_ortmodule(item.path, seen)
+        if notebook or item.get_closest_marker("ort"):
+            item.add_marker(pytest.mark.ort)
+            item.add_marker(skip)
+
+
 def pytest_addoption(parser):
     parser.addoption("--stress", action="store_true", default=os.environ.get("ORTLAB_STRESS") == "1",
                      help="run the tests marked 'interrupt' (Stop, Ctrl-C, orphans) with the machine loaded: other "

@@ -335,6 +335,7 @@ def _burst(kwargs: dict, level: int, out: Path):
 @pytest.mark.slow
 @pytest.mark.parametrize("kwargs", [{}, {"n_layer": 3, "d_model": 128, "seq_len": 128, "batch_size": 8}],
                          ids=["demo", "larger"])
+@pytest.mark.ort
 def test_real_graphs_level_1_lowers_the_peak_against_ort_prediction(tmp_path, kwargs):
     base, observer = _burst(kwargs, 0, tmp_path)
     lowered, observer1 = _burst(kwargs, 1, tmp_path)
@@ -370,6 +371,7 @@ def test_real_graphs_level_1_lowers_the_peak_against_ort_prediction(tmp_path, kw
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_plan_that_moves_the_stash_saves_nothing(tmp_path):
     """ORT's "Add+" plan on the demo recomputes the four residual sums in backward and predicts 0.5 MB saved.
     But it recomputes them from the dropout outputs they add, which nothing kept before and which must now
@@ -401,6 +403,7 @@ def test_a_plan_that_moves_the_stash_saves_nothing(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_dim_given_for_a_real_run_keeps_the_recorded_shapes(tmp_path, capsys):
     """`ortlab memory RUN --dim idx_dim1=32`: the demo's recorded batch (idx_dim0 = 8) stays, only the sequence
     length changes; the account at the shorter sequence is smaller."""
@@ -592,6 +595,7 @@ def test_cli_burst_collects_memory_by_default():
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_the_collector_accounts_ortmodule_bursts_and_says_why_not(tmp_path):
     """With save_onnx: memory.json holds the graph's account, the same as ortlab.memory(run) afterwards; a
     burst that reused the ORTModule has the account of the export it reused; without save_onnx asked for, the

@@ -96,6 +96,7 @@ def test_a_run_without_statistics_says_how_to_collect_them_where_it_is_read(tmp_
 
 
 @slow
+@pytest.mark.ort
 def test_both_backends_record_the_same_tensors_in_the_same_order(parity_pair):
     c = parity_pair
     pt, ort = read_stats(c.pytorch), read_stats(c.ortmodule)
@@ -115,6 +116,7 @@ def test_both_backends_record_the_same_tensors_in_the_same_order(parity_pair):
 
 
 @slow
+@pytest.mark.ort
 def test_parity_mode_shows_no_false_divergence(parity_pair):
     c = parity_pair
     diff = compare(c)
@@ -132,6 +134,7 @@ def test_two_identical_pytorch_runs_are_identical(pytorch_pair):
 
 
 @slow
+@pytest.mark.ort
 def test_injected_divergence_is_found_at_its_module_and_step(tmp_path):
     module = {"module": "blocks.1.mlp.0"}
     with Session(factory("injected"), {**module, "step": 3}, out=tmp_path, in_process=True) as s:
@@ -154,6 +157,7 @@ def test_injected_divergence_is_found_at_its_module_and_step(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_ort_statistics_subscriber_dumps_are_read_and_compared(tmp_path):
     from tests.factories.activations import injected
 
@@ -200,6 +204,7 @@ def test_ort_statistics_subscriber_dumps_are_read_and_compared(tmp_path):
                                                           "blocks.0.mlp.1")
 
 
+@pytest.mark.ort
 def test_ortlab_run_and_ort_dump_compare_by_ort_names(pytorch_pair, tmp_path):
     """An ortlab run against a dump ORT's subscriber wrote of the same training: tensors pair up by ORT's
     names."""
@@ -251,6 +256,7 @@ def test_std_is_right_for_any_mean_and_counts_nonfinite():
 
 
 @slow
+@pytest.mark.ort
 def test_structured_outputs_and_taps_in_both_backends(tmp_path):
     with Session(factory("structured"), out=tmp_path, in_process=True) as s:
         c = s.compare(steps=2, parity=True, progress=False, collect=STATS)
@@ -346,6 +352,7 @@ def test_t5_cache_outputs_are_recorded_and_parity_reaches_its_functional_dropout
 
 
 @slow
+@pytest.mark.ort
 def test_ortmodule_wraps_follow_the_instrumentation(tmp_path):
     """A stats burst reuses an ORTModule exported with the same instrumentation (its PythonOps still report),
     and re-wraps when the module filter changes or statistics are no longer collected."""
@@ -383,6 +390,7 @@ def test_the_numpy_fallback_agrees_with_the_kernel():
 
 
 @slow
+@pytest.mark.ort
 def test_the_first_nan_or_inf_producer_is_named(tmp_path):
     kwargs = {"module": "blocks.0.mlp.0", "step": 1, "scale": 3e38}  # values beyond +-1.13 overflow
     with Session(factory("injected"), kwargs, out=tmp_path, in_process=True) as s:
@@ -399,6 +407,7 @@ def test_the_first_nan_or_inf_producer_is_named(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_taps_run_in_orts_unsafe_mode_and_still_report(tmp_path):
     """Tap saves and changes nothing, so its PythonOps are exported with safe_run_mode=0 (no autograd bookkeeping
     around each call); the statistics they report are the PyTorch burst's."""

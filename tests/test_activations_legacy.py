@@ -54,6 +54,7 @@ def dumps(pt_dump):
 
 
 @pytest.mark.slow  # exports with ORTModule
+@pytest.mark.ort
 def test_merge_writes_what_ort_merge_writes(dumps, tmp_path):
     from onnxruntime.training.utils.hooks.merge_activation_summary import generate_summaries_per_step
 
@@ -104,6 +105,7 @@ def _as_dump(merged: Path, folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.ort
 def test_a_broken_file_names_its_line_and_the_rest_is_read(pt_dump, tmp_path):
     copy = tmp_path / "pt"
     shutil.copytree(pt_dump / "pt", copy)
@@ -136,6 +138,7 @@ mutations = st.one_of(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutation=mutations)
+@pytest.mark.ort
 def test_malformed_tensor_files_fail_with_file_and_line(pt_dump, tmp_path, mutation):
     good = _sample_file(pt_dump)
     kind = mutation[0]

@@ -17,6 +17,7 @@ STATS = {"stats": {}}
 
 
 @pytest.mark.slow  # exports with ORTModule
+@pytest.mark.ort
 def test_noise_floor_names_randomness_that_escapes_parity_mode(tmp_path):
     model = f"{FACTORIES}:handmade_dropout"
     with Session(model, {"module": "blocks.0.attn"}, out=tmp_path, in_process=True) as s:
@@ -46,6 +47,7 @@ def test_noise_floor_names_what_is_not_deterministic(tmp_path):
 
 
 @pytest.mark.slow  # exports with ORTModule
+@pytest.mark.ort
 def test_bisect_finds_the_toggle_that_removes_a_divergence(tmp_path):
     with Session(model_kwargs={"n_layer": 1}, out=tmp_path, in_process=True) as s:
         result = bisect(session=s, steps=2, parity=False, candidates=["enable_compute_optimizer", "parity"])
@@ -83,6 +85,7 @@ def test_cli_diff(three_runs, capsys):
     assert data["first"]["name"] == "blocks.1.mlp.0" and data["first"]["previous"] == "blocks.1.ln2"
 
 
+@pytest.mark.ort
 def test_cli_bad_input_is_one_line_and_exit_2(three_runs, tmp_path, capsys):
     plain, _, _ = three_runs
 

@@ -25,6 +25,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.slow  # its runs export with ORTModule
+@pytest.mark.ort
 def test_panel_compares_and_highlights_the_first_divergence(runs):
     pt, ort, _, injected = runs
     panel = ActivationsPanel(lambda: runs)

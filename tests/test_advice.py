@@ -214,6 +214,7 @@ FIX = registry.Fix("claims-only", "changes nothing", "module",
 
 
 @slow
+@pytest.mark.ort
 def test_a_fix_that_removes_nothing_is_tried_not_named_and_check_says_no_fix_exists():
     from ortlab.compat.check import check
 
@@ -228,6 +229,7 @@ def test_a_fix_that_removes_nothing_is_tried_not_named_and_check_says_no_fix_exi
 
 
 @slow
+@pytest.mark.ort
 def test_bias_free_norms_train_with_their_verified_fixes_in_parity(tmp_path):
     from ortlab.compat.check import check
     from ortlab.verdict.gradients import first_step
@@ -242,6 +244,7 @@ def test_bias_free_norms_train_with_their_verified_fixes_in_parity(tmp_path):
 
 @slow
 @pytest.mark.parametrize("factory", ["mean_bag", "bags"])
+@pytest.mark.ort
 def test_2d_embedding_bags_train_with_fix_auto_in_parity(factory, tmp_path):
     from ortlab import Session
     from ortlab.verdict.gradients import first_step
@@ -261,6 +264,7 @@ def test_2d_embedding_bags_train_with_fix_auto_in_parity(factory, tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_a_failed_burst_names_only_fixes_that_remove_what_it_met(tmp_path):
     """A burst with instance-norm (which does not touch GroupNorm) fails; its hint names group-norm, verified,
     never the fix it applied."""

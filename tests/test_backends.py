@@ -69,6 +69,7 @@ def test_every_registered_backend_keeps_the_contract():
         assert isinstance(backend, Backend) and backend.name == name
 
 
+@pytest.mark.ort
 def test_a_collector_refuses_a_backend_it_does_not_serve():
     from ortlab.engine import BurstConfig
 

@@ -24,6 +24,7 @@ def test_binder_pins_python_311_and_the_lock():
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_postbuild_runs(tmp_path):
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     r = subprocess.run(["bash", "binder/postBuild"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

@@ -88,6 +88,7 @@ def page(jupyterlab):
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.ort
 def test_quickstart_lab_in_chromium(jupyterlab, page, tmp_path, shots_dir):
     shots_dir.mkdir(parents=True, exist_ok=True)
     try:

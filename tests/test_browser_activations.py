@@ -11,6 +11,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.ort
 def test_statistics_switch_run_then_activations_compare_shows_the_first_divergence(
         jupyterlab, page, tmp_path, shots_dir):  # noqa: F811
     _put_notebook(jupyterlab, "activations.ipynb")

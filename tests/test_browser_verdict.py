@@ -25,6 +25,7 @@ def _put_notebook(base: str, name: str) -> None:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.ort
 def test_a_diverged_comparison_is_shown_red_in_the_lab(jupyterlab, page, tmp_path, shots_dir):  # noqa: F811
     _put_notebook(jupyterlab, "verdict.ipynb")
     run_all_cells(jupyterlab, page, "verdict.ipynb")

@@ -16,6 +16,7 @@ PARITY_RTOL = 1e-4
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_parity_mode_pytorch_and_ortmodule_agree(demo_session):
     comparison = demo_session.compare(steps=10, parity=True, progress=False)
     losses = comparison.losses()
@@ -33,6 +34,7 @@ def test_parity_mode_pytorch_and_ortmodule_agree(demo_session):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_without_parity_losses_differ(demo_session):
     comparison = demo_session.compare(steps=5, parity=False, progress=False)  # dropout 0.1 in the demo
     losses = comparison.losses()
@@ -40,6 +42,7 @@ def test_without_parity_losses_differ(demo_session):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_rewrap_only_when_options_change(tmp_path):
     with Session(out=tmp_path, in_process=True) as s:
         first = s.burst("ortmodule", 2, progress=False)
@@ -58,6 +61,7 @@ def test_rewrap_only_when_options_change(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_input_schema_and_requires_grad_changes_are_reasons(tmp_path):
     engine = Engine(ModelRef.of())
     x, _ = engine.workload.batch(0)
@@ -79,6 +83,7 @@ def test_input_schema_and_requires_grad_changes_are_reasons(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_default_skip_check_policy_means_no_reexport(tmp_path):
     """ORT 1.19.2's default ORTMODULE_SKIPCHECK_POLICY skips the re-export check after the first step: a new
     input dtype runs through the old graph. The transition row says so, and ORT's own state agrees."""
@@ -95,6 +100,7 @@ def test_default_skip_check_policy_means_no_reexport(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_post_export_information(demo_session):
     info = demo_session.burst("ortmodule", 1, progress=False).ort["post_export"]
     assert info["user_inputs"] == ["idx"]
@@ -103,6 +109,7 @@ def test_post_export_information(demo_session):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_features_table_parsed(tmp_path):
     with Session(out=tmp_path, in_process=True) as s:
         run = s.burst("ortmodule", 1, {"memory_opt_level": 1}, progress=False)
@@ -124,6 +131,7 @@ def test_interrupt_keeps_the_steps_done(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_multihead_attention_failure_is_reported_clearly(tmp_path):
     with Session(model_kwargs={"attention": "mha"}, out=tmp_path, in_process=True) as s:
         run = s.burst("ortmodule", 3, {"fallback_policy": "FALLBACK_DISABLE"}, progress=False)
@@ -141,7 +149,10 @@ def test_run_folder_round_trip(demo_session):
     again = load_run(run.path)
     assert again.meta == run.meta
     assert again.metrics.equals(run.metrics)
-    assert again.meta["config"]["seed"] == 7 and again.meta["versions"]["onnxruntime-training"] == "1.19.2"
+    from ortlab.stacks import ortmodule_unavailable
+
+    ort = None if ortmodule_unavailable() else "1.19.2"  # the versions of the stack it ran on
+    assert again.meta["config"]["seed"] == 7 and again.meta["versions"].get("onnxruntime-training") == ort
     assert set(json.loads((run.path / "meta.json").read_text())) >= {"backend", "config", "model", "status", "device"}
     from ortlab import list_runs
 

@@ -56,6 +56,7 @@ def test_a_missing_model_file_is_named_before_torch_loads(command, tmp_path):
     assert r.stderr.strip() == expected
 
 
+@pytest.mark.ort
 def test_doctor_json():
     r = ortlab("doctor", "--json")
     report = json.loads(r.stdout)
@@ -64,6 +65,46 @@ def test_doctor_json():
     assert r.returncode == (0 if report["ok"] else 1) and report["ok"]
 
 
+def test_doctor_says_the_stack_and_what_runs_per_backend():
+    """On either stack: the stack, every registered backend with whether it runs here (ORTModule's reason and fix
+    where it does not), exit 0 when the backends the stack promises run."""
+    from ortlab.engine.backends import BACKENDS
+    from ortlab.stacks import STACKS, ortmodule_unavailable, this_stack
+
+    r = ortlab("doctor", "--json")
+    report = json.loads(r.stdout)
+    assert report["stack"] == str(this_stack())
+    backends = {b["name"]: b for b in report["backends"]}
+    assert list(backends) == list(BACKENDS) and backends["pytorch"]["runs"]
+    assert backends["ortmodule"]["runs"] == (ortmodule_unavailable() is None)
+    if not backends["ortmodule"]["runs"]:
+        assert "ORTLAB_STACK=ort" in backends["ortmodule"]["fix"] and "3.11" in backends["ortmodule"]["fix"]
+    assert all(backends[name]["runs"] for name in STACKS[this_stack()].required)
+    assert r.returncode == 0 and report["ok"]
+    text = ortlab("doctor").stdout
+    assert f"the {report['stack']} stack is healthy" in text and "NOT HERE" not in text.split("backends")[0]
+
+
+@pytest.mark.skipif(__import__("ortlab.stacks").stacks.ortmodule_unavailable() is None,
+                    reason="ORTModule runs here: where it does not (the current stack), the refusal is tested")
+def test_ortmodule_where_it_cannot_run_is_one_line_never_an_export_failure(tmp_path):
+    """The current stack: ORTModule asked for by name, or an ORTModule-only command, is refused in one line saying
+    why and where it runs (exit 2), before any burst; the default comparison is PyTorch and torch.compile, with
+    one line on ORTModule."""
+    for args in (("burst", "--backend", "ortmodule", "--steps", "1"), ("burst", "--backend", "both"),
+                 ("plans",), ("check",), ("tune",)):
+        r = ortlab(*args, "--out", str(tmp_path))
+        assert r.returncode == 2, (args, r.stderr)
+        line = r.stderr.strip()
+        assert "\n" not in line and line.startswith(f"ortlab {args[0]}: ORTModule does not run here"), (args, line)
+        assert "ORTLAB_STACK=ort" in line and "export" not in line and "ModuleNotFoundError" not in line
+    assert not list(tmp_path.iterdir())  # nothing started
+    from ortlab.engine.backends import parse_backends
+
+    assert parse_backends(None) == ("pytorch", "compile")
+
+
+@pytest.mark.ort
 def test_setup_is_idempotent():
     r = ortlab("setup")
     assert r.returncode == 0 and "already built" in r.stdout
@@ -71,6 +112,7 @@ def test_setup_is_idempotent():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.ort
 def test_burst_both_json(tmp_path):
     r = ortlab("burst", "--steps", "4", "--parity", "--json", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -88,6 +130,7 @@ def test_burst_both_json(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.ort
 def test_burst_table(tmp_path):
     r = ortlab("burst", "--steps", "3", "--backend", "ortmodule", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -107,6 +150,7 @@ def test_options_reference_page_is_generated_from_the_registry():
     assert len(headings) == len(set(headings))  # an area's options under one heading
 
 
+@pytest.mark.ort
 def test_setup_failure_says_what_is_missing():
     import os
 

@@ -58,6 +58,7 @@ def test_ort_errors_lead_with_what_failed_and_keep_the_cxx_location_last():
     assert readable("plain text") == "plain text"
 
 
+@pytest.mark.ort
 def test_fixes_are_named_or_auto_and_a_bad_name_says_what_exists():
     from ortlab.engine.config import BurstConfig
 
@@ -105,6 +106,7 @@ class _Call(torch.nn.Module):
     dict(n=1, dim=-1), dict(n=2, dim=0), dict(n=1, dim=1, prepend=True), dict(n=1, dim=-1, append=True),
     dict(n=3, dim=-1, prepend=True, append=True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+@pytest.mark.ort
 def test_the_diff_fix_exports_what_torch_diff_computes(case, dtype):
     x = (torch.randn(3, 6, generator=torch.Generator().manual_seed(1)) * 4).to(dtype)
     pre = x[:, :1] if case.get("prepend") else None
@@ -121,6 +123,7 @@ def test_the_diff_fix_exports_what_torch_diff_computes(case, dtype):
     assert got.dtype == expected.numpy().dtype and (got == expected.numpy()).all()
 
 
+@pytest.mark.ort
 def test_without_the_diff_fix_the_exporter_still_says_unsupported():
     """The fix is undone with its context: the next export fails as torch fails, not on an emptied registry."""
     x = torch.randn(2, 4)
@@ -131,6 +134,7 @@ def test_without_the_diff_fix_the_exporter_still_says_unsupported():
 
 @pytest.mark.parametrize("dtype,asked", [(torch.bool, None), (torch.int32, None), (torch.uint8, None),
                                          (torch.float32, None), (torch.int64, torch.float64)])
+@pytest.mark.ort
 def test_the_cumsum_fix_sums_in_the_type_torch_sums_in(dtype, asked):
     x = (torch.randn(3, 5, generator=torch.Generator().manual_seed(2)) * 3).to(dtype)
 
@@ -169,6 +173,7 @@ def test_the_eager_attention_fix_keeps_parameters_and_is_undone():
 
 
 @slow
+@pytest.mark.ort
 def test_check_lists_every_blocker_at_once_with_its_line_and_what_removes_it(tmp_path):
     import ortlab
 
@@ -195,6 +200,7 @@ def test_check_lists_every_blocker_at_once_with_its_line_and_what_removes_it(tmp
 
 
 @slow
+@pytest.mark.ort
 def test_check_verifies_the_fixes_with_a_training_step_and_the_cli_says_so(tmp_path):
     done = cli("check", "--model", FIXABLE, "--out", str(tmp_path), "--in-process", "--json")
     assert done.returncode == 0, done.stderr
@@ -209,6 +215,7 @@ def test_check_verifies_the_fixes_with_a_training_step_and_the_cli_says_so(tmp_p
 
 
 @slow
+@pytest.mark.ort
 def test_the_fixes_keep_the_math_loss_and_gradients(tmp_path):
     from ortlab import Session
     from ortlab.verdict.gradients import first_step
@@ -227,6 +234,7 @@ def test_the_fixes_keep_the_math_loss_and_gradients(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_a_fallback_is_its_own_status_and_nothing_is_compared_against_it(tmp_path):
     out = tmp_path / "runs"
     done = cli("burst", "--model", FIXABLE, "--steps", "2", "--parity", "--out", str(out), "--json")
@@ -254,6 +262,7 @@ def test_a_fallback_is_its_own_status_and_nothing_is_compared_against_it(tmp_pat
 
 
 @slow
+@pytest.mark.ort
 def test_an_ort_graph_error_reads_from_its_reason(tmp_path):
     from ortlab import Session
 
@@ -267,6 +276,7 @@ def test_an_ort_graph_error_reads_from_its_reason(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_a_recorded_ortmodule_that_fell_back_is_not_ok(tmp_path):
     from onnxruntime.training.ortmodule import ORTModule
 

@@ -28,20 +28,29 @@ def cli(*args):
 def test_compile_settings_are_data_checked_with_what_is_allowed():
     assert BurstConfig(backend="compile").compile == {"mode": "default", "dynamic": None, "fullgraph": False,
                                                       "backend": "inductor"}
-    assert BurstConfig(compile={"mode": "reduce-overhead", "dynamic": True}).compile["dynamic"] is True
+    compiled = BurstConfig(backend="compile", compile={"mode": "reduce-overhead", "dynamic": True})
+    assert compiled.compile["dynamic"] is True
     with pytest.raises(BurstError, match="compile mode 'fast' is not allowed; allowed: 'default', 'reduce-overhead'"):
-        BurstConfig(compile={"mode": "fast"})
+        BurstConfig(backend="compile", compile={"mode": "fast"})
     with pytest.raises(BurstError, match="compile setting 'fullgraf' is not known; known: mode, dynamic"):
-        BurstConfig(compile={"fullgraf": True})
+        BurstConfig(backend="compile", compile={"fullgraf": True})
     with pytest.raises(BurstError, match="compile fullgraph 1 is not allowed"):
-        BurstConfig(compile={"fullgraph": 1})
-    assert BurstConfig.from_dict(BurstConfig(compile={"backend": "aot_eager"}).to_dict()).compile["backend"] == \
-        "aot_eager"
+        BurstConfig(backend="compile", compile={"fullgraph": 1})
+    again = BurstConfig.from_dict(BurstConfig(backend="compile", compile={"backend": "aot_eager"}).to_dict())
+    assert again.compile["backend"] == "aot_eager"
 
 
 def test_backends_of_a_comparison_put_pytorch_first():
-    assert parse_backends("both") == ("pytorch", "ortmodule")
-    assert parse_backends("all") == ("pytorch", "ortmodule", "compile")
+    from ortlab.engine.backends import BackendUnavailable
+    from ortlab.stacks import ortmodule_line
+
+    if ortmodule_line() is None:  # the ort stack
+        assert parse_backends("both") == ("pytorch", "ortmodule") == parse_backends(None)
+        assert parse_backends("all") == ("pytorch", "ortmodule", "compile")
+    else:  # the current stack: "all" is what runs here, ORTModule asked for by name is refused saying where it runs
+        assert parse_backends("all") == ("pytorch", "compile") == parse_backends(None)
+        with pytest.raises(BackendUnavailable, match=r"^ORTModule does not run here .* ORTLAB_STACK=ort"):
+            parse_backends("both")
     assert parse_backends("compile,pytorch") == ("pytorch", "compile")
     with pytest.raises(BurstError, match="backend 'jit' is not allowed; allowed: pytorch, ortmodule, compile"):
         parse_backends("pytorch,jit")
@@ -53,6 +62,7 @@ def test_backends_of_a_comparison_put_pytorch_first():
 
 @slow
 @pytest.mark.timeout(900)
+@pytest.mark.ort
 def test_three_backends_side_by_side_in_parity(tmp_path):
     done = cli("burst", "--backend", "pytorch,ortmodule,compile", "--parity", "--steps", "6", "--model-arg",
                "n_layer=1", "--out", str(tmp_path), "--in-process", "--json")

@@ -54,7 +54,7 @@ def test_what_every_rank_would_refuse_is_refused_before_launching(tmp_path):
 
 
 def test_single_process_config_is_unchanged():
-    cfg = BurstConfig()
+    cfg = BurstConfig(backend="pytorch")
     assert not cfg.distributed and cfg.world_size == 1
     assert BurstConfig.from_dict(cfg.to_dict()) == cfg
 
@@ -126,6 +126,7 @@ def test_a_rank_whose_weights_drift_is_out_of_sync_from_the_next_step_with_the_p
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_rank_that_dies_ends_the_burst_with_that_rank_named_and_its_log_kept(tmp_path):
     with tiny_session(tmp_path, f"{FACTORIES / 'ranks.py'}:killed", rank=1, step=1) as s:
         run = s.burst("pytorch", 3, nproc=2, progress=False)
@@ -200,6 +201,7 @@ def test_two_nodes_on_one_machine_form_one_job(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_cli_compare_two_ranks_reports_ranks_per_backend(tmp_path):
     """ORTModule inside DDP on every rank, parity mode across ranks; --json names each backend's ranks."""
     args = [sys.executable, "-m", "ortlab.cli", "burst", "--backend", "both", "--steps", "2", "--nproc", "2",

@@ -17,8 +17,10 @@ def _fake_python(folder: Path, name: str, version: str) -> None:
     """A stand-in interpreter: answers _env.sh's questions as Python `version` would, and fails to make a venv (so
     the script stops right after saying what it chose)."""
     path = folder / name
+    minor = ".".join(version.split(".")[:2])
     path.write_text(f"""#!/bin/sh
 case "$*" in
+  *%d.%d*) echo "{minor}";;
   *sys.executable*) echo "{path}";;
   *python_version*) echo "{version}"; echo "{version} (fake)";;
   *) exit 3;;
@@ -43,28 +45,74 @@ def test_the_active_python3_wins_over_a_python311_on_path(tmp_path):
     _fake_python(tmp_path, "python3.11", "3.11.7")
     r = _env_sh(tmp_path)
     assert r.returncode != 0  # the fake cannot make a venv
-    assert f"for Python 3.10.13 ({tmp_path}/python3) from requirements-py310.lock" in r.stderr, r.stderr
+    assert f"the ort stack for Python 3.10.13 ({tmp_path}/python3) from requirements-py310.lock" in r.stderr, r.stderr
 
 
 def test_ortlab_python_wins_and_an_unsupported_one_is_named(tmp_path):
     _fake_python(tmp_path, "python3", "3.10.13")
     _fake_python(tmp_path, "python3.11", "3.11.7")
     r = _env_sh(tmp_path, ORTLAB_PYTHON=str(tmp_path / "python3.11"))
-    assert f"for Python 3.11.7 ({tmp_path}/python3.11) from requirements.lock" in r.stderr, r.stderr
-    (tmp_path / "python3.12").write_text("#!/bin/sh\nexit 1\n")
-    (tmp_path / "python3.12").chmod(0o755)
-    r = _env_sh(tmp_path, ORTLAB_PYTHON=str(tmp_path / "python3.12"))
+    assert f"the ort stack for Python 3.11.7 ({tmp_path}/python3.11) from requirements.lock" in r.stderr, r.stderr
+    (tmp_path / "python3.9").write_text('#!/bin/sh\ncase "$*" in *%d.%d*) echo 3.9;; *) exit 1;; esac\n')
+    (tmp_path / "python3.9").chmod(0o755)
+    r = _env_sh(tmp_path, ORTLAB_PYTHON=str(tmp_path / "python3.9"))
     assert r.returncode != 0
-    assert r.stderr.strip() == f"ortlab: ORTLAB_PYTHON={tmp_path}/python3.12 is not a Python 3.10 or 3.11 (one of " \
-                               "the two is needed)"
+    assert r.stderr.strip() == f"ortlab: ORTLAB_PYTHON={tmp_path}/python3.9 is not a Python (3.9; ort: 3.10 or " \
+                               "3.11, current: 3.12 or 3.13)"
+
+
+def test_a_python_312_gets_the_current_stack_and_says_so(tmp_path):
+    """A machine whose only Python is 3.12 (or 3.13) builds the current stack from its lock, and says which."""
+    _fake_python(tmp_path, "python3", "3.12.1")
+    r = _env_sh(tmp_path)
+    assert f"the current stack for Python 3.12.1 ({tmp_path}/python3) from requirements-current.lock" in r.stderr
+    assert "ORTModule on the ort stack" in r.stderr, r.stderr
+    _fake_python(tmp_path, "python3", "3.13.0")
+    r = _env_sh(tmp_path)
+    assert f"the current stack for Python 3.13.0 ({tmp_path}/python3) from requirements-current-py313.lock" in r.stderr
+
+
+def test_ortlab_stack_asks_for_a_stack_and_finds_its_python(tmp_path):
+    """PYENV_VERSION=3.12.1 makes python3 a 3.12: ORTLAB_STACK=ort still finds a 3.11 (on PATH, or one pyenv
+    installed but did not select) and says why it did not take python3; a bad name is refused in one line."""
+    _fake_python(tmp_path, "python3", "3.12.1")
+    _fake_python(tmp_path, "python3.11", "3.11.7")
+    r = _env_sh(tmp_path, ORTLAB_STACK="ort")
+    assert "python3 is not a Python of the ort stack (python3=3.12); using python3.11" in r.stderr, r.stderr
+    assert f"the ort stack for Python 3.11.7 ({tmp_path}/python3.11) from requirements.lock" in r.stderr
+    (tmp_path / "python3.11").unlink()
+    root = tmp_path / "pyenv-root"
+    (root / "versions" / "3.11.7" / "bin").mkdir(parents=True)
+    _fake_python(root / "versions" / "3.11.7" / "bin", "python3.11", "3.11.7")
+    (tmp_path / "pyenv").write_text(f'#!/bin/sh\n[ "$1" = root ] && echo {root}\n')
+    (tmp_path / "pyenv").chmod(0o755)
+    for tool in ("ls", "head"):
+        (tmp_path / tool).symlink_to(shutil.which(tool))
+    r = _env_sh(tmp_path, ORTLAB_STACK="ort")
+    assert f"Python 3.11.7 ({root}/versions/3.11.7/bin/python3.11) from requirements.lock" in r.stderr, r.stderr
+    r = _env_sh(tmp_path, ORTLAB_STACK="newest")
+    assert r.returncode != 0 and r.stderr.strip().startswith("ortlab: ORTLAB_STACK=newest is not a stack; allowed: ort")
+
+
+@pytest.mark.parametrize("version", ["3.10.13", "3.11.7", "3.12.1", "3.13.0"])
+def test_the_script_and_ortlab_stacks_agree_on_each_pythons_stack_and_lock(tmp_path, version):
+    """bin/_env.sh's table (bash) and ortlab/stacks.py's (Python) are one table written twice: the same stack and
+    lock for every Python they name."""
+    from ortlab.stacks import STACKS
+
+    _fake_python(tmp_path, "python3", version)
+    r = _env_sh(tmp_path)
+    minor = ".".join(version.split(".")[:2])
+    stack = next(s for s in STACKS.values() if minor in s.pythons)
+    assert f"the {stack.name} stack for Python {version} ({tmp_path}/python3) from {stack.locks[minor]}" in r.stderr
 
 
 def test_a_python3_of_another_version_falls_back_and_says_so(tmp_path):
-    (tmp_path / "python3").write_text('#!/bin/sh\ncase "$*" in *%d.%d*) echo 3.12;; *) exit 1;; esac\n')
+    (tmp_path / "python3").write_text('#!/bin/sh\ncase "$*" in *%d.%d*) echo 3.9;; *) exit 1;; esac\n')
     (tmp_path / "python3").chmod(0o755)
     _fake_python(tmp_path, "python3.11", "3.11.7")
     r = _env_sh(tmp_path)
-    assert "python3 is not 3.10 or 3.11 ( python3=3.12); using python3.11" in r.stderr, r.stderr
+    assert "python3 is not a Python (python3=3.9); using python3.11" in r.stderr, r.stderr
     assert "for Python 3.11.7" in r.stderr
 
 
@@ -85,8 +133,8 @@ def test_two_clones_sharing_one_environment_each_run_their_own_ortlab(tmp_path):
     one after the other, then the first again: each `doctor` runs from its own checkout, whichever checkout the
     environment was built from."""
     first, second = _clone(tmp_path / "first"), _clone(tmp_path / "second")
-    (second / "ortlab" / "environment.py").write_text(
-        (second / "ortlab" / "environment.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
+    (second / "ortlab" / "diagnosis.py").write_text(
+        (second / "ortlab" / "diagnosis.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
     from ortlab.environment import base_python
 
     env = dict(os.environ, ORTLAB_ENV_ROOT=str(Path(sys.prefix).parent), ORTLAB_PYTHON=base_python())
@@ -133,3 +181,38 @@ def test_a_failed_install_shows_pips_error_first_and_each_download_with_its_size
     assert lines[1] == "ERROR: Package 'networkx' requires a different Python: 3.10.13 not in '>=3.11'"
     assert lines[-1] == f"ortlab: installing the pinned packages failed (pip exit 1); full log: {tmp_path / 'log'}"
     assert (tmp_path / "log").read_text().count("INFO: pip is looking") == 24
+
+
+def _unresolved(library: Path, **env) -> set[str]:
+    """The libraries `ldd` cannot find for `library` (with `env` added to this process's environment)."""
+    out = subprocess.run(["ldd", str(library)], capture_output=True, text=True, env={**os.environ, **env}).stdout
+    return {line.split()[0] for line in out.splitlines() if "not found" in line}
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="no ldd on this machine")
+def test_on_a_gpu_the_ort_stack_gets_the_cuda_11_libraries_its_provider_loads(tmp_path):
+    """ORT's CUDA provider (onnxruntime-training 1.19.2, a CUDA 11.8 build) needs CUDA 11 libraries torch 2.6 does not
+    bring. Told there is a GPU (ORTLAB_GPU=1: there is none here), scripts/ort_cuda.py installs
+    requirements-ort-cuda.lock into a folder of the environment and prints its library folders, which bin/_env.sh
+    puts on LD_LIBRARY_PATH: with them, every library the provider needs resolves; without a GPU it installs and
+    prints nothing. (The folder is kept under the cache root: 1.4 GB, installed once.)"""
+    import onnxruntime
+
+    from ortlab.environment import cache_root
+
+    provider = Path(onnxruntime.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    script = str(ROOT / "scripts" / "ort_cuda.py")
+    none = subprocess.run([sys.executable, script, str(tmp_path)], env={**os.environ, "ORTLAB_GPU": "0"},
+                          capture_output=True, text=True)
+    assert none.returncode == 0 and none.stdout == "" and not (tmp_path / "ort-cuda11").exists()
+    r = subprocess.run([sys.executable, script, str(cache_root() / "ort-cuda-check")],
+                       env={**os.environ, "ORTLAB_GPU": "1"}, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    folders = r.stdout.strip().split(":")
+    assert folders and all(Path(f).is_dir() for f in folders), r.stdout
+    before = _unresolved(provider, LD_LIBRARY_PATH="")
+    assert {"libcublas.so.11", "libcudnn.so.8", "libcudart.so.11.0"} <= before  # what torch's CUDA 12 lacks
+    assert _unresolved(provider, LD_LIBRARY_PATH=":".join(folders)) == set()

@@ -38,6 +38,7 @@ def test_the_data_covers_every_family_and_tested_version():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("version", ["4.51.3", "5.23.0"])
+@pytest.mark.ort
 def test_each_family_trains_as_the_compatibility_page_says(version):
     from ortlab.versions import TESTED_TRANSFORMERS
 

@@ -96,6 +96,7 @@ def test_a_killed_cli_takes_the_agent_and_every_rank_of_a_distributed_burst_with
 
 @pytest.mark.slow
 @pytest.mark.interrupt
+@pytest.mark.ort
 def test_ctrl_c_during_both_ends_the_whole_command_with_130(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:slow",
                              "--backend", "both", "--steps", "200", "--out", str(tmp_path)],
@@ -256,6 +257,7 @@ def test_concurrent_sessions_into_one_folder_keep_their_own_worker_logs_until_th
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_failed_burst_puts_error_and_hint_on_stderr(tmp_path):
     r = cli("burst", "--backend", "ortmodule", "--steps", "1", "--model-arg", "attention=mha", "--option",
             "fallback_policy=FALLBACK_DISABLE", "--out", str(tmp_path))
@@ -336,6 +338,7 @@ def test_diff_names_a_truncated_stats_file_and_different_models(tmp_path):
     one_line_exit_2(cli("diff", str(a), str(small)), "different models")
 
 
+@pytest.mark.ort
 def test_bisect_checks_its_candidates_before_any_burst(tmp_path):
     one_line_exit_2(cli("bisect", "--candidates", "nope", "--out", str(tmp_path)), "'nope'")
     assert not [p for p in tmp_path.glob("*") if not p.name.startswith(".")]

@@ -197,6 +197,7 @@ def test_a_damaged_stage_file_is_named(built, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_five_training_stages_per_run_and_per_mode_in_any_folder(exported):
     g = load(exported["plain"])
     assert g.modes == ["training"] and g.stages("training") == list(STAGES)
@@ -210,6 +211,7 @@ def test_five_training_stages_per_run_and_per_mode_in_any_folder(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_histograms_match_onnx_counts(exported):
     g = load(exported["memopt"])
     for name in g.stages():
@@ -225,6 +227,7 @@ def test_histograms_match_onnx_counts(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_inputs_outputs_and_size(exported):
     run = exported["plain"]
     stage = load(run).stage("torch_exported")
@@ -246,6 +249,7 @@ def test_inputs_outputs_and_size(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_diff_finds_what_the_gradient_graph_added(exported):
     g = load(exported["plain"])
     d = g.diff("optimized_pre_grad", "optimized")
@@ -265,6 +269,7 @@ def test_diff_finds_what_the_gradient_graph_added(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_recompute_nodes_only_with_the_memory_optimizer(exported):
     for key, expect in (("plain", False), ("memopt", True)):
         g = load(exported[key])
@@ -276,6 +281,7 @@ def test_recompute_nodes_only_with_the_memory_optimizer(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_fused_nodes_point_at_their_fusion(exported):
     d = load(exported["plain"]).diff("optimized", "execution_model")
     fused = d.fused
@@ -288,6 +294,7 @@ def test_fused_nodes_point_at_their_fusion(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_search_by_name_op_and_module(exported):
     stage = load(exported["plain"]).stage("execution_model")
     nodes = onnx_graph(stage.path).node
@@ -308,6 +315,7 @@ def test_search_by_name_op_and_module(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_neighbourhood_is_the_real_producers_and_consumers(exported):
     stage = load(exported["plain"]).stage("execution_model")
     nodes = onnx_graph(stage.path).node
@@ -340,6 +348,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_charts_draw_the_numbers_they_show(exported):
     from ortlab.plots import figure_png
 
@@ -372,6 +381,7 @@ def test_charts_draw_the_numbers_they_show(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_clear_errors_for_folders_without_graphs(exported, tmp_path):
     with pytest.raises(GraphsError, match=f"no ORTModule stage files in {tmp_path}"):
         load(tmp_path)
@@ -393,6 +403,7 @@ def test_clear_errors_for_folders_without_graphs(exported, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_reexport_writes_its_graphs_into_its_own_run(tmp_path):
     """A changed input dtype (ORT checks only with SKIP_CHECK_DISABLED) re-exports: the new graphs land in the
     new burst's folder, the first burst keeps its own, and the transition says which schema caused it."""
@@ -435,6 +446,7 @@ def _cli(*args):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_cli(exported, capsys, tmp_path):
     run = exported["memopt"].path
     assert _cli(run) == 0
@@ -553,6 +565,7 @@ def test_netron_missing_or_no_file_is_one_line(built, monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_netron_missing_the_panel_says_so_and_keeps_its_own_view(exported, monkeypatch):
     from ortlab.widgets.graphs import GraphsPanel
 
@@ -567,6 +580,7 @@ def test_netron_missing_the_panel_says_so_and_keeps_its_own_view(exported, monke
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_graphs_panel_without_a_browser(exported, tmp_path):
     from ortlab.widgets.graphs import GraphsPanel
 
@@ -633,6 +647,7 @@ def test_graphs_panel_without_a_browser(exported, tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="Debian's chromium is not installed (scripts/ensure-chromium installs it as root)")
+@pytest.mark.ort
 def test_netron_renders_in_chromium_without_the_consent_prompt(exported, tmp_path, shots_dir):
     """netron inside an iframe of a page from another site (a notebook at localhost, netron at 127.0.0.1): the
     cookie ortlab sets must reach netron's page there too. The screenshots docs/graphs.md shows go to a
@@ -686,6 +701,7 @@ def test_netron_renders_in_chromium_without_the_consent_prompt(exported, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_statistics_taps_are_ortlabs_not_the_models(exported, tmp_path):
     """A burst that collects statistics adds ortlab's taps (PythonOp, PythonOpGrad) to the graph: the views count
     the model's operators without them, and the memory account counts a tap's output as its input's tensor."""

@@ -206,6 +206,7 @@ def test_a_blocker_names_what_ort_lacks_on_cuda_and_what_to_do():
 
 
 @slow
+@pytest.mark.ort
 def test_the_bare_layers_train_on_ortmodule_with_their_fixes_in_one_export():
     """Every rewritten layer, in its variants, bare: the first step's gradients of ORTModule with the fixes against
     PyTorch's as written, parameter by parameter."""
@@ -219,6 +220,7 @@ def test_the_bare_layers_train_on_ortmodule_with_their_fixes_in_one_export():
 
 @slow
 @pytest.mark.timeout(900)
+@pytest.mark.ort
 def test_each_layer_trains_as_the_compatibility_page_says():
     """Each layer model: check with fixes="auto", the first step's gradients and a 3-step parity burst with the
     fixes, against docs/compatibility.json."""
@@ -238,6 +240,7 @@ def test_each_layer_trains_as_the_compatibility_page_says():
 
 @slow
 @pytest.mark.parametrize("name", ["mobilenet", "vit"])
+@pytest.mark.ort
 def test_whole_models_train_with_fix_auto_in_parity(name, tmp_path):
     from onnxruntime.training.ortmodule import ORTModule
 

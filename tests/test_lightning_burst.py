@@ -36,6 +36,7 @@ def test_bad_modules_are_refused_in_one_line(factory, says):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_small_cnn_bursts_on_both_backends_in_parity_and_agrees(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORY}:cnn", "--backend", "both",
                         "--parity", "--steps", "4", "--out", str(tmp_path)], capture_output=True, text=True,

@@ -98,6 +98,7 @@ def _fake_run(folder: Path, backend: str, verdict: dict | None) -> Path:
     ("ortmodule", {"status": "agree", "gradients": {"agree": True}}, "verdict is 'agree': nothing to reproduce"),
     ("ortmodule", {"status": "diverged", "gradients": {"agree": True}}, "its first step's gradients agree"),
 ])
+@pytest.mark.ort
 def test_repro_refuses_a_run_without_a_gradient_divergence_in_one_line(tmp_path, backend, verdict, says):
     path = _fake_run(tmp_path, backend, verdict)
     done = subprocess.run([sys.executable, "-m", "ortlab.cli", "repro", str(path)], capture_output=True, text=True,
@@ -114,6 +115,7 @@ def test_repro_asks_for_the_model_when_the_run_cannot_name_it(tmp_path):
         ortlab.repro(path)
 
 
+@pytest.mark.ort
 def test_a_stored_localization_that_found_nothing_is_reported_exit_1(tmp_path):
     path = _fake_run(tmp_path, "ortmodule", {"status": "diverged", "gradients": {"agree": False},
                                              "localized": {"path": None, "note": "no module reproduces it"}})
@@ -142,6 +144,7 @@ def _workload(ref: str):
 
 
 @slow
+@pytest.mark.ort
 def test_the_wrong_gradient_shrinks_to_the_se_block_and_the_model_is_left_as_it_was():
     from ortlab.verdict.localize import localize
 
@@ -177,6 +180,7 @@ def test_the_wrong_gradient_shrinks_to_the_se_block_and_the_model_is_left_as_it_
 
 
 @slow
+@pytest.mark.ort
 def test_a_model_whose_ort_gradients_are_right_localizes_nothing():
     from ortlab.verdict.localize import localize
 
@@ -188,6 +192,7 @@ def test_a_model_whose_ort_gradients_are_right_localizes_nothing():
 
 
 @slow
+@pytest.mark.ort
 def test_the_repro_script_of_a_correct_module_exits_0(tmp_path):
     from ortlab.verdict.repro_case import write
 
@@ -201,6 +206,7 @@ def test_the_repro_script_of_a_correct_module_exits_0(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_ortlab_repro_writes_a_script_that_shows_the_wrong_gradient_with_bare_ortmodule(tmp_path):
     from ortlab import Session
     from ortlab.verdict.localize import LOCALIZED
@@ -230,6 +236,7 @@ def test_ortlab_repro_writes_a_script_that_shows_the_wrong_gradient_with_bare_or
 
 
 @slow
+@pytest.mark.ort
 def test_the_session_localizes_in_its_worker_with_progress(tmp_path):
     from ortlab import Session
 

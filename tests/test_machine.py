@@ -133,6 +133,7 @@ def test_a_second_stop_expires_the_grace_at_once():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("omp", ["1", None])
+@pytest.mark.ort
 def test_a_run_records_the_threads_of_torch_and_of_orts_sessions(tmp_path, omp):
     """OMP_NUM_THREADS sets torch's threads; ORT's pool ignores it, in a user's own script as in a burst (ORT keeps
     its default: null), and gets the cores this process may use when they are fewer than the host's."""

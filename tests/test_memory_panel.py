@@ -104,6 +104,7 @@ def test_the_lab_has_a_memory_tab(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_comparison_in_the_lab_shows_in_the_memory_tab(tmp_path):
     """The Burst panel's defaults account both backends; the Memory tab then draws the ORTModule run and puts
     PyTorch beside it; the results table has the accounted columns."""

@@ -11,6 +11,7 @@ FACTORY = str(Path(__file__).parent / "factories" / "hf_gpt2.py") + ":tiny_gpt2"
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.ort
 def test_transformers_gpt2_trains_under_ortmodule(tmp_path):
     from ortlab import Session
 
@@ -28,6 +29,7 @@ HF = str(Path(__file__).parent / "factories" / "hf_models.py")
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("factory", ["gpt2_own_loss", "bert_mlm"])
+@pytest.mark.ort
 def test_models_that_compute_their_own_loss_agree_in_parity(tmp_path, factory):
     """Labels passed in, the model's own `.loss` returned: the usual Hugging Face way works on both backends."""
     from ortlab import Session
@@ -41,6 +43,7 @@ def test_models_that_compute_their_own_loss_agree_in_parity(tmp_path, factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.ort
 def test_t5_default_dropout_is_off_in_parity_mode(tmp_path):
     """T5's attention calls nn.functional.dropout with its config's rate (0.1): parity mode must reach it."""
     from ortlab import Session
@@ -59,6 +62,7 @@ def test_t5_default_dropout_is_off_in_parity_mode(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.ort
 def test_bert_with_sdpa_fails_with_the_fix_named_and_trains_with_it(tmp_path):
     """sdpa's attention dropout exports as a Dropout without its mask, whose gradient ORT 1.19.2 cannot build: the
     failed run names the blocker and the eager-attention fix; with fixes="auto" the same burst trains."""

@@ -124,6 +124,7 @@ def _env_reads(root: Path) -> dict[str, list[tuple[Path, bool]]]:
     return reads
 
 
+@pytest.mark.ort
 def test_every_variable_ort_reads_is_in_the_registry():
     reads = _env_reads(ort_training_dir())
     registered = {s.env for s in REGISTRY if s.env}
@@ -133,6 +134,7 @@ def test_every_variable_ort_reads_is_in_the_registry():
     assert not missing, f"ORT 1.19.2 reads these but the registry lacks them: {sorted(missing)}"
 
 
+@pytest.mark.ort
 def test_read_at_matches_where_ort_reads_it():
     reads = _env_reads(ort_training_dir())
     for s in REGISTRY:
@@ -144,6 +146,7 @@ def test_read_at_matches_where_ort_reads_it():
         assert at_import == (s.read_at is ReadAt.IMPORT), (s.env, s.read_at, places)
 
 
+@pytest.mark.ort
 def test_never_read_options_are_really_never_read():
     reads = _env_reads(ort_training_dir())
     for s in REGISTRY:

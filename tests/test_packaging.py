@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from ortlab.stacks import STACKS
+
 try:
     import tomllib  # novermin: tomli below on 3.10
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCKS = {"3.11": "requirements.lock", "3.10": "requirements-py310.lock"}  # bin/_env.sh picks one by Python
+LOCKS = {python: lock for stack in STACKS.values() for python, lock in stack.locks.items()}  # one per Python
+INPUTS = {"ort": "requirements.in", "current": "requirements-current.in"}  # what scripts/lock resolves each from
 
 
 def _lock(name: str = "requirements.lock") -> dict[str, str]:
@@ -31,7 +34,7 @@ def _lock(name: str = "requirements.lock") -> dict[str, str]:
 @pytest.mark.parametrize("python", list(LOCKS))
 def test_dependencies_and_extras_admit_the_locked_versions(python):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert set(project["optional-dependencies"]) == {"lab", "hf", "lightning", "test"}
+    assert set(project["optional-dependencies"]) == {"lab", "hf", "lightning", "ort", "test"}
     pins = _lock(LOCKS[python])
     for text in [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]:
         req = Requirement(text)
@@ -69,16 +72,27 @@ def test_the_code_runs_on_python_3_10():
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 
 
-def test_the_locks_pin_what_requirements_in_pins():
+@pytest.mark.parametrize("stack", list(INPUTS))
+def test_the_locks_pin_what_their_in_file_pins(stack):
     wanted = {}
-    for line in (ROOT / "requirements.in").read_text().splitlines():
+    for line in (ROOT / INPUTS[stack]).read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if "==" in line:
             name, version = line.split("==", 1)
             wanted[name.strip().lower().replace("_", "-")] = version.strip()
-    for lock in LOCKS.values():
+    for lock in STACKS[stack].locks.values():
         pins = _lock(lock)
-        assert {k: pins.get(k) for k in wanted} == wanted, f"{lock} disagrees with requirements.in: scripts/lock"
+        assert {k: pins.get(k) for k in wanted} == wanted, f"{lock} disagrees with {INPUTS[stack]}: scripts/lock"
+
+
+def test_only_the_ort_stack_has_ortmodule():
+    """onnxruntime-training is the ort stack's (its markers keep it off Python 3.12+); the current stack's locks
+    have the newest torch these machines install instead."""
+    for stack in STACKS.values():
+        for lock in stack.locks.values():
+            pins = _lock(lock)
+            assert ("onnxruntime-training" in pins) == (stack.name == "ort"), lock
+            assert pins["torch"] == stack.torch, lock
 
 
 @pytest.mark.slow
@@ -90,8 +104,8 @@ def test_every_pin_of_each_lock_has_a_wheel_for_its_python(python, tmp_path):
     if python == f"{sys.version_info[0]}.{sys.version_info[1]}" and Path(sys.prefix, ".complete").is_file():
         pytest.skip(f"{LOCKS[python]} built this environment")
     abi = "cp" + python.replace(".", "")
-    platforms = [a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-                             "linux_x86_64") for a in ("--platform", p)]
+    glibc = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)]  # Debian 12's glibc 2.36 and older
+    platforms = [a for p in (*glibc, "manylinux2014_x86_64", "linux_x86_64") for a in ("--platform", p)]
     # --ignore-requires-python: pip checks it against the interpreter that runs it, not --python-version (on 3.10,
     # 3.11's lock failed on contourpy's >=3.11); the report's requires_python is checked below for the lock's Python
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
@@ -128,18 +142,19 @@ def test_the_lock_check_names_a_pin_whose_requires_python_excludes_the_locks_pyt
 
 
 def test_the_environment_script_names_the_pythons_it_needs(tmp_path):
-    """On a machine whose only Python is 3.12, bin/ortlab and bin/test stop at once with one message: which
-    Pythons work, why (ORT's wheels), and what to install."""
+    """On a machine whose only Python is 3.9, bin/ortlab and bin/test stop at once with one message: which
+    Pythons work for which stack, why (ORT's wheels), and what to install."""
     import shutil
 
-    (tmp_path / "python3").write_text('#!/bin/sh\ncase "$*" in *%d.%d*) echo 3.12;; *) exit 1;; esac\n')
+    (tmp_path / "python3").write_text('#!/bin/sh\ncase "$*" in *%d.%d*) echo 3.9;; *) exit 1;; esac\n')
     (tmp_path / "python3").chmod(0o755)
     for tool in ("dirname", "sh"):
         (tmp_path / tool).symlink_to(shutil.which(tool))
     r = subprocess.run([shutil.which("bash"), str(ROOT / "bin" / "_env.sh")], capture_output=True, text=True,
                        env={"PATH": str(tmp_path), "HOME": str(tmp_path)})
     assert r.returncode != 0
-    assert "needs Python 3.10 or 3.11 (found: python3=3.12)" in r.stderr, r.stderr
+    assert "needs Python 3.10 or 3.11 for the ort stack (ORTModule), or 3.12 or 3.13 for the current stack (found: " \
+           "python3=3.9)" in r.stderr, r.stderr
     assert "ships no wheel for Python 3.12" in r.stderr and "ORTLAB_PYTHON" in r.stderr
 
 

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ortlab.quiet import QUIET
 
 try:
@@ -15,6 +17,7 @@ except ImportError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.ort
 def test_onnxruntimes_import_warning_is_silenced_by_ortlabs_import_and_others_are_not():
     code = ("import warnings; warnings.simplefilter('default'); import ortlab, onnxruntime; "
             "warnings.warn('a warning of the user', UserWarning)")

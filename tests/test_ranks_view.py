@@ -167,6 +167,7 @@ def test_log_panel_picks_a_rank_of_a_distributed_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_lab_runs_ranks_with_a_curve_and_a_log_per_rank_and_checks_their_graphs_and_gradients(tmp_path):
     from ortlab import Lab
 

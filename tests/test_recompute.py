@@ -36,6 +36,7 @@ def plan_run(session):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_demo_model_yields_plans_with_positive_savings(plan_run):
     table = plans(plan_run)
     assert len(table) >= 3
@@ -53,6 +54,7 @@ def test_demo_model_yields_plans_with_positive_savings(plan_run):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_what_if_matches_direct_evaluation(plan_run):
     table = plans(plan_run)
     dims = {"idx_dim0": 32, "idx_dim1": 128}
@@ -76,6 +78,7 @@ def test_what_if_matches_direct_evaluation(plan_run):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_invalid_plan_ids_are_rejected_with_the_valid_ones(plan_run, tmp_path):
     table = plans(plan_run)
     valid = [f"{n} = {c}" for n, c in zip(table["plan"], table["cluster_id"], strict=True)]
@@ -96,6 +99,7 @@ def test_invalid_plan_ids_are_rejected_with_the_valid_ones(plan_run, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_sweep_chosen_plans_add_recompute_nodes_and_keep_the_loss(session, plan_run):
     sweep = plan_sweep(session, steps=2, top=1)
     t = sweep.table.set_index("set")
@@ -158,6 +162,7 @@ def check_accounted_savings(t, n_layer: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_sweep_on_larger_activations_against_ort_prediction(tmp_path):
     model = {"dropout": 0.0, "n_layer": 3, "d_model": 128, "seq_len": 128, "batch_size": 8}
     with Session("ortlab.demo:gpt", model, out=tmp_path, in_process=True) as s:
@@ -186,6 +191,7 @@ def _cli(*argv):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_cli_plans_json_at_the_given_shapes(tmp_path, capsys):
     model = ["--model-arg", "batch_size=4", "--model-arg", "seq_len=32"]
     code = _cli("plans", *model, "--json", "--out", str(tmp_path))
@@ -197,6 +203,7 @@ def test_cli_plans_json_at_the_given_shapes(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_cli_sweep_json_reports_accounted_savings(tmp_path, capsys):
     model = ["--model-arg", "dropout=0", "--model-arg", "batch_size=4", "--model-arg", "seq_len=32"]
     code = _cli("plans", "--sweep", "--steps", "2", *model, "--json", "--out", str(tmp_path))
@@ -213,6 +220,7 @@ def test_cli_sweep_json_reports_accounted_savings(tmp_path, capsys):
     assert all(r["accounted_saving_mb"] > 0 for r in applied if r["set"] != "all type 1")
 
 
+@pytest.mark.ort
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert _cli("plans", "--model-arg", "n_layer", "--out", str(tmp_path)) == 2
     assert _cli("plans", "--sweep", "--steps", "1", "--out", str(tmp_path)) == 2
@@ -223,6 +231,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_panel_find_what_if_apply(session, capsys):
     from ortlab.widgets.recompute import RecomputePanel
 
@@ -256,6 +265,7 @@ def test_panel_find_what_if_apply(session, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_sweep_says_when_the_loss_differs(tmp_path):
     # dropout 0.1: the recomputed graph draws other dropout masks, so the loss check must fail and say so
     with Session("ortlab.demo:gpt", {"dropout": 0.1}, out=tmp_path, in_process=True) as s:

@@ -49,6 +49,7 @@ def test_recording_never_changes_the_training(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_users_script_with_and_without_ortmodule_feeds_runs_and_diff(tmp_path):
     paths = {}
     for backend in ("pt", "ort"):
@@ -76,6 +77,7 @@ def test_bad_input_is_refused_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_in_a_jupyter_kernel_hanging_log_levels_are_refused(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import torch, ortlab\n"

@@ -138,6 +138,7 @@ def test_the_lab_has_a_time_tab_and_switch(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_ortmodule_beside_pytorch(tmp_path, engine, capsys):
     from ortlab.cli import main
     from ortlab.timing.table import time
@@ -251,6 +252,7 @@ def test_a_recorded_loop_is_profiled(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_recorded_ortmodule_loop_is_profiled(tmp_path):
     from onnxruntime.training.ortmodule import ORTModule
 
@@ -259,6 +261,7 @@ def test_a_recorded_ortmodule_loop_is_profiled(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_pythonops_are_listed_with_the_function_they_run(tmp_path, engine):
     """The stats collector taps a module's output through a PythonOp (an autograd.Function) under ORTModule: the
     time data lists it, forward and backward, with the function's name, marked as ortlab's and timed apart from

@@ -23,7 +23,7 @@ def _trainer(**kwargs):
 
 
 def _logged_losses(steps: int) -> list[float]:
-    """The losses `trainer.train()` logs (rounded to 4 decimals, as the Trainer logs them)."""
+    """The losses `trainer.train()` logs (rounded to 4 decimals by transformers 4, as they are by 5)."""
     trainer = _trainer()
     trainer.args.max_steps = steps
     trainer.train()
@@ -35,7 +35,7 @@ def test_a_trainer_burst_trains_what_trainer_train_logs(tmp_path):
 
     run = ortlab.burst(TRAINER, "pytorch", 3, out=tmp_path, in_process=True, progress=False)
     assert run.status == "ok"
-    assert [round(x, 4) for x in run.losses] == _logged_losses(3)  # warmup, accumulation, clipping, token count
+    assert run.losses == pytest.approx(_logged_losses(3), abs=1e-4)  # warmup, accumulation, clipping, token count
     model = run.meta["model"]
     assert model["accumulation"] == 2 and model["clip_grad_norm"] == 1.0 and model["own_optimizer"]
     assert model["trainable_parameters"] < model["parameters"] / 10  # LoRA: the base is frozen
@@ -50,7 +50,9 @@ def test_the_workload_takes_the_trainers_batches_optimizer_and_scheduler():
     inputs, count = w.batch(1)
     again, _ = Workload.coerce(_trainer(), "test").batch(1)  # the same batches from a new Trainer of the same seed
     assert torch.equal(inputs["input_ids"], again["input_ids"])
-    assert int(count) == 2 * 2 * 16  # the whole optimizer step's labels, as Trainer.get_batch_samples counts them
+    trainer = _trainer()  # the whole optimizer step's labels, as the Trainer itself counts them (transformers 5
+    _, expected = trainer.get_batch_samples(iter(trainer.get_train_dataloader()), 2, torch.device("cpu"))
+    assert int(count) == int(expected) and int(count) in (2 * 2 * 16, 2 * 2 * 15)  # counts the shifted labels)
     assert w.micro_batches(w.batch, 1)[0][0]["input_ids"].equal(w.batch(2)[0]["input_ids"])
     optimizer, scheduler = w.optimizer(w.model)
     trained = {id(p) for p in w.model.parameters() if p.requires_grad}
@@ -91,7 +93,7 @@ def _regression_trainer(tmp_path):
     data = [{"x": x, "labels": x.sum()} for x in torch.randn(24, 4, generator=g)]
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=4,
                              gradient_accumulation_steps=3, max_grad_norm=0.1, learning_rate=1e-2, max_steps=4,
-                             lr_scheduler_type="cosine", warmup_ratio=0.2, seed=3, use_cpu=True, logging_steps=1,
+                             lr_scheduler_type="cosine", warmup_steps=1, seed=3, use_cpu=True, logging_steps=1,
                              save_strategy="no", disable_tqdm=True)
     return Trainer(model=_Regressor(), args=args, train_dataset=data)
 
@@ -107,7 +109,7 @@ def test_a_model_without_loss_kwargs_is_scaled_as_the_trainer_scales_it(tmp_path
         w.optimizer_step(w.model, optimizer, scheduler)
     trained = _regression_trainer(tmp_path)
     trained.train()
-    assert [round(x, 4) for x in losses] == [h["loss"] for h in trained.state.log_history if "loss" in h]
+    assert losses == pytest.approx([h["loss"] for h in trained.state.log_history if "loss" in h], abs=1e-4)
 
 
 @pytest.mark.parametrize("change, says", [
@@ -204,6 +206,7 @@ def test_the_kv_cache_is_named_and_the_fix_turns_it_off_for_the_burst():
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_the_lora_trainer_bursts_on_ortmodule_to_agree_with_the_kv_cache_fix(tmp_path):
     """The LoRA Trainer as written (use_cache on, accumulation 2, clipping, warmup): check names the cache, --fix
     auto applies no-kv-cache, and ORTModule trains the adapter as PyTorch does."""

@@ -58,6 +58,7 @@ def test_bad_collectors_are_refused_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_hf_with_ortlab_wrap_keeps_ort_files_and_feeds_runs_and_diff(tmp_path):
     pt = ortlab.hf.RecordCallback(out=tmp_path / "runs", collect={"stats": {}})
     _hf(tmp_path, pt)
@@ -78,6 +79,7 @@ def test_hf_with_ortlab_wrap_keeps_ort_files_and_feeds_runs_and_diff(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_the_lora_trainer_wrapped_and_recorded_keeps_its_logged_losses(tmp_path):
     """ortlab.demo.trainers:lora_llama (use_cache on, accumulation 2, clipping 1.0, warmup): train() with its model
     in ortlab.wrap (fixes="auto": no-kv-cache) and the callback."""
@@ -154,6 +156,7 @@ def test_lightning_rows_are_optimizer_steps_and_change_nothing(tmp_path):
     assert run.losses == pytest.approx(means, rel=1e-6)
 
 
+@pytest.mark.ort
 def test_lightning_failure_ends_the_run_failed(tmp_path):
     callback = ortlab.lightning.RecordCallback(out=tmp_path / "runs")
     with pytest.raises(RuntimeError, match="stop here"):
@@ -163,6 +166,7 @@ def test_lightning_failure_ends_the_run_failed(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_lightning_with_a_wrapped_net_is_recorded_through_its_ortmodule(tmp_path):
     plain = _lightning(tmp_path)
     callback = ortlab.lightning.RecordCallback(out=tmp_path / "runs")

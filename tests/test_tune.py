@@ -233,6 +233,7 @@ def test_the_budget_decides_what_runs_and_a_stop_keeps_what_was_measured(tmp_pat
     assert json.loads((t.path / "tune.json").read_text())["stopped"]
 
 
+@pytest.mark.ort
 def test_bad_input_is_one_line(tmp_path, capsys):
     from ortlab.cli import main
 
@@ -282,6 +283,7 @@ SMALL = ["--steps", "4", "--warmup", "2", "--repeats", "2", "--guard-steps", "2"
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_memory_goal_on_the_demo_finds_a_recompute_setting_that_agrees_and_reproduces(tmp_path, capsys):
     from ortlab.cli import main
 
@@ -304,6 +306,7 @@ def test_memory_goal_on_the_demo_finds_a_recompute_setting_that_agrees_and_repro
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_candidate_that_changes_the_model_is_rejected_with_its_cause(tmp_path):
     from ortlab.tuning import tune
 
@@ -318,6 +321,7 @@ def test_a_candidate_that_changes_the_model_is_rejected_with_its_cause(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_model_that_does_not_run_on_ortmodule_points_to_check(tmp_path):
     from ortlab.tuning import tune
 
@@ -329,6 +333,7 @@ def test_a_model_that_does_not_run_on_ortmodule_points_to_check(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_stop_during_a_candidate_keeps_what_was_measured(tmp_path):
     """A Stop from the candidate's second step (a step callback, no timer): that burst ends, nothing later runs,
     the baseline and the stopped candidate stay in the result and in tune.json."""

@@ -74,6 +74,7 @@ def test_end_states_differ_exactly_for_whole_numbers_and_beyond_the_noise_for_fl
     ("value_branch", "frozen control flow", None), ("item", "frozen control flow", None),
     ("counter", "buffer update", "pytorch-buffers"), ("norm", "buffer update", "pytorch-buffers"),
     ("squeeze_excite", "wrong gradient", "global-avg-pool"), ("temperature", None, None), ("clean", None, None)])
+@pytest.mark.ort
 def test_check_names_how_ortmodule_would_train_another_model(case, kind, fix, tmp_path):
     import ortlab
 
@@ -98,6 +99,7 @@ def test_check_names_how_ortmodule_would_train_another_model(case, kind, fix, tm
 @pytest.mark.parametrize("case,cause", [
     ("flag", "input ORT did not re-export for"), ("squeeze_excite", "check"), ("counter", "buffer"),
     ("norm", "buffer"), ("value_branch", "export hazard"), ("item", "export hazard")])
+@pytest.mark.ort
 def test_a_comparison_that_diverges_says_so_with_its_cause(case, cause, tmp_path):
     from ortlab import Session
 
@@ -114,6 +116,7 @@ def test_a_comparison_that_diverges_says_so_with_its_cause(case, cause, tmp_path
 
 @slow
 @pytest.mark.parametrize("case", ["flag", "loop", "mode", "shape_branch", "counter", "norm", "squeeze_excite"])
+@pytest.mark.ort
 def test_the_fixes_bring_each_case_back_to_agree_in_parity(case, tmp_path):
     from ortlab import Session
 
@@ -126,6 +129,7 @@ def test_the_fixes_bring_each_case_back_to_agree_in_parity(case, tmp_path):
 
 @slow
 @pytest.mark.parametrize("case", ["clean", "temperature"])
+@pytest.mark.ort
 def test_what_trains_correctly_raises_no_alarm(case, tmp_path):
     done = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--model", model(case), "--steps", "4",
                            "--parity", "--out", str(tmp_path), "--in-process", "--json"],
@@ -136,6 +140,7 @@ def test_what_trains_correctly_raises_no_alarm(case, tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_a_diverged_burst_exits_1_and_names_the_cause_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--model", model("squeeze_excite"),
                            "--steps", "3", "--parity", "--out", str(tmp_path), "--in-process"],
@@ -147,6 +152,7 @@ def test_a_diverged_burst_exits_1_and_names_the_cause_in_one_line(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_outside_parity_mode_the_gradients_judge(tmp_path):
     """Dropout and ORT's compute optimizer make losses differ outside parity mode: the first-step gradients
     (dropout off, one extra export) still judge, and the losses are said not to be."""
@@ -161,6 +167,7 @@ def test_outside_parity_mode_the_gradients_judge(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_recorded_loops_are_judged_too(tmp_path):
     from onnxruntime.training.ortmodule import ORTModule
 
@@ -188,6 +195,7 @@ def test_recorded_loops_are_judged_too(tmp_path):
 
 
 @slow
+@pytest.mark.ort
 def test_bisect_judges_a_toggle_by_gradients_not_by_a_short_loss(tmp_path):
     from ortlab import bisect
 

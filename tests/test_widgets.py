@@ -56,6 +56,7 @@ def test_rewrap_notice_follows_the_last_ortmodule_burst():
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_burst_panel_runs_both_backends_and_shows_results(lab):
     panel = lab.burst_panel
     panel.steps.value = 3
@@ -104,6 +105,7 @@ def test_errors_stay_inside_the_panel(lab, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_log_panel_filters(lab):
     lab.burst("ortmodule", 1, progress=False)  # a run of its own with ORT's log: no leaning on earlier tests
     log = lab.log_panel
@@ -123,6 +125,7 @@ def test_lab_repr_is_short_and_deterministic(lab):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_burst_panel_records_statistics_and_graphs_without_code(lab):
     panel = lab.burst_panel
     panel.backend.value, panel.steps.value = "both", 2
@@ -165,6 +168,7 @@ def test_figure_areas_show_nothing_until_they_hold_a_figure(lab):
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_the_check_button_and_a_fallback_that_is_not_green(tmp_path):
     """Check lists the blockers and chooses the fixes; a burst that fell back is shown as such, not in green."""
     from pathlib import Path

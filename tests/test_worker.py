@@ -14,6 +14,7 @@ FACTORIES = str(Path(__file__).parent / "factories" / "slow_steps.py")
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_worker_is_reused_and_import_time_option_starts_a_new_one(tmp_path):
     with Session(out=tmp_path) as s:
         a = s.burst("ortmodule", 2, progress=False)
@@ -102,6 +103,7 @@ def test_unsendable_factory_says_how_to_fix_it(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.ort
 def test_devinfo_burst_from_a_jupyter_kernel_completes(tmp_path):
     """The hang the worker exists for: ORTModule at DEVINFO prints ~270 KB at C level on a 4-layer GPT."""
     nb = nbformat.v4.new_notebook()

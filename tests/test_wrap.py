@@ -57,6 +57,7 @@ def test_bad_input_is_refused_in_one_line():
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_auto_fixes_stay_for_the_models_life_and_reach_no_other_model():
     plain = _train(_model())
     original = torch.nn.functional.hardswish
@@ -69,6 +70,7 @@ def test_auto_fixes_stay_for_the_models_life_and_reach_no_other_model():
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_a_failure_raises_one_line_never_a_pytorch_run():
     wrapped = ortlab.wrap(_model(), fixes="none")
     with pytest.raises(OrtModuleFailed, match=r"^ORTModule failed in .*HardSwish") as failed:
@@ -78,6 +80,7 @@ def test_a_failure_raises_one_line_never_a_pytorch_run():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.ort
 def test_in_a_trainer_the_deferred_check_runs_on_the_first_batch(tmp_path, lora):
     from transformers import Trainer, TrainingArguments
 
@@ -113,6 +116,7 @@ def test_in_a_trainer_the_deferred_check_runs_on_the_first_batch(tmp_path, lora)
 
 
 @pytest.mark.slow
+@pytest.mark.ort
 def test_under_ddp_ortmodule_goes_inside(tmp_path):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -130,6 +134,7 @@ def test_under_ddp_ortmodule_goes_inside(tmp_path):
         dist.destroy_process_group()
 
 
+@pytest.mark.ort
 def test_options_read_at_import_are_refused_once_onnxruntime_is_imported():
     import onnxruntime.training.ortmodule  # noqa: F401 - what a process that used ORTModule has done
 
@@ -143,6 +148,7 @@ def test_options_read_at_import_are_refused_once_onnxruntime_is_imported():
     assert info_of(wrapped).options["fallback_policy"] == "FALLBACK_DISABLE"
 
 
+@pytest.mark.ort
 def test_options_read_at_import_are_set_before_onnxruntime_is_imported():
     import subprocess
     import sys

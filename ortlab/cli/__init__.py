@@ -120,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ortlab.workload import ModelRef
 
             ModelRef.of(args.model)
+        if getattr(args, "needs_ortmodule", False):  # an ORTModule-only command on the current stack: why, where
+            from ortlab.stacks import ortmodule_line
+
+            if ortmodule_line():
+                raise InputError(ortmodule_line())
         return args.func(args)
     except (InputError, WorkerError) as e:
         print(f"{where}: {getattr(e, 'cli', None) or e}", file=sys.stderr)

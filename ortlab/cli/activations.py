@@ -134,4 +134,4 @@ def register(sub) -> None:
     add_out_arg(b)
     add_in_process_arg(b)
     add_json_arg(b)
-    b.set_defaults(func=cmd_bisect)
+    b.set_defaults(func=cmd_bisect, needs_ortmodule=True)

@@ -21,11 +21,15 @@ from ortlab.run import ENDED_EARLY
 
 
 def cmd_burst(args) -> int:
-    from ortlab.engine.backends import BACKENDS, parse_backends
+    from ortlab.engine.backends import BACKENDS, check_available
     from ortlab.engine.session import Session
 
-    backends = (args.backend,) if args.backend in BACKENDS else parse_backends(args.backend)
-    kwargs, options = burst_kwargs(args)
+    kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
+    if args.backend in BACKENDS:
+        check_available(args.backend)
+        backends = (args.backend,)
+    else:
+        backends = chosen_backends(args.backend)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         if len(backends) > 1:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)
@@ -41,6 +45,20 @@ def cmd_burst(args) -> int:
             print(run_text(run))
         _time_hint([run], kwargs)
     return outcome([run], None, args.allow_fallback)
+
+
+def chosen_backends(value: str | None) -> tuple[str, ...]:
+    """--backend(s) as a comparison's backends; where a default or "all" leaves out a backend that cannot run here
+    (ORTModule on the current stack), one line on stderr says why and where it runs."""
+    from ortlab.engine.backends import BACKENDS, parse_backends, unavailable
+
+    backends = parse_backends(value)
+    if value in (None, "all"):
+        for name in BACKENDS:
+            why = unavailable(name) if name not in backends else None
+            if why:
+                print(f"ortlab: {why}", file=sys.stderr)
+    return backends
 
 
 def _time_hint(runs, kwargs) -> None:
@@ -110,10 +128,11 @@ def register(sub) -> None:
                        description="Train N steps of the model on each backend asked for, from one snapshot, and "
                        "print a summary: one column per backend, and a verdict on each backend against PyTorch. "
                        "Exit 1 when a run failed, fell back to PyTorch or diverged.")
-    b.add_argument("--backend", default="both", type=backend_list, metavar="BACKEND[,BACKEND]",
-                   help="pytorch, ortmodule, compile (torch.compile), both (= pytorch,ortmodule), all, or a comma "
-                   "list: several are compared with PyTorch, each judged against it (in Python, ortlab.burst() "
-                   "runs one backend, ortmodule unless told)")
+    b.add_argument("--backend", default=None, type=backend_list, metavar="BACKEND[,BACKEND]",
+                   help="pytorch, ortmodule, compile (torch.compile), both (= pytorch,ortmodule), all (every backend "
+                   "that runs here), or a comma list: several are compared with PyTorch, each judged against it "
+                   "(default: pytorch,ortmodule on the ort stack, pytorch,compile on the current stack, where "
+                   "ORTModule does not run; in Python, ortlab.burst() runs one backend, ortmodule unless told)")
     b.add_argument("--parity", action="store_true", help="same seeds, dropout 0, compute optimizer off, deterministic")
     add_burst_args(b)
     b.set_defaults(func=cmd_burst)

@@ -33,4 +33,4 @@ def register(sub) -> None:
     add_out_arg(c, help="folder for the check's folder (<stamp>-check: check.json, log.txt)")
     add_in_process_arg(c)
     add_json_arg(c)
-    c.set_defaults(func=cmd_check)
+    c.set_defaults(func=cmd_check, needs_ortmodule=True)

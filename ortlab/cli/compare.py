@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from ortlab.cli.burst import add_burst_args, burst_kwargs, outcome
+from ortlab.cli.burst import add_burst_args, burst_kwargs, chosen_backends, outcome
 from ortlab.cli.common import model_kwargs, print_json
 
 
 def cmd_compare(args) -> int:
-    from ortlab.engine.backends import parse_backends
     from ortlab.engine.session import Session
 
-    backends = parse_backends(args.backends)
-    kwargs, options = burst_kwargs(args)
+    kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
+    backends = chosen_backends(args.backends)
     with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
         comparison = session.compare(args.steps, options, backends=backends, **kwargs)
     decision, recommendation = comparison.decision(), comparison.recommendation()
@@ -41,7 +40,8 @@ def register(sub) -> None:
                        "PyTorch), and print which backend to train with, and why. Exit 1 when a backend failed or "
                        "diverged.")
     c.add_argument("--backends", default="all", metavar="BACKEND[,BACKEND]",
-                   help="the backends (pytorch is always the reference): all, both, or a comma list")
+                   help="the backends (pytorch is always the reference): all (every backend that runs here), both, "
+                   "or a comma list")
     c.add_argument("--parity", action=argparse.BooleanOptionalAction, default=True,
                    help="same seeds, dropout 0, compute optimizer off, deterministic (judges the numerics)")
     add_burst_args(c)

@@ -1,4 +1,4 @@
-"""`ortlab doctor` and `ortlab setup`: is this environment able to run ORTModule, and build what it needs."""
+"""`ortlab doctor` and `ortlab setup`: what runs here (per backend, on this stack), and build what ORTModule needs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ortlab.cli.common import add_json_arg, print_json
 
 
 def cmd_doctor(args) -> int:
-    from ortlab.environment import doctor
+    from ortlab.diagnosis import doctor
 
     report = doctor()
     print_json(report.to_dict()) if args.json else print(report)
@@ -27,7 +27,8 @@ def cmd_setup(args) -> int:
 
 
 def register(sub) -> None:
-    d = sub.add_parser("doctor", help="versions, CUDA, extensions; each problem with its fix")
+    d = sub.add_parser("doctor", help="the stack, what runs here per backend (and why not), the GPU, versions; each "
+                       "problem with its fix")
     add_json_arg(d)
     d.set_defaults(func=cmd_doctor)
     s = sub.add_parser("setup", help="build ORTModule's torch C++ extensions (CPU always, CUDA with a GPU)")

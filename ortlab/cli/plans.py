@@ -74,4 +74,4 @@ def register(sub) -> None:
     p.add_argument("--steps", type=positive_int, default=None,
                    help="steps per burst (default: 1; with --sweep: 6)")
     add_out_arg(p)
-    p.set_defaults(func=cmd_plans)
+    p.set_defaults(func=cmd_plans, needs_ortmodule=True)

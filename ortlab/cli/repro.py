@@ -39,4 +39,4 @@ def register(sub) -> None:
                    help="keyword for the factory, value read as JSON when it parses (repeatable)")
     add_in_process_arg(r)
     add_json_arg(r)
-    r.set_defaults(func=cmd_repro)
+    r.set_defaults(func=cmd_repro, needs_ortmodule=True)

@@ -61,4 +61,4 @@ def register(sub) -> None:
     add_out_arg(p)
     add_in_process_arg(p)
     add_json_arg(p)
-    p.set_defaults(func=cmd_tune)
+    p.set_defaults(func=cmd_tune, needs_ortmodule=True)

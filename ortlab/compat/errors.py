@@ -138,7 +138,12 @@ def root_message(exc: BaseException | None) -> str:
     if (inner := _embedded_error(text)) is not None:  # ORT quotes the exporter's whole traceback in its message
         return inner
     first = readable(text) if "onnxruntime" in text or "ONNXRuntimeError" in text else (text.splitlines() or [""])[0]
+    if (explained := _EXPLANATION.search(text)) is not None:  # torch 2.7+'s dynamo explains on a later line
+        first = f"{first.rstrip(':')}: {explained[1].strip()}"
     return f"{type(exc).__name__}: {first}".strip().rstrip(":")
+
+
+_EXPLANATION = re.compile(r"^\s+Explanation: (.+)$", re.M)
 
 
 _PYTORCH_PLEA = re.compile(r"\s*Please feel free to request support or submit a pull request on PyTorch GitHub:?\s*\S*")

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ortlab.engine.backends import checked_settings, registered
+from ortlab.engine.backends import check_available, checked_settings, registered
 from ortlab.engine.collectors import check as check_collectors
 from ortlab.engine.types import BurstError, Device, MemoryAccount, Optimizer, Precision, Sampler
 from ortlab.options import Options
@@ -62,6 +62,12 @@ class BurstConfig:
         if self.sampler is not None and self.sampler not in [str(s) for s in Sampler]:
             raise BurstError(f"sampler {self.sampler!r} is not allowed; allowed: {', '.join(Sampler)} (or None: "
                              "a dataset in order)")
+        if self.sampler == Sampler.LOAD_BALANCING:
+            from ortlab.stacks import ortmodule_unavailable
+
+            if ortmodule_unavailable():  # the sampler is onnxruntime-training's
+                raise BurstError(f"sampler 'load_balancing' is onnxruntime-training's, which is not here "
+                                 f"({ortmodule_unavailable()}); use 'distributed', or the ort stack")
         if not _whole(self.steps) or self.steps < 1:
             raise BurstError(f"steps {self.steps!r} is not allowed; allowed: a whole number >= 1")
         if not (isinstance(self.lr, int | float) and not isinstance(self.lr, bool) and math.isfinite(self.lr)
@@ -86,6 +92,7 @@ class BurstConfig:
             object.__setattr__(self, name, value)
         check_collectors(self)  # known, serving this backend, settings inside the burst: said before anything starts
         self._check_ranks()
+        check_available(self.backend)  # ORTModule on the current stack: why not, and where it runs, in one line
 
     @property
     def world_size(self) -> int:

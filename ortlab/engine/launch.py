@@ -215,8 +215,8 @@ def _read_json(path: Path) -> Any:
 
 def _outcome(path: Path, result: dict[str, Any], stopped: str | None) -> tuple[str, dict[str, Any]]:
     """The run's status and what it reports, from the agent's result and each rank's own run."""
-    failures = result.get("failures") or {}
     ranks = _rank_runs(path)
+    failures = _own_failures(result.get("failures") or {}, ranks)
     culprit = None if stopped is not None else _culprit(ranks, failures)
     for r, run in ranks.items():
         if r == culprit:
@@ -281,6 +281,16 @@ def _rank_row(rank: int, run: Run) -> dict[str, Any]:
     if run.status != "ok" and run.error:
         row["error"] = run.error
     return row
+
+
+def _own_failures(failures: dict[str, Any], ranks: dict[int, Run]) -> dict[str, Any]:
+    """The agent's failure records less the ranks it ended itself: once a rank fails, torch 2.7+'s agent ends the
+    ones still running with SIGTERM and reports them too (2.6 reported only the first). A rank it ended while
+    another had failed waiting for it in a collective did not die by itself: it hung."""
+    waited = any(run.status == "failed" and run.meta.get("collective") for run in ranks.values())
+    return {r: f for r, f in failures.items()
+            if not (waited and f.get("exitcode") == -signal.SIGTERM and int(r) in ranks
+                    and ranks[int(r)].status == "running")}
 
 
 def _culprit(ranks: dict[int, Run], failures: dict[str, Any]) -> int | None:

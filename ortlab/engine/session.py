@@ -116,9 +116,10 @@ class Session:
         return load_run(path)
 
     def compare(self, steps: int = 20, options: Options | dict | None = None, *,
-                backends: Any = ("pytorch", "ortmodule"), **kwargs) -> Comparison:
+                backends: Any = None, **kwargs) -> Comparison:
         """The Comparison of PyTorch and the other `backends` ("ortmodule", "compile"; or "both", "all", or
-        "a,b,c") from the same snapshot: their differences, and the verdict on each against PyTorch (Session.judge:
+        "a,b,c"; None: ORTModule on the ort stack, torch.compile on the current one) from the same snapshot: their
+        differences, and the verdict on each against PyTorch (Session.judge:
         agree or diverged, the evidence and the causes). A Stop (or Ctrl-C) ends the comparison: the bursts after
         it do not start."""
         from ortlab.summary import Comparison
@@ -139,6 +140,9 @@ class Session:
         """Will the model train on ORTModule? Every blocker at once, with its module and source line, the fixes
         that remove them (verified by exporting again) and one ORTModule training step: a CheckReport, also
         written to `<out>/<stamp>-check/check.json`. `fixes`: "auto", "none" or fix names (ortlab.compat)."""
+        from ortlab.engine.backends import check_available
+
+        check_available("ortmodule")  # the current stack: why not, and where it runs, in one line
         from ortlab.compat.check import CheckReport
         from ortlab.compat.registry import parse
 

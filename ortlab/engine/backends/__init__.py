@@ -35,6 +35,9 @@ class Registered:
     memory: MemoryAccount = MemoryAccount.AUTOGRAD
     stats_taps: StatsTaps = StatsTaps.HOOKS
     settings: tuple[str, str] | None = None  # (a BurstConfig field of its own, "module:function" checking it)
+    # "module:function" saying why it cannot run in this process (None: it can), asked before a burst starts
+    unavailable: str | None = None
+    health: str | None = None  # "module:function" checking what it needs on this machine (`ortlab doctor`)
 
     def imports(self, options: Any) -> Any:
         """The import-time options a process must have been started with to run this backend with `options`
@@ -45,13 +48,16 @@ class Registered:
 
 
 BACKENDS: dict[str, Registered] = {r.name: r for r in (
-    Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True),
+    Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True,
+               health="ortlab.diagnosis:pytorch_health"),
     Registered("ortmodule", "ortlab.engine.backends.ort:OrtBackend", "ORTModule", onnx_stages=True, compat=True,
                import_options=True, time_source=TimeSource.ORT_PROFILER, memory=MemoryAccount.GRAPH,
-               stats_taps=StatsTaps.GRAPH),
+               stats_taps=StatsTaps.GRAPH, unavailable="ortlab.stacks:ortmodule_line",
+               health="ortlab.diagnosis:ortmodule_health"),
     Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
                time_source=TimeSource.TORCH_PROFILER_FUSED, memory=MemoryAccount.AUTOGRAD_RUNNER,
-               stats_taps=StatsTaps.COMPILED_HOOKS, settings=("compile", "ortlab.engine.backends.compiled:settings")),
+               stats_taps=StatsTaps.COMPILED_HOOKS, settings=("compile", "ortlab.engine.backends.compiled:settings"),
+               health="ortlab.diagnosis:compile_health"),
 )}
 REFERENCE = next(r.name for r in BACKENDS.values() if r.reference)  # "pytorch"
 # The registered backends as a closed set of names (a str Enum: widgets and the CLI list it, runs keep the strings)
@@ -67,6 +73,32 @@ def registered(name: str) -> Registered:
 
 def names() -> tuple[str, ...]:
     return tuple(BACKENDS)
+
+
+class BackendUnavailable(BurstError):
+    """A backend asked for that cannot run in this process (ORTModule on the current stack): why, and where it runs."""
+
+
+def unavailable(name: str) -> str | None:
+    """Why the registered backend `name` cannot run in this process, in one line with where it can (None: it can)."""
+    target = registered(name).unavailable
+    if target is None:
+        return None
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def check_available(name: str) -> None:
+    """Raise BackendUnavailable, in one line, for a backend that cannot run here."""
+    why = unavailable(name)
+    if why is not None:
+        raise BackendUnavailable(why)
+
+
+def default_backends() -> tuple[str, ...]:
+    """What a comparison trains when not told: PyTorch and ORTModule where ORTModule runs (the ort stack), else
+    PyTorch and torch.compile."""
+    return (REFERENCE, "ortmodule") if unavailable("ortmodule") is None else (REFERENCE, "compile")
 
 
 def has(name: str | None, flag: str) -> bool:
@@ -93,14 +125,19 @@ def checked_settings(cfg: Config) -> dict[str, Any]:
 
 
 def parse_backends(value: Any) -> tuple[str, ...]:
-    """"both" (PyTorch and ORTModule), "all", "pytorch,compile" or a sequence -> the backends of a comparison,
-    PyTorch first (every other is compared with it); a bad name raises naming what is allowed."""
+    """"both" (PyTorch and ORTModule), "all" (every backend that runs here), "pytorch,compile", a sequence, or
+    None (default_backends) -> the backends of a comparison, PyTorch first (every other is compared with it); a bad
+    name raises naming what is allowed, one that cannot run here (BackendUnavailable) why and where it runs."""
+    if value is None:
+        return default_backends()
     if isinstance(value, str):
-        value = {"both": ("pytorch", "ortmodule"), "all": tuple(BACKENDS)}.get(value.strip(), value.split(","))
+        every = tuple(n for n in BACKENDS if unavailable(n) is None)
+        value = {"both": ("pytorch", "ortmodule"), "all": every}.get(value.strip(), value.split(","))
     names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
     for name in names:
         if name not in BACKENDS:
             raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all")
+        check_available(name)
     if len(names) < 2:
         raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
                          "pytorch,ortmodule,compile")

@@ -128,7 +128,9 @@ class Compiled(Backend):
                 from ortlab.compat.blockers import short_path
 
                 file, line, func = frames[-1]
-                b.extra["graph_break"] = {"reason": text.strip().splitlines()[0], "file": short_path(file),
+                from ortlab._dynamo import break_reason
+
+                b.extra["graph_break"] = {"reason": break_reason(text), "file": short_path(file),
                                           "line": int(line), "function": func}
             return "torch.compile (a graph break with fullgraph=True)" if b.cfg.compile.get("fullgraph") else \
                 "torch.compile"
