@@ -133,11 +133,11 @@ def model_explorer():
 def test_model_explorer_loads_the_overlay(demo, model_explorer, kind, tmp_path):
     from ortlab.graphs.overlay import overlay
 
-    out, pytorch, ortmodule = demo
+    _, pytorch, ortmodule = demo
     path = tmp_path / f"{kind}.json"
     assert main(["graphs", str(ortmodule), "--overlay", kind, "--out", str(path)]) == 0
     o = overlay(ortmodule, kind)
-    node, value = max(o.values.items(), key=lambda kv: kv[1])
+    node = max(o.values, key=o.values.get)
     if kind == "time":  # ORT's profiler's time of that node, as time.json has it
         expected = sum(n["s"] * 1e3 for n in json.loads((ortmodule / "time.json").read_text())["nodes"]
                        if n["node"] == node)
@@ -146,9 +146,8 @@ def test_model_explorer_loads_the_overlay(demo, model_explorer, kind, tmp_path):
         node, expected = account["peak_node"], account["peak_activation_bytes"] / 2**20
     else:  # the node's module: its worst statistic against PyTorch's run
         from ortlab import compare
-        from ortlab.timing.profile import module_of
-
         from ortlab.graphs import load
+        from ortlab.timing.profile import module_of
 
         table = compare(pytorch, ortmodule).table.dropna(subset=["score"])
         module = module_of(node, set(table["module"]))
@@ -200,7 +199,7 @@ def browser():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_report_of_the_demos_comparison_in_chromium(demo, browser, tmp_path, shots_dir):
-    out, pytorch, ortmodule = demo
+    _, pytorch, ortmodule = demo
     path = tmp_path / "report.html"
     done = subprocess.run([sys.executable, "-m", "ortlab.cli", "report", str(pytorch), str(ortmodule),
                            "--out", str(path)], capture_output=True, text=True, timeout=600)
@@ -232,7 +231,7 @@ def test_the_report_of_the_demos_comparison_in_chromium(demo, browser, tmp_path,
 def test_a_diverged_comparisons_page_shows_its_verdict_and_first_divergence(diverged, browser, tmp_path):
     from ortlab import report
 
-    out, comparison = diverged
+    _, comparison = diverged
     path = report(comparison, out=tmp_path / "diverged.html")
     page = browser.new_page()
     outside = _open(page, path)
@@ -246,3 +245,34 @@ def test_a_diverged_comparisons_page_shows_its_verdict_and_first_divergence(dive
     assert str(compare(comparison).first) in first.inner_text()  # the same as ortlab.compare says
     assert outside == [], outside
     page.close()
+
+
+@pytest.mark.slow
+def test_the_labs_report_button_and_overlay(demo, tmp_path, monkeypatch):
+    from ortlab.widgets.graphs import GraphsPanel
+    from ortlab.widgets.report import ReportPanel
+
+    out, pytorch, ortmodule = demo
+    runs = [load_run(pytorch), load_run(ortmodule)]
+    monkeypatch.chdir(tmp_path)
+    panel = ReportPanel(lambda: runs)
+    assert "pytorch" in panel.about.value and "ortmodule" in panel.about.value
+    path = panel.write()
+    assert path.parent == out and path.is_file() and path.name in panel.result.value
+    assert "ortmodule verdict: agree" in path.read_text()
+
+    graphs = GraphsPanel(lambda: runs)
+    graphs.run_picker.value = str(ortmodule)
+    graphs.overlay.picker.value = "time"
+    o = graphs.overlay.current
+    assert o is not None and o.kind == "time", graphs.overlay.line.value
+    node = max(o.values, key=o.values.get)
+    graphs.search_box.value = node
+    graphs.search()
+    assert graphs.matches.value == node
+    svg = graphs.neighbourhood.value
+    assert f'fill="{o.color(node)}"' in svg and f"{o.values[node]:.4g}" in svg  # the node coloured, its value shown
+    assert o.color(node) in graphs.overlay.top.value
+    graphs.overlay.picker.value = "none"
+    assert f'fill="{o.color(node)}"' not in graphs.neighbourhood.value
+    graphs.close()

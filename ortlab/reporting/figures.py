@@ -50,7 +50,8 @@ def timelines(items: list[dict[str, Any]]) -> str | None:
     for item in drawn:
         t = item["timeline"]
         xs = [k * t["every"] for k in range(len(t["live_mb"]))]
-        (line,) = ax.plot(xs, t["live_mb"], linewidth=1.5, label=f"{item['run']}: peak {item.get('peak_mb') or 0:.2f} MB")
+        label = f"{item['run']}: peak {item.get('peak_mb') or 0:.2f} MB"
+        (line,) = ax.plot(xs, t["live_mb"], linewidth=1.5, label=label)
         if t.get("yield") is not None:
             ax.axvline(t["yield"], color=line.get_color(), linestyle=":", linewidth=1)
     ax.set_xlabel("step of ORT's execution order (dotted: the yield between forward and backward)")

@@ -10,9 +10,10 @@ from ortlab.reporting import figures
 from ortlab.reporting.gather import SECTIONS
 
 STYLE = """
-body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0 auto;max-width:1100px;padding:0 18px 40px;
-color:#222;line-height:1.4}
-h1{font-size:1.6em;margin:18px 0 4px}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
+body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0 auto;max-width:1100px;
+padding:0 18px 40px;color:#222;line-height:1.4}
+h1{font-size:1.6em;margin:18px 0 4px}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:3px;
+margin-top:28px}
 h3{font-size:1.02em;margin:14px 0 4px}nav a{margin-right:10px;font-size:.9em}
 table{border-collapse:collapse;margin:6px 0 10px;font-size:.86em}td,th{border:1px solid #ddd;padding:2px 7px;
 text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f4f5f7}td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -111,6 +112,12 @@ def _verdict(s: dict[str, Any]) -> str:
             lines.append(f"<p>localized: {_e(v['localized'])}</p>")
         out.append("".join(lines))
     return "".join(out) + _missing(s)
+
+
+def _losses(s: dict[str, Any]) -> str:
+    rows = [{"run": label, "steps": len(v), "first loss": next((x for x in v if x is not None), None),
+             "final loss": next((x for x in reversed(v) if x is not None), None)} for label, v in s["series"].items()]
+    return _img(figures.losses(s["series"]), "loss per step") + (table(rows) if rows else "") + _missing(s)
 
 
 def _time(s: dict[str, Any]) -> str:
@@ -227,8 +234,7 @@ def render(data: dict[str, Any]) -> str:
     """The page's HTML."""
     bodies = {"what was run": _what_was_run(data["what was run"]), "summary": _summary(data["summary"]),
               "verdict": _verdict(data["verdict"]),
-              "loss curves": _img(figures.losses(data["loss curves"]["series"]), "loss per step")
-              + _missing(data["loss curves"]),
+              "loss curves": _losses(data["loss curves"]),
               "where the time goes": _time(data["where the time goes"]),
               "what changed in the time": _time_diff(data["what changed in the time"]),
               "memory": _memory(data["memory"]), "first divergence": _divergence(data["first divergence"]),

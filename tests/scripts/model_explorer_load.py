@@ -13,7 +13,8 @@ from model_explorer_onnx.main import ONNXAdapter
 stage, data_path, node = sys.argv[1:4]
 graphs = ONNXAdapter().convert(stage, {})["graphs"]
 ids = {g.id: {n.id for n in g.nodes} for g in graphs}
-raw = json.loads(open(data_path, encoding="utf-8").read())
+with open(data_path, encoding="utf-8") as f:
+    raw = json.load(f)
 model = ModelNodeData(graphsData={
     graph: GraphNodeData(results={k: NodeDataResult(**v) for k, v in d["results"].items()},
                          gradient=[GradientItem(**g) for g in d.get("gradient", [])],
