@@ -221,7 +221,9 @@ def test_the_report_of_the_demos_comparison_in_chromium(demo, browser, tmp_path,
     assert "ortlab compare --backends both --steps 5 --collect time --collect stats" in reproduce
     assert "torch 2.6.0" in page.locator("section#what-was-run").inner_text()
     shots_dir.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(shots_dir / "report.png"), clip={"x": 0, "y": 0, "width": 1100, "height": 1300})
+    top = page.locator("section#summary").bounding_box()["y"] - 10  # the summary, the verdict, the loss curves
+    page.screenshot(path=str(shots_dir / "report.png"), full_page=True,
+                    clip={"x": 0, "y": top, "width": 1100, "height": 1150})
     assert outside == [], outside
     page.close()
 

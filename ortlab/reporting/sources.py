@@ -66,8 +66,16 @@ def collect(*sources: Any) -> Sources:
                 raise ReportError(f"{path} does not exist; give run folders, a folder of runs or a tuning folder")
         for run in found:
             runs.setdefault(run.path.resolve(), run)
-    ordered = sorted(runs.values(), key=lambda r: (r.meta.get("started") or "", r.path.name))
+    ordered = sorted(runs.values(), key=_order)
     return Sources(ordered, list(dict.fromkeys(tunings)), given)
+
+
+def _order(run: Run) -> tuple:
+    """Oldest first; within one second (meta's resolution) PyTorch's run first: a comparison starts with it."""
+    from ortlab.engine.backends import has
+
+    reference = run.backend in _backends() and has(run.backend, "reference")
+    return run.meta.get("started") or "", not reference, run.path.name
 
 
 def _folder(path: Path) -> list[Run]:
