@@ -52,6 +52,7 @@ _EXPORTS = {
     "memory": "ortlab.account:memory",
     "torch_memory": "ortlab.account:torch_memory",
     "time": "ortlab.timing.table",
+    "report": "ortlab.reporting",
     "record": "ortlab.recorder",
     "Recorder": "ortlab.recorder",
     "wrap": "ortlab.wrapping",

@@ -60,6 +60,16 @@ def new_run_dir(out: str | Path, backend: str, name: str | None = None) -> Path:
     raise AssertionError("unreachable")
 
 
+COMMAND = "ORTLAB_COMMAND"  # the `ortlab ...` command line a run was made by (set by the CLI for its processes)
+
+
+def invocation() -> dict[str, Any]:
+    """What made the run when it was the CLI: its command line and working folder (`ortlab report` shows them and
+    how to run it again); {} for a call from Python (the run's config is that call's arguments)."""
+    command = os.environ.get(COMMAND)
+    return {"command": command, "cwd": os.getcwd()} if command else {}
+
+
 class RunWriteError(OSError):
     """A run file could not be written (a full disk, a file-size limit): names the file."""
 
@@ -79,7 +89,8 @@ class RunWriter:
 
     def __init__(self, path: Path, meta: dict[str, Any]):
         self.path = path
-        self.meta = {"status": "running", "started": _dt.datetime.now().isoformat(timespec="seconds"), **meta}
+        self.meta = {"status": "running", "started": _dt.datetime.now().isoformat(timespec="seconds"),
+                     **invocation(), **meta}
         self.write("meta.json", self.meta)
         self._metrics_path = path / "metrics.jsonl"
         self._metrics = os.open(self._metrics_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         memory,
         options,
         plans,
+        report,
         repro,
         runs,
         time,
@@ -79,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "exported graphs, recompute plans, activation statistics.",
                 epilog="Each command's flags and defaults: ortlab COMMAND --help, all of them in docs/cli.md.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (env, options, check, burst, compare, runs, graphs, plans, memory, time, tune, activations, repro):
+    for module in (env, options, check, burst, compare, runs, graphs, plans, memory, time, tune, activations, repro,
+                   report):
         module.register(sub)
     return p
 
@@ -115,6 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     where = f"ortlab {args.command}"
     _warnings_in_one_line(where)
+    import shlex
+
+    from ortlab.run import COMMAND
+
+    outer = os.environ.get(COMMAND)
+    os.environ[COMMAND] = shlex.join(["ortlab", *(sys.argv[1:] if argv is None else argv)])  # runs record it
     try:
         if getattr(args, "model", None) is not None:  # a missing file or a bad form, named before torch loads
             from ortlab.workload import ModelRef
@@ -144,6 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{where}: internal error: {type(e).__name__}: {e} (a bug in ortlab; ORTLAB_TRACEBACK=1 shows where)",
               file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if outer is None:
+            os.environ.pop(COMMAND, None)
+        else:
+            os.environ[COMMAND] = outer
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ from ortlab.graphs.collection import stage_file_of
 
 def cmd_graphs(args) -> int:
     """Bad input (no stage files, an unknown stage, node or prefix) raises GraphsError: exit 2, one line."""
+    if args.overlay:
+        return _overlay(args)
+    if args.against:
+        from ortlab.cli.common import CliError
+
+        raise CliError("--against goes with --overlay stats")
     g = load(args.run, prefix=args.prefix)
     if Path(args.run).is_file() and not (args.search or args.diff or args.stage):  # one stage file: that stage
         picked = stage_file_of(Path(args.run))
@@ -42,6 +48,26 @@ def cmd_graphs(args) -> int:
         print_json(data)
     else:
         print(text)
+    return 0
+
+
+def _overlay(args) -> int:
+    """The per-node data of one kind written as Model Explorer's node-data JSON, and its costliest nodes."""
+    from ortlab.graphs.overlay import overlay
+
+    o = overlay(args.run, args.overlay, against=args.against)
+    out = Path(args.out) if args.out else Path(args.run) / f"overlay-{args.overlay}.json"
+    o.save(out)
+    if args.json:
+        print_json({"file": str(out), "stage_file": str(o.stage_file), "graph": o.graph, "unit": o.unit,
+                    "nodes": len(o.values), "top": _records(o.top(10)), "notes": o.notes})
+        return 0
+    print(f"wrote {out}: {len(o.values)} nodes of {o.stage_file.name} (graph {o.graph!r}), {o.unit}")
+    print(o.top(10).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for note in o.notes:
+        print(f"note: {note}")
+    print(f"Model Explorer: pip install ai-edge-model-explorer model-explorer-onnx; model-explorer "
+          f"--extensions=model_explorer_onnx {o.stage_file} --node_data_paths={out}")
     return 0
 
 
@@ -105,4 +131,11 @@ def register(sub) -> None:
                    help="training or inference stages (default: every mode listed; training for --stage, "
                         "--diff and --search)")
     p.add_argument("--prefix", help="which export, when the folder holds several")
+    p.add_argument("--overlay", choices=("stats", "time", "memory"),
+                   help="per-node data over the execution graph, as Model Explorer's node-data JSON: stats = the "
+                   "statistics' difference against PyTorch, time = ORT's kernel time, memory = the activation "
+                   "bytes alive (written to --out)")
+    p.add_argument("--against", metavar="RUN",
+                   help="with --overlay stats: the PyTorch run to compare with (default: its comparison's)")
+    p.add_argument("--out", metavar="FILE", help="with --overlay: the JSON file (default: RUN/overlay-KIND.json)")
     p.set_defaults(func=cmd_graphs)

@@ -8,6 +8,8 @@ from ortlab.cli.common import add_json_arg, positive_int, print_json
 
 def cmd_time(args) -> int:
     """A run without time data raises an InputError (the CLI: one line saying how to collect it, exit 2)."""
+    if args.diff:
+        return _diff(args)
     from ortlab.timing.table import time
 
     tables = time(*args.runs)
@@ -15,6 +17,21 @@ def cmd_time(args) -> int:
         print_json(tables.to_dict(args.top))
     else:
         print(tables.report(args.top))
+    return 0
+
+
+def _diff(args) -> int:
+    """Two runs' time data against each other: what was added, removed, faster, slower, largest change first."""
+    from ortlab.cli.common import CliError
+    from ortlab.timing.diff import time_diff
+
+    if len(args.runs) != 2:
+        raise CliError(f"--diff compares two runs (A B), not {len(args.runs)}")
+    diff = time_diff(*args.runs)
+    if args.json:
+        print_json(diff.to_dict(args.top))
+    else:
+        print(diff.report(args.top))
     return 0
 
 
@@ -28,5 +45,8 @@ def register(sub) -> None:
                        description=description)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders burst with --collect time")
     add_json_arg(p)
+    p.add_argument("--diff", action="store_true",
+                   help="what changed from run A to run B (two runs): modules (across backends), op types and ORT "
+                   "nodes (same profiler) added, removed, faster, slower, in ms, %% and share of the step")
     p.add_argument("--top", type=positive_int, default=10, help="rows per table (default: 10)")
     p.set_defaults(func=cmd_time)

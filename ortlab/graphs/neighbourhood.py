@@ -52,12 +52,17 @@ class Neighbourhood:
         lines.append("}")
         return "\n".join(lines)
 
-    def svg(self, engine: str = "auto") -> str:
-        """SVG text. engine: "auto" (graphviz if `dot` is on PATH, else ortlab), "ortlab" or "graphviz"."""
+    def svg(self, engine: str = "auto", overlay: Any = None) -> str:
+        """SVG text. engine: "auto" (graphviz if `dot` is on PATH, else ortlab), "ortlab" or "graphviz". `overlay`:
+        a graphs.overlay.Overlay whose colours and values the nodes show (drawn by ortlab)."""
         import shutil
 
         if engine not in _ENGINES:
             raise GraphsError(f"engine {engine!r} is not allowed; allowed: {', '.join(_ENGINES)}")
+        if overlay is not None:
+            shown = {r["name"]: (overlay.colors[r["name"]], f"{overlay.values[r['name']]:.4g} ({overlay.unit})")
+                     for r in self.rows if r["name"] in overlay.values}
+            return render_svg(self.center, self.rows, self.edges, self.truncated, shown)
         dot = shutil.which("dot")
         if engine == "graphviz" and not dot:
             raise GraphsError("engine 'graphviz' needs graphviz's `dot` on PATH; use engine='ortlab'")

@@ -72,8 +72,9 @@ def _x_positions(layers: dict[int, list[str]], sizes: dict, succ: dict, pred: di
 
 
 def render_svg(center: str, rows: list[dict[str, Any]], edges: list[tuple[str, str, str]],
-               truncated: int = 0) -> str:
-    """SVG text of a neighbourhood: `rows` its nodes (name, op, kind), `edges` (from, to, tensor)."""
+               truncated: int = 0, overlay: dict[str, tuple[str, str]] | None = None) -> str:
+    """SVG text of a neighbourhood: `rows` its nodes (name, op, kind), `edges` (from, to, tensor); `overlay`: node
+    name -> (fill colour, value text) of per-node data (graphs.overlay), drawn instead of the kind's fill."""
     ids = [r["name"] for r in rows]
     info = {r["name"]: r for r in rows}
     succ: dict[str, list[str]] = defaultdict(list)
@@ -132,17 +133,19 @@ def render_svg(center: str, rows: list[dict[str, Any]], edges: list[tuple[str, s
                    'marker-end="url(#ortlab-arrow)">'
                    f'<title>{html.escape(tensors)}</title></path>')
     for i in ids:
-        out.append(_node_svg(i, info[i], xs[i], ys[rank[i]], sizes[i], i == center))
+        out.append(_node_svg(i, info[i], xs[i], ys[rank[i]], sizes[i], i == center, (overlay or {}).get(i)))
     out.append("</svg>")
     return "\n".join(out)
 
 
 def _node_svg(name: str, row: dict[str, Any], xc: float, yc: float, size: tuple[float, float],
-              is_center: bool) -> str:
+              is_center: bool, overlay: tuple[str, str] | None = None) -> str:
     (w, h), x = size, xc - size[0] / 2
     fill, stroke = KIND_COLORS.get(row["kind"], KIND_COLORS["forward"])
     stroke, sw = ("#d6336c", 3) if is_center else (stroke, 1.2)
     tip = html.escape(name if row["op"] == "" else f"{row['op']}  {name}")
+    if overlay is not None:
+        fill, tip = overlay[0], f"{tip}  {html.escape(overlay[1])}"
     if row["op"] == "":
         return (f'<g><title>{tip}</title>'
                 f'<rect x="{x:.1f}" y="{yc - h / 2:.1f}" width="{w:.1f}" height="{h}" rx="{h / 2}" '

@@ -78,6 +78,9 @@ class GraphsPanel(W.VBox):
                                      layout=W.Layout(width="140px"))
         self.neighbourhood = W.HTML()
         self.node_time = W.HTML()  # the picked node's kernel time, when the run was profiled (collector "time")
+        from ortlab.widgets.overlay import OverlayControl
+
+        self.overlay = OverlayControl(on_change=lambda: self._show_neighbourhood())  # per-node data, coloured
         self._node_times: dict[str, list[dict]] = {}
         self.transitions = W.HTML()
         self.netron_button = W.Button(description="Open in netron", icon="external-link", button_style="info")
@@ -87,7 +90,7 @@ class GraphsPanel(W.VBox):
             self.summary,
             W.VBox([self.compare_picker, self.chart, self.diff_table]),
             W.VBox([W.HBox([self.search_box, self.search_by, self.search_button]), self.matches, self.hops,
-                    self.node_time, self.neighbourhood]),
+                    self.overlay, self.node_time, self.neighbourhood]),
             self.transitions,
             W.VBox([W.HBox([self.netron_button, self.netron_stop_button]), self.netron_frame]),
         ], titles=_TABS)
@@ -202,6 +205,7 @@ class GraphsPanel(W.VBox):
 
     def _clear(self, message: str = "", error: bool = False) -> None:
         self.graphs = None
+        self.overlay.load(None)
         with self._quiet():
             self.stage_picker.options = []
             self.compare_picker.options = []
@@ -233,6 +237,7 @@ class GraphsPanel(W.VBox):
             self._clear(str(e), error=True)
             return
         self.graphs = g
+        self.overlay.load(run)
         from ortlab.timing.table import node_times
 
         self._node_times = node_times(run)
@@ -332,7 +337,8 @@ class GraphsPanel(W.VBox):
             return
         nb = stage.neighbourhood(self.matches.value, hops=self.hops.value)
         self.node_time.value = self._time_of(self.matches.value)
-        self.neighbourhood.value = f"<div style='overflow:auto;max-height:700px'>{nb.svg()}</div>"
+        svg = nb.svg(overlay=self.overlay.current)
+        self.neighbourhood.value = f"<div style='overflow:auto;max-height:700px'>{svg}</div>"
 
     def _time_of(self, node: str) -> str:
         """The node's ORT kernel time per step in this run, if it was profiled (`ortlab.time`)."""

@@ -21,6 +21,7 @@ _VIEW_TABS = (
     ("Memory", "ortlab.widgets.memory", "MemoryPanel", "runs"),
     ("Time", "ortlab.widgets.time", "TimePanel", "runs"),
     ("Tune", "ortlab.widgets.tune", "TunePanel", "session"),
+    ("Report", "ortlab.widgets.report", "ReportPanel", "runs"),
 )
 
 
