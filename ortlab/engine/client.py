@@ -172,15 +172,21 @@ class Client:
     def request(self, msg: Any, options: Options | None, what: str, stop: Callable[[], None],
                 on_tried: Callable[[Any], None] | None = None) -> Any:
         """Send one request to a worker for these options and wait for its answer (Checked); Ctrl-C calls
-        `stop`; `on_tried(msg)` for each Tried on the way (the localizer's progress)."""
+        `stop` and, once the worker has answered, raises KeyboardInterrupt (the request was interrupted, whatever
+        it answered); `on_tried(msg)` for each Tried on the way (the localizer's progress)."""
         w = self.for_options(options)
         w.conn.send(msg)
+        interrupted = False
         while True:
             try:
                 reply = w.receive_step()
             except KeyboardInterrupt:
-                stop()
+                if not interrupted:  # once: a second SIGINT could reach the worker while it answers the first
+                    stop()
+                interrupted = True
                 continue
+            if interrupted and isinstance(reply, m.Checked | m.Failed):
+                raise KeyboardInterrupt
             if reply is None:
                 self.worker = None
                 raise WorkerError(f"the worker died ({w.crashed()}) while {what}; its log: {w.log_path}\n"
