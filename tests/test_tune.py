@@ -109,6 +109,57 @@ def test_strategy_fits_the_budget_and_says_why():
         choose(kept, memory, cost_s=90, budget_s=60, spent_s=60)
 
 
+def test_the_budget_lines_count_the_same_candidates():
+    """The strategy's reason and each left-out candidate's reason say one count: how many candidates run."""
+    import re
+
+    kept, _ = singles(cuda=False, plans=PLANS)
+    time = parse_goals("time")
+    for budget_s in (70, 130, 150, 190):
+        chosen = choose(kept, time, cost_s=20, budget_s=budget_s, spent_s=30)
+        counts = {re.search(r"holds (\d+) of (?:the )?(\d+)", line).groups()
+                  for line in [chosen.reason, *(p.reason for p in chosen.left_out)]}
+        assert counts == {(str(len(chosen.order)), str(len(kept)))}, (chosen.reason, chosen.left_out[0].reason)
+
+
+def test_a_failed_candidate_says_a_whole_sentence_and_keeps_the_whole_message(tmp_path, clock):
+    """torch's "zeros() received an invalid combination of arguments - got (...), but expected one of:" and the
+    signatures after it: the one-line reason ends at a clause, not at "expected one of"; tune.json keeps it all."""
+    import torch
+
+    from ortlab.compat.errors import root_message
+
+    try:
+        torch.zeros([2], device={}, dtype=torch.float32)
+    except TypeError as e:
+        error = e
+    line = root_message(error)
+    assert line.startswith("TypeError: zeros() received an invalid combination of arguments")
+    assert not line.rstrip(":").endswith("expected one of") and "\n" not in line, line
+    whole = f"{type(error).__name__}: {error}"
+
+    class Failing(Scripted):
+        def burst(self, backend="ortmodule", steps=20, options=None, **kwargs):
+            run = super().burst(backend, steps, options, **kwargs)
+            if (options or {}).get("enable_mem_efficient_grad_mgmt"):  # as the engine writes a failed burst
+                meta = json.loads((run.path / "meta.json").read_text())
+                meta.update(status="failed", error=f"ortmodule burst failed in ORT's post-export processing at "
+                                                   f"step 0: {line}")
+                (run.path / "meta.json").write_text(json.dumps(meta))
+                (run.path / "log.txt").write_text(f"[ortlab] {meta['error']}\nTraceback (most recent call last):\n"
+                                                  f'  File "x.py", line 1, in <module>\n{whole}\n')
+                run = load_run(run.path)
+            return run
+
+    t = search.tune(clock(Failing(tmp_path)), "time", budget=60, only=["enable_mem_efficient_grad_mgmt"])
+    row = t.rows[-1]
+    error = json.loads((tmp_path / row["run"] / "meta.json").read_text())["error"]
+    assert row["outcome"] == "failed" and row["reasons"] == [f"the burst ended failed: {error} (the whole message: "
+                                                             f"{row['run']}/log.txt, tune.json)"]
+    saved = json.loads((t.path / "tune.json").read_text())["rows"][-1]
+    assert saved["error"] == error.removesuffix(line) + whole.strip() and " * (" in saved["error"]
+
+
 # -- the search on a scripted session
 
 
@@ -221,7 +272,7 @@ def test_the_budget_decides_what_runs_and_a_stop_keeps_what_was_measured(tmp_pat
     assert t.strategy.name == FIRST and [c.name for c in t.strategy.order] == [
         "enable_compute_optimizer=False", "enable_embedding_sparse_optimizer=False"]
     assert len(t.rows) == 1 + 2 and not t.budget_spent
-    assert sum("over the budget: 5.5 min holds 2 of 4" in p.reason for p in t.pruned) == 2
+    assert sum("over the budget: the budget (5.5 min) holds 2 of the 4 candidates" in p.reason for p in t.pruned) == 2
     # every one alone fits by the estimate, but confirming two gains (two bursts each) spends the budget
     fast = {"enable_compute_optimizer=False": 80.0, "enable_mem_efficient_grad_mgmt=True": 85.0,
             "deepcopy_before_model_export=False": 90.0}

@@ -12,6 +12,7 @@ Parity mode turns ORT's compute optimizer off, so what that optimizer changes is
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -215,7 +216,10 @@ class Tuner:
             result.stopped = True
             row.update(outcome="stopped", reasons=["stopped before it finished"])
         elif run.status != "ok":
-            row.update(outcome="failed", reasons=[f"the burst ended {run.status}: {_first_line(run.error)}"])
+            error = _whole_error(run)
+            where = f" (the whole message: {run.path / 'log.txt'}, tune.json)" if error != run.error else ""
+            row.update(outcome="failed", reasons=[f"the burst ended {run.status}: {_first_line(run.error)}{where}"],
+                       error=error)
         elif self.stopped:
             result.stopped = True
             row.update(outcome="stopped", reasons=["stopped before its guard: not judged"])
@@ -344,6 +348,30 @@ def _plans(run):
 def _first_line(text: str | None) -> str:
     lines = (text or "").strip().splitlines()
     return lines[0] if lines else "no reason given"
+
+
+_EXCEPTION = re.compile(r"(?P<type>\w+(?:Error|Exception|Warning)): (?P<message>.+)$")
+_TRACEBACK_END = ("Traceback", "The above exception", "During handling", "[ortlab]")
+
+
+def _whole_error(run) -> str | None:
+    """A failed burst's error with the whole of its exception's message: the run records one line of it (cut at a
+    clause), its log.txt the traceback, whose last lines are the message in full (torch's list of signatures)."""
+    found = _EXCEPTION.search(run.error or "")
+    if found is None:
+        return run.error
+    start = f"{found['type']}: {found['message']}"
+    try:
+        lines = (run.path / "log.txt").read_text(errors="replace").splitlines()
+    except OSError:
+        return run.error
+    first = max((i for i, line in enumerate(lines) if line.startswith(start)), default=None)
+    if first is None:
+        return run.error
+    end = next((i for i in range(first + 1, len(lines)) if not lines[i].strip() or lines[i].startswith(_TRACEBACK_END)),
+               len(lines))
+    whole = "\n".join(lines[first:end])
+    return run.error if whole == start else run.error[:found.start()] + whole
 
 
 def _model_flag(session) -> str:
