@@ -281,9 +281,9 @@ def test_a_factory_that_raises_in_python_raises_the_same_input_error(tmp_path):
 
 def test_worker_logs_go_with_workers_that_end_cleanly(tmp_path):
     """A successful API call and a successful command leave no worker log behind (the worker ends with Python)."""
-    code = ("import ortlab; r = ortlab.burst(backend='pytorch', steps=1, progress=False, out=%r); "
-            "assert r.ok; s = ortlab.Session(out=%r); assert s.burst('pytorch', 1, progress=False).ok") % (
-        str(tmp_path), str(tmp_path))
+    out = repr(str(tmp_path))
+    code = (f"import ortlab; r = ortlab.burst(backend='pytorch', steps=1, progress=False, out={out}); "
+            f"assert r.ok; s = ortlab.Session(out={out}); assert s.burst('pytorch', 1, progress=False).ok")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     r = cli("burst", "--backend", "pytorch", "--steps", "1", "--out", str(tmp_path))
