@@ -5,8 +5,9 @@ import sys
 import pytest
 
 
-def ortlab(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "ortlab.cli", *args], capture_output=True, text=True, timeout=timeout)
+def ortlab(*args, timeout=600, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ortlab.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
 
 
 def test_options_json_lists_the_registry():
@@ -158,10 +159,10 @@ def test_runs_is_a_table_that_fits_100_columns_with_details_on_request(tmp_path)
         assert any(line.startswith(path.name) for line in lines), (path.name, lines)
     assert any("unreadable" in line and line.startswith("damaged") for line in lines)
     assert "agree" in table.stdout and "ORT's execution graph" not in table.stdout  # the words are details
-    long = ortlab("runs", str(folder), "--long")
+    long = ortlab("runs", "runs", "--long", cwd=tmp_path)  # as typed in the folder that holds them
     assert long.returncode == 0 and max(len(line) for line in long.stdout.splitlines()) <= 100
     for text in ("ORT's execution graph", "it waited for a core 73% of the time", "pytorch-buffers, activations",
-                 "transformer.h.1.attn.c_attn.weight", "not valid JSON", str(made[0])):
+                 "transformer.h.1.attn.c_attn.weight", "not valid JSON", f"path: runs/{made[0].name}"):
         assert text in " ".join(long.stdout.split()), text
     one = ortlab("runs", str(made[1]))
     assert one.returncode == 0 and made[1].name in one.stdout and made[0].name not in one.stdout

@@ -29,11 +29,12 @@ def cmd_runs(args) -> int:
         raise CliError(f"{folder} is not a folder" + (" (it is a file)" if folder.exists() else " (it does not exist)"))
     if (folder / "meta.json").is_file():  # one run: its details
         run = load_run(folder)
-        row = {**run.summary(), "started": run.meta.get("started"), "path": str(run.path)}
+        row = {**run.summary(), "started": run.meta.get("started"), "path": str(folder)}
         print_json(row) if args.json else print("\n".join(details(row)))
         return 0
     df = list_runs(folder)
-    rows = [{k: v for k, v in r.items() if not _missing(v)} for r in df.to_dict(orient="records")]
+    rows = [{**{k: v for k, v in r.items() if not _missing(v)}, "path": str(folder / r["run"])}  # as typed
+            for r in df.to_dict(orient="records")]
     if args.json:
         print_json(df.to_dict(orient="records"))
     elif not rows:
@@ -87,7 +88,7 @@ def details(row: dict[str, Any]) -> list[str]:
         if key in SHOWN or _missing(value):
             continue
         out += textwrap.wrap(f"{key}: {_text(value)}", WIDTH, initial_indent="  ", subsequent_indent="    ",
-                             break_on_hyphens=False, break_long_words=True)
+                             break_on_hyphens=False, break_long_words=False)  # a path stays whole
     if row.get("started"):
         out.append(f"  started: {row['started']}")
     return out
