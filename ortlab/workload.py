@@ -21,6 +21,52 @@ class WorkloadError(InputError):
     """A model factory that cannot be found, sent to a worker, or that returns the wrong thing."""
 
 
+class FactoryError(WorkloadError):
+    """The model factory (or the file that defines it) raised: the user's own exception in one line, its type, its
+    message and the lines of the user's code it went through; `traceback` holds the whole of it. The same words in a
+    worker and in this process (a worker's error adds the log that holds the traceback)."""
+
+    def __init__(self, message: str, traceback: str = "", cli: str | None = None):
+        super().__init__(message, cli=cli)
+        self.traceback = traceback
+
+    @classmethod
+    def of(cls, what: str, e: BaseException) -> FactoryError:
+        """`what` ("model factory x.py:make") raised `e`: the error, with the traceback and the CLI's pointer to it."""
+        import traceback
+
+        from ortlab.compat.errors import sentence
+
+        frames = [f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in reversed(traceback.extract_tb(
+            e.__traceback__)) if _users(f.filename)]
+        where = f" at {frames[0]}" + (f", called from {', '.join(frames[1:3])}" if len(frames) > 1 else "") \
+            if frames else ""
+        message = f"{what} raised {type(e).__name__}: {sentence(str(e)) or '(no message)'}{where}"
+        return cls(message, "".join(traceback.format_exception(e)),
+                   f"{message}; the whole traceback: ORTLAB_TRACEBACK=1 prints it")
+
+
+def _users(filename: str) -> bool:
+    """Whether a traceback's frame is the user's code: not Python's own library, an installed package or ortlab's
+    engine (ortlab's demo models count as a user's)."""
+    import sysconfig
+
+    if filename.startswith("<frozen"):
+        return False
+    path = str(Path(filename).resolve())
+    libraries = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    own = str(Path(__file__).resolve().parent)
+    if path.startswith(own) and not path.startswith(str(Path(own, "demo"))):
+        return False
+    return not any(path.startswith(str(Path(lib).resolve())) for lib in libraries if lib)
+
+
+def _short(filename: str) -> str:
+    from ortlab.compat.blockers import short_path
+
+    return short_path(filename)
+
+
 # modules that turn what a trainer library made into a Workload, each with `accepts(made) -> bool` (without
 # importing the library: a factory that did not use it has not imported it) and `workload(made, origin)`
 ADAPTERS: tuple[str, ...] = ("ortlab.integrations.trainer", "ortlab.integrations.lightning")
@@ -287,12 +333,17 @@ class ModelRef:
             spec = importlib.util.spec_from_file_location(mod_name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except Exception as e:
+                raise FactoryError.of(f"model file {path.name}", e) from e
         else:
             try:
                 module = importlib.import_module(module_name)
             except ImportError as e:
                 raise WorkloadError(f"model module {module_name!r} cannot be imported: {e}") from e
+            except Exception as e:
+                raise FactoryError.of(f"model module {module_name}", e) from e
         try:
             return getattr(module, attr)
         except AttributeError:
@@ -314,8 +365,10 @@ class ModelRef:
         except SystemExit as e:  # a factory (or a script it runs) that exits must not end ortlab's process
             raise WorkloadError(f"model factory {self.describe()} called sys.exit({e.code!r}) instead of returning "
                                 "a model") from None
-        except (ValueError, TypeError) as e:
-            raise WorkloadError(f"model factory {self.describe()} refused its arguments: {e}") from None
+        except InputError:
+            raise
+        except Exception as e:  # the user's own bug: said as theirs, with their lines (not as ortlab's)
+            raise FactoryError.of(f"model factory {self.describe()}", e) from e
         return Workload.coerce(made, self.describe())
 
 

@@ -5,8 +5,9 @@ import sys
 import pytest
 
 
-def ortlab(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "ortlab.cli", *args], capture_output=True, text=True, timeout=timeout)
+def ortlab(*args, timeout=600, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ortlab.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
 
 
 def test_options_json_lists_the_registry():
@@ -160,3 +161,55 @@ def test_setup_failure_says_what_is_missing():
     assert r.returncode == 1
     assert "no C++ compiler found" in r.stderr and "apt-get install g++" in r.stderr
     assert ortlab("doctor", "--json").returncode == 0  # the built extensions are untouched
+
+
+def _runs_folder(tmp_path):
+    """Runs as bursts write them, with the long fields a real folder has: a busy machine, the memory account's
+    words, fixes, hazards, a verdict with its evidence, a long name, a damaged run."""
+    from ortlab.run import RunWriter, new_run_dir, write_json
+
+    folder = tmp_path / "runs"
+    made = []
+    for backend, name, fixes in (("pytorch", None, None), ("ortmodule", None, ["pytorch-buffers", "activations"]),
+                                 ("ortmodule", "tune-baseline-again-12-with-a-rather-long-name", None)):
+        path = new_run_dir(folder, backend, name)
+        w = RunWriter(path, {"backend": backend, "device": "cpu", "config": {}, "machine": {"cpu_wait": 0.73},
+                             **({"fixes": {"applied": fixes}} if fixes else {}),
+                             **({"hazards": [{"kind": "tensor used as a Python bool"}] * 3} if fixes else {})})
+        for step in range(3):
+            w.step({"step": step, "loss": 2.5 - step / 10, "step_time_s": 0.0123, "peak_mem_mb": 612.25})
+        w.finish("ok")
+        write_json(path / "memory.json", {"kind": "ort", "peak_activation_bytes": 7.6e6, "stashed_bytes": 7e6,
+                                          "counts": "ORTModule: the activation buffers of ORT's execution graph at "
+                                          "the burst's shapes, step by step (kept for backward: forward buffers "
+                                          "alive across the yield); parameters, gradients, optimizer state apart"})
+        if backend == "ortmodule":
+            write_json(path / "verdict.json", {"status": "agree", "gradients": {"worst": [
+                {"parameter": "transformer.h.1.attn.c_attn.weight", "to_float64": 4.5e-7,
+                 "pytorch_to_float64": 3.1e-7}], "factor": 4}})
+        made.append(path)
+    (folder / "damaged").mkdir()
+    (folder / "damaged" / "meta.json").write_text("{not json")
+    return folder, made
+
+
+def test_runs_is_a_table_that_fits_100_columns_with_details_on_request(tmp_path):
+    folder, made = _runs_folder(tmp_path)
+    table = ortlab("runs", str(folder))
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, "\n".join(line for line in lines if len(line) > 100)
+    for path in made:  # every run on its own line, named so that `ortlab runs RUN` finds it
+        assert any(line.startswith(path.name) for line in lines), (path.name, lines)
+    assert any("unreadable" in line and line.startswith("damaged") for line in lines)
+    assert "agree" in table.stdout and "ORT's execution graph" not in table.stdout  # the words are details
+    long = ortlab("runs", "runs", "--long", cwd=tmp_path)  # as typed in the folder that holds them
+    assert long.returncode == 0 and max(len(line) for line in long.stdout.splitlines()) <= 100
+    for text in ("ORT's execution graph", "it waited for a core 73% of the time", "pytorch-buffers, activations",
+                 "transformer.h.1.attn.c_attn.weight", "not valid JSON", f"path: runs/{made[0].name}"):
+        assert text in " ".join(long.stdout.split()), text
+    one = ortlab("runs", str(made[1]))
+    assert one.returncode == 0 and made[1].name in one.stdout and made[0].name not in one.stdout
+    assert "pytorch-buffers" in one.stdout and max(len(line) for line in one.stdout.splitlines()) <= 100
+    data = json.loads(ortlab("runs", str(folder), "--json").stdout)
+    assert {r["run"] for r in data} >= {p.name for p in made} and "memory_counts" in data[0]

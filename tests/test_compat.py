@@ -199,6 +199,30 @@ def test_check_lists_every_blocker_at_once_with_its_line_and_what_removes_it(tmp
     assert auto.verdict.startswith("blocked with fixes diff, cumsum-int64")
 
 
+UNET = str(Path(__file__).parent / "factories" / "unet.py") + ":unet"
+BATCH_NORMS = ("down1.1", "down2.1", "bottleneck.1", "dec2.1", "dec1.1")
+
+
+@slow
+def test_check_on_a_unet_names_every_batchnorm_and_leaves_torchs_own_check_out_of_the_users_hazards(tmp_path):
+    """A U-Net's 5 BatchNorms: torch's batch-size check inside F.batch_norm is no hazard of the user's (no advice
+    to rewrite their lines; one note, in the words the burst's verdict uses), and the buffer update names each of
+    the 5 modules whose buffers forward mutates."""
+    done = cli("check", "--model", UNET, "--out", str(tmp_path), "--in-process")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "torch.where" not in text and "Python decisions the graph froze" not in text, text
+    notes = [line for line in text.splitlines() if "torch's own check" in line]
+    assert len(notes) == 1 and notes[0].strip().startswith("note: export hazards seen, harmless") and \
+        "tensor used as a Python bool in 5 BatchNorm2d modules (torch's own check)" in notes[0], text
+    buffers = next(line for line in text.splitlines() if line.strip().startswith("buffer update"))
+    assert all(name in buffers for name in BATCH_NORMS) and "5 BatchNorm2d modules" in buffers, buffers
+    saved = json.loads(next(tmp_path.glob("*-check/check.json")).read_text())
+    blocker = next(b for b in saved["blockers"] if b["kind"] == "buffer update")
+    assert all(f"{name}.running_mean" in blocker["message"] for name in BATCH_NORMS), blocker["message"]
+    assert all(h["in_torch"] and h["harmless"] for h in saved["hazards"] if h["kind"].startswith("tensor used"))
+
+
 @slow
 @pytest.mark.ort
 def test_check_verifies_the_fixes_with_a_training_step_and_the_cli_says_so(tmp_path):

@@ -246,6 +246,53 @@ def test_a_factory_that_calls_sys_exit_says_so(tmp_path, in_process):
     assert "sys.exit(3)" in line
 
 
+RAISING = str(Path(__file__).parent / "factories" / "raising.py")
+
+
+def test_a_factory_that_raises_shows_the_users_exception_the_same_in_both_modes(tmp_path):
+    """The user's own exception in one line: its type, its message, the lines of the user's file it went through;
+    the same words and exit code whether the factory ran in a worker or in this process; in a worker, the log it
+    names holds the whole traceback, and it is the only worker log left."""
+    lines = {}
+    for mode in ("worker", "in-process"):
+        out = tmp_path / mode
+        r = cli("burst", "--backend", "pytorch", "--steps", "1", "--model", f"{RAISING}:make", "--out", str(out),
+                *(["--in-process"] if mode == "in-process" else []))
+        lines[mode] = one_line_exit_2(r, "model factory", "raised KeyError: 'width'", "raising.py:7 in layer",
+                                      "raising.py:11 in make")
+        assert "a bug in ortlab" not in lines[mode] and "internal error" not in lines[mode]
+    logs = list((tmp_path / "worker").glob(".worker-*.log"))
+    assert len(logs) == 1 and str(logs[0]) in lines["worker"], lines["worker"]
+    text = logs[0].read_text()
+    assert "Traceback (most recent call last)" in text and 'raising.py", line 7, in layer' in text
+    assert "KeyError: 'width'" in text
+    # the same sentence, up to where each mode says to look for the whole traceback
+    assert lines["worker"].split("; the whole traceback")[0] == lines["in-process"].split("; the whole traceback")[0]
+
+
+def test_a_factory_that_raises_in_python_raises_the_same_input_error(tmp_path):
+    from ortlab.workload import FactoryError
+
+    for in_process in (False, True):
+        with Session(f"{RAISING}:make", out=tmp_path, in_process=in_process) as s, \
+                pytest.raises(FactoryError, match=r"raised KeyError: 'width' at .*raising\.py:7 in layer") as e:
+            s.burst("pytorch", 1, progress=False)
+        assert "raising.py\", line 7, in layer" in e.value.traceback
+
+
+def test_worker_logs_go_with_workers_that_end_cleanly(tmp_path):
+    """A successful API call and a successful command leave no worker log behind (the worker ends with Python)."""
+    out = repr(str(tmp_path))
+    code = (f"import ortlab; r = ortlab.burst(backend='pytorch', steps=1, progress=False, out={out}); "
+            f"assert r.ok; s = ortlab.Session(out={out}); assert s.burst('pytorch', 1, progress=False).ok")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = cli("burst", "--backend", "pytorch", "--steps", "1", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    wait_for(lambda: not list(tmp_path.glob(".worker-*.log")), "the workers to end and take their logs", 60)
+    assert len([p for p in tmp_path.iterdir() if (p / "meta.json").is_file()]) == 3
+
+
 @pytest.mark.slow
 def test_concurrent_sessions_into_one_folder_keep_their_own_worker_logs_until_they_end(tmp_path):
     with Session(out=tmp_path) as a, Session(out=tmp_path) as b:

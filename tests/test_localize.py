@@ -207,6 +207,32 @@ def test_the_repro_script_of_a_correct_module_exits_0(tmp_path):
 
 @slow
 @pytest.mark.ort
+def test_the_command_repro_prints_runs_its_script_from_a_fresh_shell_anywhere(tmp_path):
+    """"run it: ..." works as printed from a shell whose `python` is not the environment's (none at all here), in
+    another folder, without PYTHONPATH; the module's class comes from a package that imports itself relatively."""
+    import shlex
+
+    from ortlab.verdict.repro import Repro
+    from ortlab.verdict.repro_case import write
+
+    workload = _workload("tests.factories.repro_pkg:correct")
+    found = Localization("blocks.1.se", "tests.factories.repro_pkg.PackagedSqueezeExcite", scale=1.0)
+    (tmp_path / "repro").mkdir()
+    files = write(workload, workload.batch(0), found, tmp_path / "repro")
+    text = Repro("run", found, Path(files["script"]), Path(files["script"]).with_suffix(".pt")).text
+    command = text.split("run it: ", 1)[1].split(" (exit 1", 1)[0]
+    shell = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/"), "OMP_NUM_THREADS": "1"}
+    try:
+        done = subprocess.run(shlex.split(command), capture_output=True, text=True, env=shell, cwd="/",
+                              timeout=900)
+    except FileNotFoundError as e:
+        pytest.fail(f"{command!r} does not run from a fresh shell: {e}")
+    assert done.returncode == 0, (command, done.stdout + done.stderr)
+    assert "ORT's gradients are as close to float64 as PyTorch fp32's" in done.stdout
+
+
+@slow
+@pytest.mark.ort
 def test_ortlab_repro_writes_a_script_that_shows_the_wrong_gradient_with_bare_ortmodule(tmp_path):
     from ortlab import Session
     from ortlab.verdict.localize import LOCALIZED

@@ -3,6 +3,9 @@ timing would matter: no timer decides a test); real ORTModule bursts for the mem
 candidate that changes the model, and a model that does not run."""
 
 import json
+import os
+import signal
+import time
 
 import pandas as pd
 import pytest
@@ -106,6 +109,57 @@ def test_strategy_fits_the_budget_and_says_why():
         choose(kept, memory, cost_s=90, budget_s=60, spent_s=60)
 
 
+def test_the_budget_lines_count_the_same_candidates():
+    """The strategy's reason and each left-out candidate's reason say one count: how many candidates run."""
+    import re
+
+    kept, _ = singles(cuda=False, plans=PLANS)
+    time = parse_goals("time")
+    for budget_s in (70, 130, 150, 190):
+        chosen = choose(kept, time, cost_s=20, budget_s=budget_s, spent_s=30)
+        counts = {re.search(r"holds (\d+) of (?:the )?(\d+)", line).groups()
+                  for line in [chosen.reason, *(p.reason for p in chosen.left_out)]}
+        assert counts == {(str(len(chosen.order)), str(len(kept)))}, (chosen.reason, chosen.left_out[0].reason)
+
+
+def test_a_failed_candidate_says_a_whole_sentence_and_keeps_the_whole_message(tmp_path, clock):
+    """torch's "zeros() received an invalid combination of arguments - got (...), but expected one of:" and the
+    signatures after it: the one-line reason ends at a clause, not at "expected one of"; tune.json keeps it all."""
+    import torch
+
+    from ortlab.compat.errors import root_message
+
+    try:
+        torch.zeros([2], device={}, dtype=torch.float32)
+    except TypeError as e:
+        error = e
+    line = root_message(error)
+    assert line.startswith("TypeError: zeros() received an invalid combination of arguments")
+    assert not line.rstrip(":").endswith("expected one of") and "\n" not in line, line
+    whole = f"{type(error).__name__}: {error}"
+
+    class Failing(Scripted):
+        def burst(self, backend="ortmodule", steps=20, options=None, **kwargs):
+            run = super().burst(backend, steps, options, **kwargs)
+            if (options or {}).get("enable_mem_efficient_grad_mgmt"):  # as the engine writes a failed burst
+                meta = json.loads((run.path / "meta.json").read_text())
+                meta.update(status="failed", error=f"ortmodule burst failed in ORT's post-export processing at "
+                                                   f"step 0: {line}")
+                (run.path / "meta.json").write_text(json.dumps(meta))
+                (run.path / "log.txt").write_text(f"[ortlab] {meta['error']}\nTraceback (most recent call last):\n"
+                                                  f'  File "x.py", line 1, in <module>\n{whole}\n')
+                run = load_run(run.path)
+            return run
+
+    t = search.tune(clock(Failing(tmp_path)), "time", budget=60, only=["enable_mem_efficient_grad_mgmt"])
+    row = t.rows[-1]
+    error = json.loads((tmp_path / row["run"] / "meta.json").read_text())["error"]
+    assert row["outcome"] == "failed" and row["reasons"] == [f"the burst ended failed: {error} (the whole message: "
+                                                             f"{row['run']}/log.txt, tune.json)"]
+    saved = json.loads((t.path / "tune.json").read_text())["rows"][-1]
+    assert saved["error"] == error.removesuffix(line) + whole.strip() and " * (" in saved["error"]
+
+
 # -- the search on a scripted session
 
 
@@ -119,6 +173,7 @@ class Scripted(Session):
         self.times, self.memory, self.diverge = times or {}, memory or {}, set(diverge)
         self.noise, self.cost, self.now, self.stop_after = list(noise), cost, 0.0, stop_after
         self.bursts: list[tuple[str, dict, bool]] = []
+        self.ended = None  # the next burst's status, when not its own
 
     def burst(self, backend="ortmodule", steps=20, options=None, *, name=None, collect=None, parity=False,
               progress=True, **_):
@@ -137,7 +192,7 @@ class Scripted(Session):
                              "effective_options": options.to_dict()})
         for step in range(steps):
             w.step({"step": step, "loss": 1.0, "step_time_s": ms / 1000, "peak_mem_mb": 500.0})
-        w.finish("stopped" if stopped else "ok")
+        w.finish(self.ended or ("stopped" if stopped else "ok"))
         (path / "memory.json").write_text(json.dumps({"peak_activation_bytes": self.memory.get(key, 8.0) * 2**20}))
         if collect and "plans" in collect:
             (path / "plans.json").write_text(json.dumps({"plans": PLANS.to_dict(orient="records"), "dims": {}}))
@@ -217,7 +272,7 @@ def test_the_budget_decides_what_runs_and_a_stop_keeps_what_was_measured(tmp_pat
     assert t.strategy.name == FIRST and [c.name for c in t.strategy.order] == [
         "enable_compute_optimizer=False", "enable_embedding_sparse_optimizer=False"]
     assert len(t.rows) == 1 + 2 and not t.budget_spent
-    assert sum("over the budget: 5.5 min holds 2 of 4" in p.reason for p in t.pruned) == 2
+    assert sum("over the budget: the budget (5.5 min) holds 2 of the 4 candidates" in p.reason for p in t.pruned) == 2
     # every one alone fits by the estimate, but confirming two gains (two bursts each) spends the budget
     fast = {"enable_compute_optimizer=False": 80.0, "enable_mem_efficient_grad_mgmt=True": 85.0,
             "deepcopy_before_model_export=False": 90.0}
@@ -231,6 +286,86 @@ def test_the_budget_decides_what_runs_and_a_stop_keeps_what_was_measured(tmp_pat
     t = search.tune(stop, "time", budget=60, only=["enable_compute_optimizer", "deepcopy_before_model_export"])
     assert t.stopped and t.rows[-1]["outcome"] == "stopped" and len(t.rows) == 3
     assert json.loads((t.path / "tune.json").read_text())["stopped"]
+
+
+class CtrlC(Scripted):
+    """A Scripted session whose user presses Ctrl-C once, during the `at`-th burst (counted from 1) or the `judge`-th
+    verdict: SIGINT to this process, as a terminal sends it. A burst ends "interrupted" as the engine's does (its
+    KeyboardInterrupt or the Stop it was turned into); a verdict is whatever the search makes of it."""
+
+    def __init__(self, out, at=None, judge=None, **kwargs):
+        super().__init__(out, **kwargs)
+        self.at, self.judge_at, self.judges, self.after = at, judge, 0, []
+
+    def _press(self) -> bool:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100):  # the handler runs at the next bytecode boundary; these give it many
+                time.sleep(0.001)
+        except KeyboardInterrupt:
+            return True
+        return self._stop_requested.is_set()  # a handler that turned it into a Stop
+
+    def burst(self, backend="ortmodule", steps=20, options=None, **kwargs):
+        if self.at is not None and len(self.bursts) > self.at - 1:
+            self.after.append(("burst", backend))
+        pressed = self.at is not None and len(self.bursts) == self.at - 1 and self._press()
+        self.ended = "interrupted" if pressed else None
+        return super().burst(backend, steps, options, **kwargs)
+
+    def judge(self, pytorch, run, **kwargs):
+        self.judges += 1
+        if self.judge_at is not None and self.judges > self.judge_at:
+            self.after.append(("judge", run.path.name))
+        if self.judges == self.judge_at:  # as in a real verdict, a KeyboardInterrupt goes through it
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100):
+                time.sleep(0.001)
+        return super().judge(pytorch, run, **kwargs)
+
+
+FAST = {"enable_compute_optimizer=False": 80.0, "enable_mem_efficient_grad_mgmt=True": 85.0}
+TWO = ["enable_compute_optimizer", "enable_mem_efficient_grad_mgmt"]
+
+
+# (where Ctrl-C lands, the session's keywords, what the stop line names, the rows kept)
+PHASES = [
+    ("baseline", {"at": 2}, "during the baseline", ["baseline"]),
+    ("guard reference", {"at": 4}, "during the guard", ["baseline"]),
+    ("guard burst", {"at": 5}, "during the baseline's verdict", ["baseline"]),
+    ("baseline verdict", {"judge": 1}, "during the baseline's verdict", ["baseline"]),
+    ("candidate", {"at": 6}, "during the burst of candidate 1/2", ["baseline", "enable_compute_optimizer=False"]),
+    ("candidate verdict", {"judge": 2}, "during the verdict of candidate 1/2",
+     ["baseline", "enable_compute_optimizer=False"]),
+    ("combination", {"at": 14}, "during the burst of the combination", None),
+]
+
+
+@pytest.mark.parametrize(("phase", "keywords", "during", "rows"), PHASES, ids=[p[0] for p in PHASES])
+def test_ctrl_c_at_any_phase_stops_there_and_keeps_what_was_measured(tmp_path, clock, phase, keywords, during,
+                                                                      rows):
+    """Ctrl-C in the baseline, the guard, a verdict, a candidate or the combination: the search ends there (no
+    burst or verdict after it), tune.json says stopped with what was measured, and nothing reads as a result for
+    what was not measured."""
+    s = clock(CtrlC(tmp_path, times=FAST, **keywords))
+    t = search.tune(s, "time", budget=60, only=TWO)
+    assert t.stopped and t.headline().startswith(f"stopped {during}"), (t.headline(), t.log)
+    assert s.after == [], f"ran after the Ctrl-C: {s.after}"
+    saved = json.loads((t.path / "tune.json").read_text())
+    assert saved["stopped"] and saved["stopped_during"] == t.stopped_during
+    assert [r["candidate"] for r in saved["rows"]][:len(rows or [])] == (rows or [])
+    if rows is None:  # the combination's phase: both winners measured and kept
+        assert {r["candidate"] for r in saved["rows"]} >= {"baseline", *FAST}
+    line = t.headline()
+    assert line.startswith("stopped during") and "no setting beats" not in line and "not run" in line, line
+    if phase in ("guard burst", "baseline verdict"):
+        assert saved["baseline_verdict"] is None or saved["baseline_verdict"]["verdict"] == "not judged"
+        assert all(r["candidate"] == "baseline" for r in saved["rows"])
+    if phase == "candidate verdict":
+        assert saved["rows"][-1]["outcome"] == "stopped" and "verdict" in "; ".join(saved["rows"][-1]["reasons"])
+    for p in t.path.parent.glob("*"):  # every burst that ran is kept: none left "running"
+        if (p / "meta.json").exists():
+            assert load_run(p).status in ("ok", "interrupted"), p
 
 
 @pytest.mark.ort
@@ -354,3 +489,47 @@ def test_stop_during_a_candidate_keeps_what_was_measured(tmp_path):
     assert t.rows[0]["median_step_ms"] > 0 and not t.improved
     saved = json.loads((t.path / "tune.json").read_text())
     assert saved["stopped"] and len(saved["rows"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.interrupt
+@pytest.mark.ort
+@pytest.mark.parametrize(("after", "in_process"), [("guard:", False), ("verdict:", False), ("candidate 1/", True)])
+def test_ctrl_c_ends_the_cli_with_130_and_says_what_was_and_was_not_measured(tmp_path, after, in_process):
+    """The terminal's Ctrl-C (SIGINT to `ortlab tune`) once its progress shows `after`: exit 130, an interrupt line
+    that names what was measured and what was not, tune.json stopped, no candidate after it."""
+    import subprocess
+    import sys
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "tune", "--only", "enable_compute_optimizer",
+                             "--only", "deepcopy_before_model_export", *SMALL, "--repeats", "1", "--out",
+                             str(tmp_path), *(["--in-process"] if in_process else [])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err: list[str] = []
+
+    def read():  # the progress lines as they come; SIGINT at the first that shows the phase
+        for line in proc.stderr:
+            err.append(line)
+            if after in line and proc.poll() is None and not any(after in e for e in err[:-1]):
+                proc.send_signal(signal.SIGINT)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    out = proc.stdout.read()
+    proc.wait(timeout=600)
+    reader.join()
+    text = "".join(err)
+    assert proc.returncode == 130, (out, text)
+    saved = json.loads(next(tmp_path.glob("*-tune/tune.json")).read_text())
+    assert saved["stopped"] and saved["stopped_during"], saved
+    interrupted = [line for line in err if line.startswith("ortlab tune: interrupted")]
+    assert len(interrupted) == 1 and "not run" in interrupted[0] and "tune.json" in interrupted[0], text
+    assert "no setting beats" not in out + text and "best for" not in out + text
+    last = err.index(next(line for line in err if after in line))
+    assert not any(line.startswith(("ortlab tune: candidate 2/", "ortlab tune: candidate combination"))
+                   for line in err[last:]), text
+    if after != "candidate 1/":
+        assert [r["candidate"] for r in saved["rows"]] == ["baseline"]
+    for run in tmp_path.glob("*/meta.json"):  # every burst it started ended, and says how
+        assert json.loads(run.read_text())["status"] in ("ok", "interrupted", "stopped"), run

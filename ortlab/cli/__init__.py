@@ -135,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise InputError(ortmodule_line())
         return args.func(args)
     except (InputError, WorkerError) as e:
+        if os.environ.get("ORTLAB_TRACEBACK") and getattr(e, "traceback", None):  # the user's own, in full
+            print(e.traceback, file=sys.stderr)
         print(f"{where}: {getattr(e, 'cli', None) or e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -20,6 +20,7 @@ def cmd_tune(args) -> int:
     from ortlab.cli import EXIT_INTERRUPTED
     from ortlab.options import Options
     from ortlab.tuning import tune
+    from ortlab.tuning.result import FILE
 
     def progress(event: dict) -> None:
         if event["phase"] != "done":
@@ -33,7 +34,10 @@ def cmd_tune(args) -> int:
         print_json({**result.to_dict(), "path": str(result.path), "wrap_call": result.wrap_call()})
     else:
         print(result)
-    return EXIT_INTERRUPTED if result.stopped else 0
+    if result.stopped:
+        print(f"ortlab tune: interrupted {result.stop_text()} (kept in {result.path / FILE})", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
 
 
 def register(sub) -> None:

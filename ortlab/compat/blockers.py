@@ -41,7 +41,8 @@ class Blocker:
     message: str
     stage: str  # where ORTModule meets it: "export", "ORT graph", "gradient graph", "session", "training step"
     node: str | None = None
-    module: str | None = None  # the module path, e.g. "transformer.h.0.attn" ("" for the root module)
+    module: str | None = None  # the module path, e.g. "transformer.h.0.attn" ("" for the root module); a group's
+    # paths, each named ("bn1, layer1.0.bn1 (2 BatchNorm2d modules)"), for a blocker of several modules
     source: str | None = None  # the model's own line: "file.py:772 in find_packed_sequence_indices"
     stack: list[str] = field(default_factory=list)  # the Python frames, innermost first
     dtypes: list[str] = field(default_factory=list)
@@ -64,7 +65,8 @@ class Blocker:
 
     def line(self) -> str:
         """One line a person reads: what, where in the model, and what to do."""
-        where = ", ".join(x for x in (f"module {self.module}" if self.module else None,
+        modules = "modules" if self.module and ", " in self.module else "module"  # a group: every one named
+        where = ", ".join(x for x in (f"{modules} {self.module}" if self.module else None,
                                       f"at {self.source}" if self.source else None) if x)
         types = f" on {', '.join(self.dtypes)}" if self.dtypes else ""
         device = {True: "; ORT has it on CUDA", False: "; not on CUDA either"}.get(self.cuda, "")

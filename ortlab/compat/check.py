@@ -149,10 +149,10 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
         unverified([b for b in blockers if b.key in {x.key for x in remaining}] + remaining, chosen)
         seconds["training step"] = time.perf_counter() - started
     if not hazards and exported is not None:
-        from ortlab.verdict.hazards import record, unique
+        from ortlab.verdict.hazards import in_torch, record, unique
 
-        hazards = unique([record(str(w.message), w.filename, w.lineno, None, None) for w in exported.warnings
-                          if w.category.__name__ == "TracerWarning"])
+        hazards = unique([record(str(w.message), w.filename, w.lineno, None, None, in_torch=in_torch(w.filename))
+                          for w in exported.warnings if w.category.__name__ == "TracerWarning"])
     report = CheckReport(getattr(workload, "name", "") or type(model).__name__, blockers, chosen, remaining, trains,
                          {k: round(v, 2) for k, v in seconds.items()}, versions(), hazards, found.unchecked,
                          str(out) if out else None)
@@ -330,11 +330,28 @@ def _mutated_buffers(workload: Any, inputs: Any) -> list[Blocker]:
                       ("parameters", [n for n in changed if n not in buffers])):
         if not names:
             continue
-        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         what = ("ORT's graph does not carry the updates (they change once, in the export's own forward)"
                 if op == "buffers" else "ORT's graph does not change them (the export's own forward did, once); "
                 "nn.Embedding's max_norm renormalizes the rows it looks up this way")
-        out.append(Blocker(BUFFER_UPDATE, op, f"forward mutates {shown}; {what}", "training step",
-                           module=names[0].rpartition(".")[0] or None,
-                           remedy=None if op == "buffers" else PARAMETER_REMEDY))
+        out.append(Blocker(BUFFER_UPDATE, op, f"forward mutates {', '.join(names)}; {what}", "training step",
+                           module=owners(model, names), remedy=None if op == "buffers" else PARAMETER_REMEDY))
     return out
+
+
+SHOWN_MODULES = 8  # modules a blocker's line names; its message names every tensor
+
+
+def owners(model: Any, names: list[str]) -> str | None:
+    """The modules that own these tensors, each named ("down1.1, down2.1, bottleneck.1 (3 BatchNorm2d modules)"),
+    the first SHOWN_MODULES when there are more; "" for the root."""
+    modules = list(dict.fromkeys(n.rpartition(".")[0] for n in names))
+    types: dict[str, int] = {}
+    for m in modules:
+        kind = type(model.get_submodule(m)).__name__
+        types[kind] = types.get(kind, 0) + 1
+    shown = ", ".join(m or "(root)" for m in modules[:SHOWN_MODULES]) + (
+        f" and {len(modules) - SHOWN_MODULES} more" if len(modules) > SHOWN_MODULES else "")
+    if len(modules) == 1:
+        return modules[0] or None
+    kinds = ", ".join(f"{n} {kind} module{'s' if n > 1 else ''}" for kind, n in types.items())
+    return f"{shown} ({kinds})"

@@ -137,13 +137,26 @@ def root_message(exc: BaseException | None) -> str:
     text = str(exc).strip()
     if (inner := _embedded_error(text)) is not None:  # ORT quotes the exporter's whole traceback in its message
         return inner
-    first = readable(text) if "onnxruntime" in text or "ONNXRuntimeError" in text else (text.splitlines() or [""])[0]
+    first = readable(text) if "onnxruntime" in text or "ONNXRuntimeError" in text else sentence(text)
     if (explained := _EXPLANATION.search(text)) is not None:  # torch 2.7+'s dynamo explains on a later line
         first = f"{first.rstrip(':')}: {explained[1].strip()}"
     return f"{type(exc).__name__}: {first}".strip().rstrip(":")
 
 
 _EXPLANATION = re.compile(r"^\s+Explanation: (.+)$", re.M)
+_CLAUSE = re.compile(r"(?:,\s+but|,|;|\s+-)\s+[^,;()]*$")
+
+
+def sentence(text: str) -> str:
+    """A message's first line as a whole statement: a line that ends with ':' introduces what the next lines list
+    (torch's "zeros() received an invalid combination of arguments - got (...), but expected one of:"), so it ends
+    at its last complete clause instead; without one, the list is joined onto it (the whole message)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or [""]
+    first = lines[0]
+    if not first.endswith(":") or len(lines) == 1:
+        return first
+    cut = _CLAUSE.sub("", first[:-1])
+    return cut if cut != first[:-1] else f"{first} {'; '.join(lines[1:])}"
 
 
 _PYTORCH_PLEA = re.compile(r"\s*Please feel free to request support or submit a pull request on PyTorch GitHub:?\s*\S*")

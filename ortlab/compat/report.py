@@ -31,6 +31,24 @@ class CheckReport:
     path: str | None = None  # the check's folder (check.json, log.txt)
 
     @property
+    def own_hazards(self) -> list[dict[str, Any]]:
+        """The hazards in the model's code (the user's to judge): not torch's own known-harmless checks
+        (ortlab.verdict.hazards.harmless), nor the exporter's dropped buffer update when the buffer update is a
+        blocker of its own."""
+        from ortlab.verdict.hazards import harmless
+
+        buffers = any(b.kind == BUFFER_UPDATE for b in self.blockers + self.remaining)
+        return [h for h in self.hazards if not harmless(h) and not (buffers and h["kind"].startswith("in-place"))]
+
+    @property
+    def hazard_note(self) -> str | None:
+        """torch's own checks the export traced, in one note: what the burst's verdict says of them."""
+        from ortlab.verdict.causes import harmless_note
+        from ortlab.verdict.hazards import harmless
+
+        return harmless_note([h for h in self.hazards if harmless(h)], when="")
+
+    @property
     def status(self) -> str:
         """"ok" (trains as it is), "fixed" (trains with `fixes`), "diverges" (ORTModule trains, but another model
         than PyTorch: wrong gradients, baked arguments, buffers), or "blocked"."""
@@ -102,10 +120,13 @@ class CheckReport:
         lines.append(step)
         if self.unchecked and not self.trains:
             lines.append(f"not judged alone (ORT needs the whole graph for them): {', '.join(self.unchecked)}")
-        if self.hazards:
-            lines.append(f"export hazards ({len(self.hazards)}): Python decisions the graph froze")
+        own = self.own_hazards
+        if own:
+            lines.append(f"export hazards ({len(own)}): Python decisions the graph froze")
             lines += [(f"  {h['file']}:{h['line']}" if h.get("file") else "  (no line of the model's code)")
                       + (f" (module {h['module']})" if h.get("module") else "")
-                      + f": {h['kind']}; {h['advice']}" for h in self.hazards]
+                      + f": {h['kind']}; {h['advice']}" for h in own]
+        if self.hazard_note:
+            lines.append(f"note: {self.hazard_note}")
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)

@@ -1,8 +1,9 @@
 """The kernel side of the worker process (ortlab.engine.worker): start one for a set of import-time options, keep
 it while it can serve the next burst, send it a burst or a request and read its answers, end it.
 
-A worker's output goes to `<out>/.worker-<pid>-<n>.log`: removed with the worker, kept only when it crashed (the
-error names it). A Stop is the Session's: the client is handed its request and honours it after the current step,
+A worker's output goes to `<out>/.worker-<pid>-<n>.log`: removed with the worker (by the worker itself when it ends
+on its own: its parent gone), kept only when it crashed or holds the traceback of the error that names it (a model
+factory that raised). A Stop is the Session's: the client is handed its request and honours it after the current step,
 or ends a worker that shows no progress (ortlab.engine.grace).
 """
 
@@ -144,7 +145,7 @@ class Client:
             env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "ortlab.engine.worker", str(child.fileno())],
+                    [sys.executable, "-m", "ortlab.engine.worker", str(child.fileno()), str(log_path)],
                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     env=env, cwd=os.getcwd(), start_new_session=True,
                 )
@@ -161,8 +162,10 @@ class Client:
             self.worker = None
             kill(proc)
             if isinstance(msg, m.Failed) and msg.bad_input:
-                from ortlab.workload import WorkloadError
+                from ortlab.workload import FactoryError, WorkloadError
 
+                if msg.traceback:  # the factory raised: its traceback stays in the log the error names
+                    raise FactoryError(f"{msg.message}; the whole traceback: {log_path}", msg.traceback)
                 w.log_path.unlink(missing_ok=True)  # the factory's error, said in full: not a crash
                 raise WorkloadError(msg.message)
             detail = (msg.message if isinstance(msg, m.Failed) else None) or tail(log_path) or "no reason given"
@@ -172,15 +175,21 @@ class Client:
     def request(self, msg: Any, options: Options | None, what: str, stop: Callable[[], None],
                 on_tried: Callable[[Any], None] | None = None) -> Any:
         """Send one request to a worker for these options and wait for its answer (Checked); Ctrl-C calls
-        `stop`; `on_tried(msg)` for each Tried on the way (the localizer's progress)."""
+        `stop` and, once the worker has answered, raises KeyboardInterrupt (the request was interrupted, whatever
+        it answered); `on_tried(msg)` for each Tried on the way (the localizer's progress)."""
         w = self.for_options(options)
         w.conn.send(msg)
+        interrupted = False
         while True:
             try:
                 reply = w.receive_step()
             except KeyboardInterrupt:
-                stop()
+                if not interrupted:  # once: a second SIGINT could reach the worker while it answers the first
+                    stop()
+                interrupted = True
                 continue
+            if interrupted and isinstance(reply, m.Checked | m.Failed):
+                raise KeyboardInterrupt
             if reply is None:
                 self.worker = None
                 raise WorkerError(f"the worker died ({w.crashed()}) while {what}; its log: {w.log_path}\n"

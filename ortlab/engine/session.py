@@ -62,6 +62,8 @@ class Session:
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._force_stop = False  # a second Stop (Ctrl-C) while the first is being honoured: end the burst now
+        self._judging = False  # a verdict is being reached: its evidence bursts do not clear a Ctrl-C
+        self._interrupted = False  # a Ctrl-C (not a Stop from another thread) since the current call began
 
     # -- public
 
@@ -97,23 +99,37 @@ class Session:
         return run
 
     def _burst(self, cfg, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
-        """Run a burst without keeping it among the session's runs (the evidence a verdict is made of)."""
+        """Run a burst without keeping it among the session's runs (the evidence a verdict is made of). Within a
+        verdict, a Ctrl-C ends the verdict (KeyboardInterrupt): the evidence bursts after it do not start."""
+        if self._judging and self._interrupted:
+            raise KeyboardInterrupt
         bar = Bar(cfg) if progress else None
         callback = chain(on_step, bar.update if bar else None)
         try:
             with self._lock, self._ctrl_c_stops(active=not self.in_process or cfg.distributed):
                 self._stop_requested.clear()
                 self._force_stop = False
-                if cfg.distributed:
-                    path = self._run_ranks(cfg, callback)
-                elif self.in_process:
-                    path = self._run_in_process(cfg, callback)
-                else:
-                    path = self._run_in_worker(cfg, callback)
+                if not self._judging:
+                    self._interrupted = False
+                try:
+                    if cfg.distributed:
+                        path = self._run_ranks(cfg, callback)
+                    elif self.in_process:
+                        path = self._run_in_process(cfg, callback)
+                    else:
+                        path = self._run_in_worker(cfg, callback)
+                except WorkerError:
+                    if self._interrupted:  # Ctrl-C while the worker started: an interruption, not its failure
+                        raise KeyboardInterrupt from None
+                    raise
         finally:
             if bar:
                 bar.close()
-        return load_run(path)
+        run = load_run(path)
+        if self._judging and run.status in ENDED_EARLY and (self._interrupted or not self._stop_requested.is_set()):
+            self._interrupted = True  # in this process a Ctrl-C ends the burst itself ("interrupted"), unasked
+            raise KeyboardInterrupt
+        return run
 
     def compare(self, steps: int = 20, options: Options | dict | None = None, *,
                 backends: Any = None, **kwargs) -> Comparison:
@@ -161,10 +177,17 @@ class Session:
         in parity mode, their losses and end states, each judged by its distance to the same computation in float64
         PyTorch beside PyTorch fp32's; when they diverge, the causes `check` names (ORTModule) or else one step of
         statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs are not
-        added to `runs`."""
+        added to `runs`. Ctrl-C ends it (KeyboardInterrupt: no verdict); a Stop from another thread does not."""
         from ortlab.verdict import procedure
 
-        return procedure.judge(self, pytorch, ortmodule)
+        self._interrupted, self._judging = False, True
+        try:
+            verdict = procedure.judge(self, pytorch, ortmodule)
+        finally:
+            self._judging = False
+        if self._interrupted:  # a Ctrl-C the evidence swallowed (e.g. a failed request): no verdict
+            raise KeyboardInterrupt
+        return verdict
 
     def gradient_check(self, options: Options | dict | None = None, fixes: Any = (), *, parity: bool = True,
                        seed: int = 0) -> dict[str, Any]:
@@ -233,6 +256,10 @@ class Session:
         if not self.in_process:
             self._client.interrupt()
 
+    def _ctrl_c(self) -> None:
+        self._interrupted = True
+        self.stop()
+
     @contextlib.contextmanager
     def _ctrl_c_stops(self, active: bool) -> Iterator[None]:
         """While a burst runs in a worker or as ranks, Ctrl-C (SIGINT in the main thread: a terminal, a Jupyter
@@ -241,7 +268,7 @@ class Session:
         if not active or threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: self.stop())
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: self._ctrl_c())
         try:
             yield
         finally:

@@ -1,7 +1,10 @@
 """The worker process (`python -m ortlab.engine.worker FD`): holds one Engine and serves bursts over a socket.
 
 It ends itself when the process that started it dies (checked twice a second, also while a burst runs in C++),
-and marks the run it was writing, so that no worker outlives its kernel or CLI and no run stays "running".
+and marks the run it was writing, so that no worker outlives its kernel or CLI and no run stays "running". Its log
+(stdout and stderr, `<out>/.worker-*.log`, named by its second argument) goes with it when it ends by itself or is
+told to; a worker that crashed or was killed leaves it, and the error that names it says why. An exception it
+serves as an error is printed there in full (the user's factory's traceback above all).
 """
 
 from __future__ import annotations
@@ -26,18 +29,26 @@ PARENT_DIED = "the ortlab process that started this burst died (its kernel or co
 class _Orphan:
     """Watches the parent: when it is gone, marks the current run and ends this process."""
 
-    def __init__(self):
+    def __init__(self, log: Path | None = None):
         self.current: Path | None = None
+        self.log = log
         on_parent_death(self.die, "ortlab-parent-watch")
 
     def die(self) -> None:
         if self.current is not None:
             with contextlib.suppress(OSError):  # the run's folder may be gone with its disk
                 mark(self.current, "crashed", error=PARENT_DIED)
+        remove_log(self.log)  # the run says why it ended; nobody is left to name the log
         os._exit(3)
 
 
-def _serve(conn: Connection) -> None:
+def remove_log(log: Path | None) -> None:
+    if log is not None:
+        with contextlib.suppress(OSError):
+            log.unlink(missing_ok=True)
+
+
+def _serve(conn: Connection, log: Path | None = None) -> None:
     from ortlab.engine.config import BurstConfig
     from ortlab.engine.loop import Engine
     from ortlab.engine.types import Transition
@@ -45,7 +56,7 @@ def _serve(conn: Connection) -> None:
     from ortlab.options import Options
     from ortlab.workload import ModelRef
 
-    orphan = _Orphan()
+    orphan = _Orphan(log)
 
     def send(msg) -> None:
         try:
@@ -91,10 +102,14 @@ def _serve(conn: Connection) -> None:
         except KeyboardInterrupt:
             send(m.Failed("interrupted", "stopped before the burst started"))
         except InputError as e:
-            send(m.Failed(type(e).__name__, str(e), bad_input=True))
+            if getattr(e, "traceback", None):  # the user's own exception (a factory that raised): its log holds it
+                print(e.traceback, file=sys.stderr, flush=True)
+            send(m.Failed(type(e).__name__, str(e), bad_input=True, traceback=getattr(e, "traceback", None)))
         except (ImportError, ValueError) as e:
+            traceback.print_exc()
             send(m.Failed(type(e).__name__, str(e)))
         except Exception as e:
+            traceback.print_exc()
             send(m.Failed(type(e).__name__, f"{type(e).__name__}: {e}", traceback=traceback.format_exc()))
         except SystemExit as e:  # a factory that calls sys.exit()
             send(m.Failed("SystemExit", f"the model factory called sys.exit({e.code!r})", bad_input=True))
@@ -114,7 +129,9 @@ def _stop_on_sigint() -> Iterator[threading.Event]:
 
 
 def main() -> None:
-    _serve(Connection(int(sys.argv[1])))
+    log = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    _serve(Connection(int(sys.argv[1])), log)
+    remove_log(log)  # told to end, or its parent closed the socket: an ending, not a crash
 
 
 if __name__ == "__main__":

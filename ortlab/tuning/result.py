@@ -40,6 +40,7 @@ class Tuning:
     baseline_verdict: dict[str, Any] | None = None
     best_name: str | None = None
     stopped: bool = False
+    stopped_during: str = ""  # where a Stop (Ctrl-C) ended the search
     budget_spent: bool = False
     elapsed_s: float = 0.0
     log: list[str] = field(default_factory=list)
@@ -153,7 +154,11 @@ class Tuning:
         return pareto_figure(self.table, self.best_name)
 
     def headline(self) -> str:
-        """The answer in one line: the best setting and its changes, or that none beats the baseline's noise."""
+        """The answer in one line: the best setting and its changes, or that none beats the baseline's noise; for
+        a stopped search, where it stopped, what was measured and what was not (never an answer it did not
+        reach)."""
+        if self.stopped:
+            return f"stopped {self.stop_text()}"
         if not self.rows:
             return "nothing measured"
         objectives = " and ".join(self.goals.objectives)
@@ -162,6 +167,38 @@ class Tuning:
         tried = sum(1 for r in self.rows[1:] if r.get("outcome") not in ("stopped", "failed"))
         return (f"no setting beats the baseline on {objectives} beyond its noise ({tried} measured; "
                 f"{self._noise_words()})")
+
+    def stop_text(self) -> str:
+        """Where a stopped search stopped, what it measured and what it did not run ("during ...: measured ...;
+        not run: ...")."""
+        measured = [r for r in self.rows[1:] if r.get("outcome") not in ("stopped", None)]
+        done = []
+        if self.rows:
+            repeats = self.rows[0].get("repeats", 0)
+            done.append(f"the baseline ({repeats} burst{'s' if repeats != 1 else ''})")
+        verdict = (self.baseline_verdict or {}).get("verdict")
+        if verdict not in (None, "not judged"):
+            done.append(f"its verdict ({verdict})")
+        if measured:
+            done.append(f"{len(measured)} candidate{'s' if len(measured) != 1 else ''} "
+                        f"({', '.join(r['candidate'] for r in measured)})")
+        if self.improved:
+            done.append(f"the best of those: {self.best_name}")
+        left = [] if verdict not in (None, "not judged") else ["the baseline's verdict"]
+        cut = [f"{r['candidate']} ({'; '.join(r.get('reasons') or [])})" for r in self.rows[1:]
+               if r.get("outcome") == "stopped"]
+        ran = {r["candidate"] for r in self.rows}
+        if self.strategy is None:
+            left.append("the candidates")
+        else:
+            rest = [c.name for c in self.strategy.order if c.name not in ran]
+            if rest:
+                left.append(f"{len(rest)} candidate{'s' if len(rest) != 1 else ''} ({', '.join(rest)})")
+            if not any(len(self.candidates[r["candidate"]].knobs) > 1 for r in self.rows[1:]
+                       if r["candidate"] in self.candidates):
+                left.append("the combination of the winners")
+        return (f"during {self.stopped_during or 'the search'}: measured {', '.join(done) or 'nothing'}"
+                + (f"; cut short: {', '.join(cut)}" if cut else "") + f"; not run: {', '.join(left) or 'nothing'}")
 
     def lines(self) -> list[str]:
         """The tuning as text lines: headline, strategy, goals, table, rejections, pruned, notes, best settings."""
@@ -195,7 +232,8 @@ class Tuning:
                 "strategy": self.strategy.to_dict() if self.strategy is not None else None,
                 "pruned": [p.to_dict() for p in self.pruned], "best": self.best_name,
                 "best_options": self.best.to_dict(), "export_lines": self.export_lines(),
-                "stopped": self.stopped, "budget_spent": self.budget_spent, "notes": self.notes,
+                "stopped": self.stopped, "stopped_during": self.stopped_during, "budget_spent": self.budget_spent,
+                "notes": self.notes,
                 "runs": {k: str(r.path) for k, r in self.runs.items()}, "log": self.log}
 
     def save(self) -> None:

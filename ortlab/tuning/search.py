@@ -1,6 +1,8 @@
 """`ortlab.tune`: the search. The defaults first, repeated to measure their noise; the pruned space; each candidate
 measured with the burst engine from the session's one snapshot and guarded by the verdict; the winners combined;
-tune.json rewritten after every candidate, so that a Stop (or an error) keeps what was measured.
+tune.json rewritten after every candidate, so that a Stop (or an error) keeps what was measured. Ctrl-C is a Stop
+wherever it lands (a burst, a verdict, the search's own work): the search ends there, and the result says where
+(`Tuning.stopped_during`), what was measured and what was not.
 
 The guard: every setting also runs a short burst in parity mode (dropout off, the same seeds) judged against one
 PyTorch parity burst with `Session.judge`; a candidate whose verdict is `diverged` is rejected with its cause.
@@ -10,6 +12,7 @@ Parity mode turns ORT's compute optimizer off, so what that optimizer changes is
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -53,6 +56,7 @@ class Tuner:
                         if self._own else session_or_model)
         self._stopped = threading.Event()
         self.result: Tuning | None = None
+        self._doing = "the start"  # what the search is doing: where a Stop lands
 
     def stop(self) -> None:
         """End the search after the burst in progress (which ends after its current step); the result keeps
@@ -73,6 +77,8 @@ class Tuner:
         self._started = _clock()
         try:
             self._search(result)
+        except KeyboardInterrupt:  # Ctrl-C outside a burst (a verdict, the search's own work): a Stop there
+            self._stopped.set()
         except TuneError as e:
             if result.runs:  # nothing measured is lost: say where it is
                 result.save()
@@ -81,6 +87,8 @@ class Tuner:
         finally:
             result.elapsed_s = _clock() - self._started
             result.stopped = result.stopped or self.stopped
+            if result.stopped and not result.stopped_during:
+                result.stopped_during = self._doing
             result.finish()
             result.save()
             self._say("done", result.headline())
@@ -123,12 +131,12 @@ class Tuner:
         started = _clock()
         for k in range(1, self.repeats + 1):
             self._say("baseline", f"baseline {k}/{self.repeats}: the defaults", candidate=BASELINE)
+            self._doing = f"the baseline (burst {k} of {self.repeats})"
             collect = {**measure.COLLECT, "plans": {}} if k == 1 else measure.COLLECT
             run = self._burst("ortmodule", self.steps, self.base, f"tune-baseline-{k}", collect)
             result.runs[f"{BASELINE} {k}"] = run
             if run.status in STOPPED:
-                result.stopped = True
-                return None
+                return self._stop(result)
             if run.status != "ok":
                 raise TuneError(f"model {self.session.ref.describe()} does not run on ORTModule with these options "
                                 f"(the baseline burst ended {run.status}: {_first_line(run.error)}); see `ortlab check"
@@ -138,17 +146,23 @@ class Tuner:
             if k == 1:
                 first_s = _clock() - started
             result.save_baseline(rows)
+        if self.stopped:
+            return self._stop(result)
         self._say("guard", "guard: a PyTorch burst in parity mode, the reference of every verdict")
+        self._doing = "the guard (its PyTorch reference burst)"
         self.reference = self._burst("pytorch", self.guard_steps, self.base, "tune-reference", {}, parity=True)
         result.runs["pytorch reference"] = self.reference
-        if self.reference.status in STOPPED:
-            result.stopped = True
-            return None
+        if self.reference.status in STOPPED or self.stopped:
+            return self._stop(result)
+        self._say("verdict", "verdict: the baseline in parity mode, judged against the reference")
+        self._doing = "the baseline's verdict"
         guard_started = _clock()
         guard = self._guard(self.base, "tune-guard-baseline")
         guard_s = _clock() - guard_started
         result.baseline_verdict = guard
         result.save()
+        if guard["status"] in STOPPED:
+            return self._stop(result)
         if guard["verdict"] == "diverged":
             raise TuneError(f"with these options ORTModule trains another model than PyTorch ({guard['cause']}); "
                             f"tuning cannot fix that: see `ortlab check{_model_flag(self.session)}` and --fix auto")
@@ -156,12 +170,22 @@ class Tuner:
         return self._cost
 
     def _guard(self, options: Options, name: str) -> dict[str, Any]:
-        """A parity burst with these options judged against the PyTorch reference: verdict, cause, the run."""
+        """A parity burst with these options judged against the PyTorch reference: verdict, cause, the run. A Stop
+        during it: "not judged", status "stopped"."""
         run = self._burst("ortmodule", self.guard_steps, options, name, {}, parity=True)
+        if run.status in STOPPED or self.stopped:
+            return {"verdict": "not judged", "cause": "stopped during its guard's parity burst", "run": str(run.path),
+                    "status": "stopped"}
         if run.status != "ok":
             return {"verdict": "not judged", "cause": f"the guard burst ended {run.status}: {_first_line(run.error)}",
                     "run": str(run.path), "status": run.status}
-        verdict = self.session.judge(self.reference, run)
+        try:
+            verdict = self.session.judge(self.reference, run)
+        except KeyboardInterrupt:  # Ctrl-C: the verdict was not reached
+            self._stopped.set()
+        if self.stopped:  # a Stop during the verdict: its evidence may be cut short, so it is no verdict
+            return {"verdict": "not judged", "cause": "stopped during its verdict", "run": str(run.path),
+                    "status": "stopped"}
         cause = None
         if verdict.diverged:  # what diverged (the headline), then the first cause the verdict names
             cause = "; ".join([verdict.headline.removeprefix("DIVERGED: "), *(c["text"] for c in verdict.causes[:1])])
@@ -179,6 +203,9 @@ class Tuner:
         options = space.options_of(candidate, self.base, plan_file)
         restart = " (a fresh worker: read at import)" if candidate.restart else ""
         self._say("candidate", f"candidate {where}: {candidate.name}{restart}", candidate=candidate.name)
+        what = (f"the combination {candidate.name}" if where == "combination"
+                else f"candidate {where} ({candidate.name})")
+        self._doing = f"the burst of {what}"
         run = self._burst("ortmodule", self.steps, options, f"tune-{i}", measure.COLLECT)
         result.runs[candidate.name] = run
         row = {"candidate": candidate.name, "options": {k: v for k, (v, _) in options.diff(self.base).items()},
@@ -189,16 +216,20 @@ class Tuner:
             result.stopped = True
             row.update(outcome="stopped", reasons=["stopped before it finished"])
         elif run.status != "ok":
-            row.update(outcome="failed", reasons=[f"the burst ended {run.status}: {_first_line(run.error)}"])
+            error = _whole_error(run)
+            where = f" (the whole message: {run.path / 'log.txt'}, tune.json)" if error != run.error else ""
+            row.update(outcome="failed", reasons=[f"the burst ended {run.status}: {_first_line(run.error)}{where}"],
+                       error=error)
         elif self.stopped:
             result.stopped = True
             row.update(outcome="stopped", reasons=["stopped before its guard: not judged"])
         else:
+            self._doing = f"the verdict of {what}"
             guard = self._guard(options, f"tune-guard-{i}")
             row.update(verdict=guard["verdict"], cause=guard["cause"], guard_run=guard["run"])
             if guard["status"] in STOPPED:
                 result.stopped = True
-                row.update(outcome="stopped", reasons=["stopped during its guard"])
+                row.update(outcome="stopped", reasons=[f"{guard['cause']}: not judged"])
             elif guard["verdict"] == "diverged":
                 row.update(outcome="rejected", reasons=[f"verdict diverged: {guard['cause']}"])
             elif guard["verdict"] != "agree":
@@ -206,6 +237,7 @@ class Tuner:
             else:
                 result.decide(row)
                 if row["outcome"] == BETTER and set(self.goals.objectives) - {"memory"}:
+                    self._doing = f"the confirmation of {what}"
                     self._confirm(result, row, options, i)
         result.add(row, candidate)
         self._say("measured", f"  {candidate.name}: {row['outcome']}: {'; '.join(row['reasons'])}",
@@ -222,13 +254,13 @@ class Tuner:
         self._say("confirm", f"  confirming {row['candidate']}: the baseline again, then the candidate, back to back",
                   candidate=row["candidate"])
         again = self._burst("ortmodule", self.steps, self.base, f"tune-baseline-again-{i}", measure.COLLECT)
-        if again.status != "ok":
-            return
+        if again.status != "ok" or self.stopped:
+            return self._unconfirmed(result, row, again)
         self._baseline_rows.append(measure.figures(again, self.warmup))
         result.save_baseline(self._baseline_rows)
         second = self._burst("ortmodule", self.steps, options, f"tune-{i}-again", measure.COLLECT)
-        if second.status != "ok":
-            return
+        if second.status != "ok" or self.stopped:
+            return self._unconfirmed(result, row, second)
         both = [dict(row), measure.figures(second, self.warmup)]
         merged, _ = measure.baseline(both)
         row.update({k: merged[k] for k in ("median_step_ms", "rss_mb")}, confirmed=True, run_again=str(second.path))
@@ -253,7 +285,20 @@ class Tuner:
             if row.get("outcome") == BETTER and row["score"] > best:
                 current, best = [*current, candidate], row["score"]
 
+    def _unconfirmed(self, result: Tuning, row: dict[str, Any], run: Any) -> None:
+        if run.status in STOPPED or self.stopped:
+            result.stopped = True
+            row["reasons"].append("not confirmed: stopped during its confirmation")
+        else:
+            row["reasons"].append(f"not confirmed: the confirming burst ended {run.status}")
+
     # -- helpers
+
+    def _stop(self, result: Tuning) -> None:
+        """The search ends here: where it was, kept with what was measured."""
+        result.stopped = True
+        result.stopped_during = result.stopped_during or self._doing
+        return None
 
     def _go_on(self, result: Tuning, candidate: space.Candidate, cost: float, where: str) -> bool:
         if self.stopped or result.stopped:
@@ -303,6 +348,30 @@ def _plans(run):
 def _first_line(text: str | None) -> str:
     lines = (text or "").strip().splitlines()
     return lines[0] if lines else "no reason given"
+
+
+_EXCEPTION = re.compile(r"(?P<type>\w+(?:Error|Exception|Warning)): (?P<message>.+)$")
+_TRACEBACK_END = ("Traceback", "The above exception", "During handling", "[ortlab]")
+
+
+def _whole_error(run) -> str | None:
+    """A failed burst's error with the whole of its exception's message: the run records one line of it (cut at a
+    clause), its log.txt the traceback, whose last lines are the message in full (torch's list of signatures)."""
+    found = _EXCEPTION.search(run.error or "")
+    if found is None:
+        return run.error
+    start = f"{found['type']}: {found['message']}"
+    try:
+        lines = (run.path / "log.txt").read_text(errors="replace").splitlines()
+    except OSError:
+        return run.error
+    first = max((i for i, line in enumerate(lines) if line.startswith(start)), default=None)
+    if first is None:
+        return run.error
+    end = next((i for i in range(first + 1, len(lines)) if not lines[i].strip() or lines[i].startswith(_TRACEBACK_END)),
+               len(lines))
+    whole = "\n".join(lines[first:end])
+    return run.error if whole == start else run.error[:found.start()] + whole
 
 
 def _model_flag(session) -> str:

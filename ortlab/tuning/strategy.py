@@ -77,11 +77,11 @@ def choose(candidates: Sequence[Candidate], goals: Goals, cost_s: float, budget_
                                f"each, with room left to combine the winners", list(candidates), [], cost_s)
     keep = max(1, fits - 1) if fits >= 2 else 1
     order = ranked(candidates, goals)
-    left_out = [Pruned(c.name, f"over the budget: {minutes:g} min holds {keep} of {n} candidates at about "
-                               f"{cost_s:.0f} s each") for c in order[keep:]]
-    return Strategy(FIRST, f"the budget ({minutes:g} min) holds {fits} of the {n} candidates (about {cost_s:.0f} s "
-                           f"each): the {keep} most likely to improve {' and '.join(goals.objectives)} first, one "
-                           "left for combining the winners" if keep < fits else
-                           f"the budget ({minutes:g} min) holds one candidate (about {cost_s:.0f} s): the most "
-                           f"likely to improve {' and '.join(goals.objectives)}", order[:keep], left_out, cost_s)
-
+    # one sentence for the count, in the strategy's reason and in every left-out candidate's
+    holds = (f"the budget ({minutes:.3g} min) holds {keep} of the {n} candidates at about {cost_s:.0f} s each"
+             + (", and one more run to combine the winners" if keep < fits else ""))
+    objectives = " and ".join(goals.objectives)
+    left_out = [Pruned(c.name, f"over the budget: {holds}") for c in order[keep:]]
+    first = f"the {keep} most likely to improve {objectives} first" if keep > 1 else \
+        f"the most likely to improve {objectives}"
+    return Strategy(FIRST, f"{holds}: {first}", order[:keep], left_out, cost_s)

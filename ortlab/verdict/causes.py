@@ -52,7 +52,7 @@ def causes(run: Any, state: dict[str, Any] | None, applied: list[str], measured:
     out = ranked + located
     if not (measured["losses"] or measured["gradients"] or measured["state"]):
         out, harmless = [], harmless + pointed
-    return out, _harmless_note(harmless)
+    return out, harmless_note(harmless)
 
 
 def _buffer_causes(rows: list[dict[str, Any]], backend: str, applied: list[str], measured: dict[str, bool]
@@ -111,7 +111,9 @@ def _hazard_causes(hazards: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _harmless_note(hazards: list[dict[str, Any]]) -> str | None:
+def harmless_note(hazards: list[dict[str, Any]], when: str = " in this burst") -> str | None:
+    """The hazards that are no cause, grouped by kind and module type, in one note (`ortlab check` says the same of
+    torch's own checks)."""
     if not hazards:
         return None
     parts = []
@@ -122,7 +124,7 @@ def _harmless_note(hazards: list[dict[str, Any]]) -> str | None:
         count = (f" in {len(modules)} {module_type or 'model'} module{'s' if len(modules) > 1 else ''}"
                  if modules else "")
         parts.append(f"{kind}{count}{inside}" + (f" at {_examples(places)}" if places else ""))
-    return "export hazards seen, harmless in this burst: " + "; ".join(parts)
+    return f"export hazards seen, harmless{when}: " + "; ".join(parts)
 
 
 def _grouped(items: list[dict[str, Any]], key: Any) -> dict[Any, list[dict[str, Any]]]:

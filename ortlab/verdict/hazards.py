@@ -47,7 +47,8 @@ def classify(message: str) -> tuple[str, str]:
 def record(message: str, filename: str | None, lineno: int | None, module: str | None, step: int | None,
            module_type: str | None = None, in_torch: bool = False) -> dict[str, Any]:
     """A hazard as data. `filename` None: no frame of the user's code was on the stack (the module names the place);
-    `in_torch`: torch's own code warned (a check inside torch.nn, such as F.batch_norm's batch size)."""
+    `in_torch`: torch's own code warned (a check inside torch.nn, such as F.batch_norm's batch size); such a hazard
+    is `harmless`: not the user's to rewrite."""
     from ortlab.compat.blockers import short_path
 
     kind, advice = classify(message)
@@ -55,8 +56,21 @@ def record(message: str, filename: str | None, lineno: int | None, module: str |
     place = (f"{file}:{lineno}" if file else "") + (f" (module {module})" if module else "")
     when = f" at step {step}" if step is not None else ""
     return {"kind": kind, "file": file, "line": lineno if file else None, "module": module,
-            "module_type": module_type, "in_torch": in_torch, "step": step, "message": message.splitlines()[0],
-            "advice": advice, "text": f"export hazard at {place.strip() or 'the export'}{when}: {kind}; {advice}"}
+            "module_type": module_type, "in_torch": in_torch, "harmless": harmless({"in_torch": in_torch}),
+            "step": step, "message": message.splitlines()[0], "advice": advice,
+            "text": f"export hazard at {place.strip() or 'the export'}{when}: {kind}; {advice}"}
+
+
+def harmless(hazard: dict[str, Any]) -> bool:
+    """Whether a hazard is known harmless and not the user's: torch's own code warned (a check inside torch.nn,
+    such as F.batch_norm's batch-size check, traced on the batch it checks); never advice to rewrite the user's
+    lines (`ortlab check` notes it; the verdict's causes name it only in their note)."""
+    return bool(hazard.get("in_torch"))
+
+
+def in_torch(filename: str | None) -> bool:
+    """Whether a warning came from torch.nn's own modules and functions."""
+    return bool(filename) and bool(_TORCH_NN.search(filename.replace("\\", "/")))
 
 
 def unique(hazards: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -78,11 +92,11 @@ def captured(model: Any, step: int | None, found: list[dict[str, Any]]) -> Itera
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, TracerWarning) or str(message).startswith(_OTHER):
-            in_torch = bool(_TORCH_NN.search(filename.replace("\\", "/")))
+            inside = in_torch(filename)
             if frame_kind(filename) != "user":  # warned inside a library: the user's line called it
                 filename, lineno = _caller()
             name, module_type = _module(names)
-            found.append(record(str(message), filename, lineno, name, step, module_type, in_torch))
+            found.append(record(str(message), filename, lineno, name, step, module_type, inside))
         else:
             original(message, category, filename, lineno, file, line)
 

@@ -34,8 +34,8 @@ class Repro:
         """What was found and written, as `ortlab repro` prints it."""
         if self.script is None:
             return self.localization.text
-        return (f"{self.localization.text}\nwrote {self.script} (and {self.data.name} beside it); run it: python "
-                f"{self.script} (exit 1 while ORT's gradient is wrong)")
+        return (f"{self.localization.text}\nwrote {self.script} (and {self.data.name} beside it); run it: "
+                f"{run_command(self.script)} (exit 1 while ORT's gradient is wrong)")
 
     def to_dict(self) -> dict[str, Any]:
         """The repro as plain data (`ortlab repro --json`)."""
@@ -44,6 +44,15 @@ class Repro:
 
     def __str__(self) -> str:
         return self.text
+
+
+def run_command(script: Path) -> str:
+    """The command that runs a repro script from any shell: this Python by its absolute path (the one with torch
+    and onnxruntime-training; a shell's `python` may have neither), the script by its absolute path."""
+    import shlex
+    import sys
+
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(Path(script).resolve()))}"
 
 
 def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_kwargs: dict | None = None,

@@ -24,8 +24,24 @@ CASE = {}  # what to load and how to judge: filled in by ortlab.verdict.repro
 OK, WRONG, CANNOT_RUN = 0, 1, 2
 
 
+def package_root(name, file):
+    """The folder a module's file is importable from as `name` (its package's parent), or None."""
+    path = Path(file).resolve()
+    parts = name.split(".")
+    package = path.stem == "__init__"
+    if (path.parent.name if package else path.stem) != parts[-1]:
+        return None
+    root = path.parent
+    for _ in parts if package else parts[:-1]:
+        if not (root / "__init__.py").is_file():
+            return None
+        root = root.parent
+    return root
+
+
 def import_modules():
-    """Each module defining a class in the saved module: from its package, else from its file."""
+    """Each module defining a class in the saved module: from its package (found beside its file when this Python
+    cannot import it: a checkout, a side folder), else from its file."""
     for name, file in CASE["modules"].items():
         if name in sys.modules:
             continue
@@ -35,6 +51,14 @@ def import_modules():
         except ImportError:
             if not file or not Path(file).is_file():
                 raise
+        root = package_root(name, file)
+        if root is not None and str(root) not in sys.path:
+            sys.path.append(str(root))
+            try:
+                importlib.import_module(name)
+                continue
+            except ImportError:
+                sys.path.remove(str(root))
         spec = importlib.util.spec_from_file_location(name, file)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
