@@ -35,6 +35,7 @@ class Registered:
     memory: MemoryAccount = MemoryAccount.AUTOGRAD
     stats_taps: StatsTaps = StatsTaps.HOOKS
     settings: tuple[str, str] | None = None  # (a BurstConfig field of its own, "module:function" checking it)
+    autocast_cpu: bool = True  # it trains under torch.autocast bfloat16 on the CPU (ORT 1.19.2: no bf16 CPU MatMul)
 
     def imports(self, options: Any) -> Any:
         """The import-time options a process must have been started with to run this backend with `options`
@@ -48,7 +49,7 @@ BACKENDS: dict[str, Registered] = {r.name: r for r in (
     Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True),
     Registered("ortmodule", "ortlab.engine.backends.ort:OrtBackend", "ORTModule", onnx_stages=True, compat=True,
                import_options=True, time_source=TimeSource.ORT_PROFILER, memory=MemoryAccount.GRAPH,
-               stats_taps=StatsTaps.GRAPH),
+               stats_taps=StatsTaps.GRAPH, autocast_cpu=False),
     Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
                time_source=TimeSource.TORCH_PROFILER_FUSED, memory=MemoryAccount.AUTOGRAD_RUNNER,
                stats_taps=StatsTaps.COMPILED_HOOKS, settings=("compile", "ortlab.engine.backends.compiled:settings")),
