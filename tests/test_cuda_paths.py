@@ -96,3 +96,31 @@ def test_the_cuda_allocator_figures_reach_the_summary():
     assert any(line.startswith("peak CUDA allocated (MB)") and line.endswith("512") for line in lines)
     assert any(line.startswith("peak CUDA reserved (MB)") and line.endswith("640") for line in lines)
     assert not any("reserved" in line for line in table({"pytorch": {"status": "ok"}}, ["pytorch"]))
+
+
+def test_a_burst_needs_neither_ipywidgets_nor_netron(tmp_path):
+    """The GPU machines ortlab is proven on have neither (nor a registry to install them): a burst from the CLI (a
+    comparison with its verdict and every collector that runs there) and from Python must not import them. Here
+    both are shadowed by packages whose import fails, in this process's children and their workers alike."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    for name in ("ipywidgets", "netron"):
+        (tmp_path / "shadow" / name).mkdir(parents=True)
+        (tmp_path / "shadow" / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed here')\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(root),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    cli = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--backend", "pytorch,compile",
+                          "--compile-backend", "eager", "--parity", "--steps", "3", "--collect", "stats", "--collect",
+                          "time", "--time-steps", "1", "--out", str(tmp_path / "cli")], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert "compile verdict: agree" in cli.stdout
+    code = ("import sys, ortlab; run = ortlab.burst(backend='pytorch', steps=2, out=sys.argv[1], progress=False); "
+            "print(run.status, [m for m in sys.modules if m.split('.')[0] in ('ipywidgets', 'netron')])")
+    api = subprocess.run([sys.executable, "-c", code, str(tmp_path / "api")], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert api.returncode == 0 and api.stdout.split() == ["ok", "[]"], api.stdout + api.stderr

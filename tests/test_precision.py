@@ -20,10 +20,10 @@ def test_each_precision_is_checked_against_the_device_and_backend():
     assert BurstConfig(precision="bf16").precision == "bf16"
     with pytest.raises(BurstError, match="precision 'fp8' is not allowed; allowed: fp32, fp16, bf16"):
         BurstConfig(precision="fp8")
-    with pytest.raises(BurstError, match="precision 'fp16' needs CUDA .*use fp32 or bf16 on the CPU"):
+    with pytest.raises(BurstError, match=r"precision 'fp16' needs CUDA .*use fp32 or bf16 on the CPU"):
         precision.check("fp16", CPU, "pytorch")
-    with pytest.raises(BurstError, match="precision 'bf16' does not run on ORTModule on the CPU: ORT 1.19.2's CPU "
-                                         "kernels have no bfloat16 MatMul"):
+    with pytest.raises(BurstError, match=r"precision 'bf16' does not run on ORTModule on the CPU: ORT 1\.19\.2's CPU "
+                                         r"kernels have no bfloat16 MatMul"):
         precision.check("bf16", CPU, "ortmodule")
     for backend in ("pytorch", "compile"):
         precision.check("bf16", CPU, backend)
