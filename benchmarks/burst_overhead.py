@@ -72,7 +72,7 @@ def main() -> int:
             ratios[backend] = rounds.ratio
             print(f"{backend:<10} {statistics.median(rounds.theirs):>9.3f} {statistics.median(rounds.ours):>11.3f} "
                   f"{rounds.ratio:>7.3f} {rounds.spread:>12}   burst bookkeeping ratio on {where}")
-    return verdict(ratios, dict.fromkeys(ratios, TARGET))
+    return verdict(ratios, dict.fromkeys(ratios, TARGET), where)
 
 
 def timed(device: torch.device, fn, *args) -> float:

@@ -121,7 +121,7 @@ def main() -> int:
     shares = [h / w for h, w in zip(inside[1:], runs.ours, strict=True)]  # inside[0]: the warm-up's
     print(f"time inside the callback's hooks: {100 * statistics.median(shares):.2f}% of train() "
           f"({100 * min(shares):.2f}-{100 * max(shares):.2f}%)")
-    return verdict({"callback": ratio}, {"callback": TARGET})
+    return verdict({"callback": ratio}, {"callback": TARGET}, _device.describe(DEVICE[0]))
 
 
 if __name__ == "__main__":

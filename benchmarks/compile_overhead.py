@@ -73,7 +73,7 @@ def main() -> int:
           f"{statistics.median(rounds.ours) * 1000:.2f} ms; ratio {rounds.ratio:.3f} (rounds {rounds.spread}, "
           f"{args.rounds} paired rounds of {args.steps} steps); compile bookkeeping ratio on "
           f"{_device.describe(device)}")
-    return verdict({"compile": rounds.ratio}, {"compile": TARGET})
+    return verdict({"compile": rounds.ratio}, {"compile": TARGET}, _device.describe(device))
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ def main() -> int:
                 print(f"{backend:<10} {med['bare']:>10.2f} {med['ortlab']:>12.2f} {ratio:>7.3f} "
                       f"{min(per_run):>6.3f}-{max(per_run):.3f} {deciles[0]:>7.3f}-{deciles[-1]:.3f}   "
                       f"{med['bare_c']:>19.2f} {med['ortlab_c']:>7.2f}   on {where}", flush=True)
-    return verdict(ratios, dict.fromkeys(ratios, TARGET))
+    return verdict(ratios, dict.fromkeys(ratios, TARGET), where)
 
 
 if __name__ == "__main__":

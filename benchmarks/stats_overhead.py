@@ -197,7 +197,7 @@ def main() -> int:
                       f"{statistics.median(bursts):>7.3f} {_spread(bursts):>12} {targets[name]:>7.2f} {sub:>15.2f} "
                       f"{size / 1024:>10.1f}KB {sub_size / 1024:>8.0f}KB {tensors:>8}   statistics ratio on {where}",
                       flush=True)
-    return verdict(ratios, targets)
+    return verdict(ratios, targets, where)
 
 
 def _spread(ratios: list[float]) -> str:

@@ -104,7 +104,7 @@ def main() -> int:
                   f"{TARGET_CLI_S} s) {'ok' if ok else 'SLOW'}")
             if not ok:
                 ratios["ortlab time (s)"], targets["ortlab time (s)"] = seconds, TARGET_CLI_S
-    return verdict(ratios, targets)
+    return verdict(ratios, targets, where)
 
 
 if __name__ == "__main__":
