@@ -94,3 +94,46 @@ def test_a_burst_summarized_on_the_device_path_matches_the_kernel(tmp_path, monk
         assert json.loads(str(z["meta"]))["summarizer"] == "torch"
         with np.load(runs[0].path / "stats.npz") as c:
             np.testing.assert_array_equal(z["forward_samples"], c["forward_samples"])
+
+
+EXPECTED = [3, -3, 2, -2, 14, 14 - 4 / 3, 0, 0, 0]  # the row of [-1, 2, -3]
+
+
+def test_a_tensor_changed_in_place_after_it_was_observed_keeps_its_observed_values():
+    """The first time a slot is seen its tensor is copied and watched: one left alone is kept by reference in later
+    steps (no copy), one changed in place (a ReLU with inplace=True after its module) is copied every step; a
+    referenced tensor that changes after all loses its row (empty, counted) rather than report the changed values."""
+    s = Summarizer(K, batched=True)
+    rows, samples = np.full((2, 9), np.nan), np.full((2, K), np.nan, np.float32)
+
+    def step(relu_after: bool, change_kept: bool = False) -> None:
+        rows.fill(np.nan)
+        kept, changed = torch.tensor([-1.0, 2.0, -3.0]), torch.tensor([-1.0, 2.0, -3.0])
+        s(kept, rows, samples, 0)
+        s(changed, rows, samples, 1)
+        if relu_after:
+            changed.relu_()  # in place, after it was observed
+        if change_kept:
+            kept.mul_(10)
+        s.flush()
+
+    for _ in range(3):
+        step(relu_after=True)
+        np.testing.assert_allclose(rows, [EXPECTED, EXPECTED])
+    assert s.device._safe == {(id(rows), 0)} and s.device._changed == {(id(rows), 1)}
+    step(relu_after=True, change_kept=True)
+    assert np.isnan(rows[0]).all() and s.device.lost == 1  # its values were gone when the step was reduced
+    step(relu_after=True, change_kept=True)
+    np.testing.assert_allclose(rows[0], EXPECTED)  # copied from then on
+
+
+def test_tensors_whose_memory_is_reused_behind_torchs_back_are_always_copied():
+    s = Summarizer(K, batched=True)
+    s.device.always_copy = True  # ORT's PythonOp outputs, CUDA graphs' pools
+    rows, samples = np.full((1, 9), np.nan), np.full((1, K), np.nan, np.float32)
+    for _ in range(2):
+        t = torch.ones(4)
+        s(t, rows, samples, 0)
+        t.copy_(torch.zeros(4))
+        s.flush()
+        assert rows[0, 3] == 4 and not s.device._safe

@@ -1,13 +1,20 @@
 """Statistics of many tensors at once, on their device (CUDA): the rows of a whole step reach the host in one copy.
 
 Summarizing each tensor where it is observed and copying its row to the host costs a synchronisation per tensor:
-on a GPU that made a step with statistics 5x as long as one without. Here each observed tensor is only copied
-where it is observed (one copy on the device, widened to float32 as summarize widens fp16/bf16; float64 and
-integers to float64), because the model may change it in place later (a ReLU with inplace=True after the
-module that produced it). The copies are reduced together with segmented reductions (min, max, sums, counts,
-the centred sum of squares in a second pass) when they hold more than `BUDGET` bytes or when the collector asks,
-and every row reaches the host in one copy per device at `flush` (once per step, before the optimizer). The
-rows mean what ortlab.activations.summarize's do (the same FIELDS, the same sample positions, min/max/sums over
+on a GPU that made a step with statistics 5x as long as one without. Here an observed tensor is only kept where it
+is observed, and the tensors kept are reduced together with segmented reductions (min, max, sums, counts, the
+centred sum of squares in a second pass) when they hold more than `BUDGET` bytes or when the collector asks; every
+row reaches the host in one copy per device at `flush` (once per step, before the optimizer).
+
+Kept how: the model may change a tensor in place after it was observed (a ReLU with inplace=True after the module
+that produced it), so a tensor is copied (float32; float64 and integers as float64) the first time its slot is
+seen, and its version counter, which every in-place change bumps, is checked when it is reduced: a slot whose
+tensor was left alone is kept by reference from then on (no copy: what a step pays per tensor on a GPU is mostly
+the launches), one that was changed is copied every step. A referenced tensor found changed loses its row for
+that step (left empty, counted in `lost`) and is copied from then on. Tensors whose memory is reused behind
+torch's back (ORT's outputs at a PythonOp, CUDA graphs' pools) are always copied (`always_copy`).
+
+The rows mean what ortlab.activations.summarize's do (the same FIELDS, the same sample positions, min/max/sums over
 the finite values, nan, inf and zero counts): tests run this path on CPU tensors against the C kernel and numpy.
 """
 
@@ -25,28 +32,44 @@ _WIDTH = 8  # per tensor on the device: min, max, sum, sumsq, css, nan count, na
 
 
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """One vector of every tensor's values in turn (float64 when any is)."""
+    """One vector of every tensor's values in turn (float32 or float64: fp16/bf16 are widened)."""
     return torch.cat([t.reshape(-1) for t in tensors])
 
 
+# A kept tensor: (its values: a copy or the tensor, rows, samples, i, the tensor whose version is checked or None,
+# its version when kept, its slot's key)
+Kept = tuple[torch.Tensor, np.ndarray, np.ndarray, int, "torch.Tensor | None", int, tuple[int, int]]
+
+
 class Batched:
-    """Copies of observed tensors and where their rows go (rows[i], samples[i]), reduced in groups on the device;
-    `flush` writes every row to the host. `positions(n)`: the flat positions of the samples of a tensor of n
-    values (summarize's)."""
+    """Observed tensors and where their rows go (rows[i], samples[i]), reduced in groups on the device; `flush`
+    writes every row to the host. `positions(n)`: the flat positions of the samples of a tensor of n values
+    (summarize's). See the module's docstring for when a tensor is copied."""
+
+    always_copy = False  # the tensors' memory may be reused without an in-place op (ORT's PythonOps, CUDA graphs)
 
     def __init__(self, positions: Callable[[int], np.ndarray]):
         self._positions = positions
-        self._pending: list[tuple[torch.Tensor, np.ndarray, np.ndarray, int]] = []
+        self._pending: list[Kept] = []
         self._bytes = 0
         self._reduced: list[tuple[torch.Tensor, list[tuple[np.ndarray, np.ndarray, int]], np.ndarray,
                                   np.ndarray]] = []  # (rows on the device, destinations, numels, sample counts)
+        self._safe: set[tuple[int, int]] = set()  # slots (id(rows), i) whose tensor was left alone: kept by reference
+        self._changed: set[tuple[int, int]] = set()  # slots whose tensor was changed in place: copied
+        self.lost = 0  # rows left empty: a referenced tensor changed in place before it was reduced
 
     def add(self, t: torch.Tensor, rows: np.ndarray, samples: np.ndarray, i: int) -> None:
-        """Keep a copy of `t` (detached, real, dense, not empty) for rows[i] and samples[i]."""
-        wide = t.dtype is torch.float64 or not t.is_floating_point()
-        copy = t.to(torch.float64 if wide else torch.float32, copy=True, memory_format=torch.contiguous_format)
-        self._pending.append((copy, rows, samples, i))
-        self._bytes += copy.numel() * copy.element_size()
+        """Keep `t` (detached, real, dense, not empty) for rows[i] and samples[i]."""
+        key = (id(rows), i)
+        floating = t.is_floating_point()
+        if key in self._safe and floating and not self.always_copy:
+            self._pending.append((t, rows, samples, i, t, t._version, key))
+        else:
+            wide = t.dtype is torch.float64 or not floating
+            copy = t.to(torch.float64 if wide else torch.float32, copy=True, memory_format=torch.contiguous_format)
+            watched = None if self.always_copy or key in self._changed else t  # learn whether it changes
+            self._pending.append((copy, rows, samples, i, watched, t._version if watched is not None else 0, key))
+        self._bytes += t.numel() * t.element_size()
         if self._bytes > BUDGET:
             self._reduce()
 
@@ -58,10 +81,30 @@ class Batched:
     def waiting(self) -> bool:
         return bool(self._pending or self._reduced)
 
+    def _checked(self, pending: list[Kept]) -> list[Kept]:
+        """The kept tensors whose values are still those observed; the slots learn whether theirs change."""
+        out = []
+        for item in pending:
+            values, _r, _s, _i, watched, version, key = item
+            if watched is None:
+                out.append(item)
+                continue
+            changed = watched._version != version
+            if values is not watched:  # a copy: right either way; the slot learns
+                (self._changed if changed else self._safe).add(key)
+                out.append(item)
+            elif changed:  # a reference that changed: its values are gone
+                self._safe.discard(key)
+                self._changed.add(key)
+                self.lost += 1
+            else:
+                out.append(item)
+        return out
+
     def _reduce(self) -> None:
-        """The pending copies' rows, computed on their device (per device); nothing reaches the host."""
-        pending, self._pending, self._bytes = self._pending, [], 0
-        by_device: dict[Any, list[tuple[torch.Tensor, np.ndarray, np.ndarray, int]]] = {}
+        """The pending tensors' rows, computed on their device (per device); nothing reaches the host."""
+        pending, self._pending, self._bytes = self._checked(self._pending), [], 0
+        by_device: dict[Any, list[Kept]] = {}
         for item in pending:
             by_device.setdefault(item[0].device, []).append(item)
         for device, items in by_device.items():
@@ -80,7 +123,7 @@ class Batched:
             rows = _rows(x, index[: len(copies)], int(numels.sum()))
             picked = torch.index_select(x, 0, index[len(copies):])
             del x
-            self._reduced.append((torch.cat([rows.reshape(-1), picked]), [(r, s, i) for _, r, s, i in items],
+            self._reduced.append((torch.cat([rows.reshape(-1), picked]), [(r, s, i) for _, r, s, i, *_ in items],
                                   numels, counts))
 
     def flush(self) -> None:

@@ -175,6 +175,9 @@ class StatsCollector(Collector):
         taps = registered(cfg.backend).stats_taps
         self._graph = taps is StatsTaps.GRAPH
         self._compiled = taps is StatsTaps.COMPILED_HOOKS
+        # on a GPU: ORT reuses its outputs' memory after a PythonOp, CUDA graphs their pools, without an in-place op
+        # that torch would see: copy those tensors where they are observed (ortlab.activations.batched)
+        self._summarize.device.always_copy = self._graph or self._compiled
         if self._graph:
             pythonop.prepare_export()
         model = engine.model
@@ -393,7 +396,9 @@ class StatsCollector(Collector):
         info = {"format": FORMAT, "fields": list(FIELDS), "samples": self.samples, "modules": self.modules,
                 "steps": [self.steps.start, self.steps.stop, self.steps.step] if self.steps else None,
                 "grads": self.grads, "aliases": {str(k): v for k, v in sorted(self._aliases.items())},
-                "summarizer": self._summarize.describe(), **meta}
+                "summarizer": self._summarize.describe(),
+                # rows left empty on a GPU: a tensor kept by reference was changed in place (ortlab.activations.batched)
+                "lost_rows": self._summarize.device.lost, **meta}
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
         np.savez(tmp, meta=np.array(json.dumps(info)), step=np.array([f[0] for f in self._frames], np.int64),
                  forward=stack(1, _NF, np.float64), backward=stack(2, _NF, np.float64),
