@@ -31,14 +31,22 @@ BUDGET = 64 * 2**20  # bytes of copies held on the device before they are reduce
 _WIDTH = 8  # per tensor on the device: min, max, sum, sumsq, css, nan count, nan + inf count, zero count
 
 
+LAYOUTS = 64  # the sample indices of this many step layouts (the numels in turn) kept on their device
+
+
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """One vector of every tensor's values in turn (float32 or float64: fp16/bf16 are widened)."""
-    return torch.cat([t.reshape(-1) for t in tensors])
+    """One vector of every tensor's values in turn, in their logical order (float32 or float64: fp16/bf16 are
+    widened): torch's own flattening, one call for all of them."""
+    try:
+        from torch._utils import _flatten_dense_tensors
+    except ImportError:  # a torch without it: a reshape per tensor
+        return torch.cat([t.reshape(-1) for t in tensors])
+    return _flatten_dense_tensors(tensors)
 
 
-# A kept tensor: (its values: a copy or the tensor, rows, samples, i, the tensor whose version is checked or None,
-# its version when kept, its slot's key)
-Kept = tuple[torch.Tensor, np.ndarray, np.ndarray, int, "torch.Tensor | None", int, tuple[int, int]]
+# A kept tensor: (its values: a copy or the tensor, its numel, rows, samples, i, the tensor whose version is checked
+# or None, its version when kept, its slot's key)
+Kept = tuple[torch.Tensor, int, np.ndarray, np.ndarray, int, "torch.Tensor | None", int, tuple[int, int]]
 
 
 class Batched:
@@ -56,22 +64,28 @@ class Batched:
                                   np.ndarray]] = []  # (rows on the device, destinations, numels, sample counts)
         self._safe: set[tuple[int, int]] = set()  # slots (id(rows), i) whose tensor was left alone: kept by reference
         self._changed: set[tuple[int, int]] = set()  # slots whose tensor was changed in place: copied
+        self._layouts: dict[tuple, tuple[torch.Tensor, np.ndarray]] = {}  # (device, numels) -> (indices, counts)
         self.lost = 0  # rows left empty: a referenced tensor changed in place before it was reduced
 
-    def add(self, t: torch.Tensor, rows: np.ndarray, samples: np.ndarray, i: int) -> None:
-        """Keep `t` (detached, real, dense, not empty) for rows[i] and samples[i]."""
+    def add(self, t: torch.Tensor, rows: np.ndarray, samples: np.ndarray, i: int) -> bool:
+        """Keep `t` (detached) for rows[i] and samples[i]; False for a tensor this path does not take (empty,
+        complex, sparse: the caller summarizes it at once)."""
+        n = t.numel()
+        if not n or t.is_complex() or t.is_sparse:
+            return False
         key = (id(rows), i)
         floating = t.is_floating_point()
         if key in self._safe and floating and not self.always_copy:
-            self._pending.append((t, rows, samples, i, t, t._version, key))
+            self._pending.append((t, n, rows, samples, i, t, t._version, key))
         else:
             wide = t.dtype is torch.float64 or not floating
             copy = t.to(torch.float64 if wide else torch.float32, copy=True, memory_format=torch.contiguous_format)
             watched = None if self.always_copy or key in self._changed else t  # learn whether it changes
-            self._pending.append((copy, rows, samples, i, watched, t._version if watched is not None else 0, key))
-        self._bytes += t.numel() * t.element_size()
+            self._pending.append((copy, n, rows, samples, i, watched, t._version if watched is not None else 0, key))
+        self._bytes += n * t.element_size()
         if self._bytes > BUDGET:
             self._reduce()
+        return True
 
     def clear(self) -> None:
         """Forget what was added and not yet written (a step that did not end)."""
@@ -85,7 +99,7 @@ class Batched:
         """The kept tensors whose values are still those observed; the slots learn whether theirs change."""
         out = []
         for item in pending:
-            values, _r, _s, _i, watched, version, key = item
+            values, _n, _r, _s, _i, watched, version, key = item
             if watched is None:
                 out.append(item)
                 continue
@@ -108,23 +122,37 @@ class Batched:
         for item in pending:
             by_device.setdefault(item[0].device, []).append(item)
         for device, items in by_device.items():
-            copies = [c for c, *_ in items]
-            numels = np.fromiter((c.numel() for c in copies), np.int64, len(copies))
-            positions = [self._positions(int(n)) for n in numels]
-            counts = np.fromiter((len(p) for p in positions), np.int64, len(positions))
-            starts = np.cumsum(numels) - numels
-            where = np.concatenate([numels, *(p + s for p, s in zip(positions, starts, strict=True))])
-            index = torch.from_numpy(where)
-            if device.type == "cuda":  # pinned, so that the copy does not wait for the device
-                index = index.pin_memory().to(device, non_blocking=True)
-            elif index.device != device:
-                index = index.to(device)
-            x = _flat(copies).double()
-            rows = _rows(x, index[: len(copies)], int(numels.sum()))
-            picked = torch.index_select(x, 0, index[len(copies):])
+            sizes = tuple(item[1] for item in items)
+            index, counts = self._layout(device, sizes)
+            m = len(sizes)
+            x = _flat([item[0] for item in items]).double()
+            rows = _rows(x, index[:m], index[m: 2 * m + 1], sum(sizes))
+            picked = torch.index_select(x, 0, index[2 * m + 1:])
             del x
-            self._reduced.append((torch.cat([rows.reshape(-1), picked]), [(r, s, i) for _, r, s, i, *_ in items],
-                                  numels, counts))
+            self._reduced.append((torch.cat([rows.reshape(-1), picked]), [item[2:5] for item in items],
+                                  np.array(sizes, np.int64), counts))
+
+    def _layout(self, device: Any, sizes: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
+        """On `device`: the tensors' numels, their offsets in the flat vector of all of them (and its end), then
+        their samples' positions in it; and each one's sample count. A step observes the same tensors every time:
+        kept, so that neither is made nor copied to the device again."""
+        found = self._layouts.get((device, sizes))
+        if found is not None:
+            return found
+        numels = np.array(sizes, np.int64)
+        positions = [self._positions(n) for n in sizes]
+        counts = np.array([len(p) for p in positions], np.int64)
+        starts = np.cumsum(numels) - numels
+        index = torch.from_numpy(np.concatenate([numels, starts, [numels.sum()],
+                                                 *(p + s for p, s in zip(positions, starts, strict=True))]))
+        if device.type == "cuda":  # pinned: the copy does not wait for the device (a step whose shapes change)
+            index = index.pin_memory().to(device, non_blocking=True)
+        elif index.device != device:
+            index = index.to(device)
+        if len(self._layouts) >= LAYOUTS:
+            self._layouts.clear()
+        self._layouts[(device, sizes)] = index, counts
+        return index, counts
 
     def flush(self) -> None:
         """Every row added since the last flush, written to its destination: one copy to the host per device."""
@@ -146,14 +174,14 @@ class Batched:
                 at += values.numel()
 
 
-def _rows(x: torch.Tensor, lengths: torch.Tensor, total: int) -> torch.Tensor:
+def _rows(x: torch.Tensor, lengths: torch.Tensor, offsets: torch.Tensor, total: int) -> torch.Tensor:
     """[tensors, _WIDTH] on x's device: each segment's min and max of the finite values (inf / -inf when there are
     none), sum, sum of squares and centred sum of squares of the finite values, nan count, nan + inf count, zeros."""
     bad = ~torch.isfinite(x)
     finite = x.masked_fill(bad, 0.0)
 
-    def seg(values: torch.Tensor, how: str) -> torch.Tensor:
-        return torch.segment_reduce(values, how, lengths=lengths, unsafe=True)
+    def seg(values: torch.Tensor, how: str) -> torch.Tensor:  # offsets: no prefix sum of the lengths per call
+        return torch.segment_reduce(values, how, offsets=offsets, unsafe=True)
 
     s = seg(finite, "sum")
     nonfinite = seg(bad.to(x.dtype), "sum")
@@ -176,13 +204,14 @@ def _write(host: np.ndarray, dests: list[tuple[np.ndarray, np.ndarray, int]], nu
     rows = np.column_stack([numels, block[:, :5], nan, nonfinite - nan, block[:, 7]])
     rows[none_finite, 1:3] = np.nan  # no finite value: no min or max (the sums are 0)
     offsets = np.cumsum(counts) - counts
-    groups: dict[tuple[int, int], list[int]] = {}
-    for j, (r, s, _i) in enumerate(dests):
-        groups.setdefault((id(r), id(s)), []).append(j)
-    for js in groups.values():
+    groups: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+    for j, (r, s, i) in enumerate(dests):
+        js, ids = groups.setdefault((id(r), id(s)), ([], []))
+        js.append(j)
+        ids.append(i)
+    for js, ids in groups.values():
         r, s, _ = dests[js[0]]
-        js_ = np.array(js)
-        slots = np.array([dests[j][2] for j in js])
+        js_, slots = np.array(js), np.array(ids)
         r[slots] = rows[js_]
         width = s.shape[1] if s.ndim == 2 else 0
         if not width:

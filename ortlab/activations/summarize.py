@@ -30,7 +30,8 @@ class Summarizer:
         self.kernel = stats_kernel()
         self.batched = os.environ.get("ORTLAB_STATS_KERNEL") == "torch" if batched is None else batched
         self.device = Batched(self.positions)  # the rows waiting for `flush`
-        self.used: set[str] = set()  # which paths summarized: "c", "numpy", "torch"
+        self.used: set[str] = set()  # which CPU paths summarized: "numpy" ("c": the kernel, when there is one)
+        self.on_device = False  # whether tensors were summarized on their device (ortlab.activations.batched)
         self._index: dict[int, tuple[np.ndarray, int, int]] = {}  # n -> (positions, their address, count)
         # id(rows) -> (rows, samples, address of rows, bytes per row, address of samples, bytes per sample row):
         # the collector passes the same two buffers every call, so their addresses are looked up once
@@ -66,8 +67,8 @@ class Summarizer:
             if self.kernel(t.data_ptr(), n, idx[1], idx[2], dest[2] + i * dest[3], dest[4] + i * dest[5]):
                 self._nonfinite(t.detach().numpy().reshape(-1), rows[i])  # nan or inf: over the finite values
             return
-        if not t.is_cpu or self.batched:
-            self._on_device(t.detach(), rows, samples, i)
+        if (not t.is_cpu or self.batched) and self.device.add(t.detach(), rows, samples, i):
+            self.on_device = True
             return
         self._generic(t.detach(), rows[i], samples[i])
 
@@ -84,14 +85,7 @@ class Summarizer:
     def describe(self) -> str:
         """Which paths summarized ("c": float32 on the CPU, "numpy", "torch": on the device; joined by "+")."""
         cpu = {"c"} if self.kernel is not None and not self.batched else set()
-        return "+".join(sorted(self.used | cpu)) or "numpy"
-
-    def _on_device(self, t: torch.Tensor, rows: np.ndarray, samples: np.ndarray, i: int) -> None:
-        if t.is_complex() or t.is_sparse or not t.numel():
-            self._generic(t, rows[i], samples[i])
-            return
-        self.used.add("torch")
-        self.device.add(t, rows, samples, i)
+        return "+".join(sorted(self.used | cpu | ({"torch"} if self.on_device else set()))) or "numpy"
 
     def _generic(self, t: torch.Tensor, row: np.ndarray, samples: np.ndarray) -> None:
         if t.is_complex() or t.is_sparse:
