@@ -12,8 +12,7 @@ from ortlab.timing.collector import FILE
 from ortlab.timing.errors import TimeError
 from ortlab.timing.profile import TAPS
 
-KINDS = ("kernels: ORT's kernels (ORTModule), PyTorch's ops (PyTorch, torch.compile; on CUDA the GPU time of the "
-         "kernels each phase launched); outside: the rest of the "
+KINDS = ("kernels: ORT's kernels (ORTModule), PyTorch's ops (PyTorch, torch.compile); outside: the rest of the "
          "phase (ORTModule: its Python, input/output handling, DLPack, the loss; PyTorch: "
          "Python, hooks, the autograd engine); ORTModule's optimizer is PyTorch's, outside ORT; PythonOps call back "
          "into PyTorch inside their node (ORT's kernels); wait (ranks of a "
