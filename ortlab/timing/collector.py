@@ -233,6 +233,7 @@ class TimeCollector(Collector):
             out = {**profile.breakdown(rows, walls, kernels=CUDA_KERNELS, outside=CUDA_OUTSIDE,
                                        waits=_waits(run_dir, self.steps)),
                    "device": "cuda", "cuda_kernels": kernels[:TOP_KERNELS],
+                   "note": f"on CUDA: kernels are {CUDA_KERNELS}; outside is {CUDA_OUTSIDE}",
                    "tool": "torch.profiler with CUDA activity (record_shapes off) and the step's wall clock",
                    "trace": TRACE}
         else:
@@ -241,7 +242,8 @@ class TimeCollector(Collector):
                                        waits=_waits(run_dir, self.steps)),
                    "tool": "torch.profiler (record_shapes off) and the step's wall clock", "trace": TRACE}
         if compiled:
-            out["note"] = "torch.compile fuses operators across modules: its kernels are not attributed to modules"
+            fused = "torch.compile fuses operators across modules: its kernels are not attributed to modules"
+            out["note"] = f"{out['note']}; {fused}" if out.get("note") else fused
         return out
 
     def _cost(self) -> dict[str, Any]:
