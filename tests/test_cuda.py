@@ -143,7 +143,8 @@ def test_statistics_on_cuda_mean_what_they_mean_on_the_cpu(tmp_path):
                 for d in ("cpu", "cuda")}
     assert all(r.ok for r in runs.values()), [r.error for r in runs.values()]
     with np.load(runs["cuda"].path / "stats.npz") as z:
-        assert json.loads(str(z["meta"]))["summarizer"] == "torch"
+        meta = json.loads(str(z["meta"]))
+    assert meta["summarizer"] == "torch" and meta["lost_rows"] == 0, meta
     cpu, cuda = (read_stats(runs[d]) for d in ("cpu", "cuda"))
     assert cpu[["step", "phase", "name"]].equals(cuda[["step", "phase", "name"]])
     first = (cpu.step == 0) & (cpu.phase == "forward")
