@@ -8,8 +8,8 @@ installed, else by calling each test itself), then prints ONE table: the card, t
 or fail and each ratio against its target. Exit 0 only when all pass (a test that skips itself, e.g. ORTModule
 without onnxruntime-training, is not a failure), 1 otherwise, 2 on a machine without a GPU (one line). The table
 (table.txt, results.json) and every raw output (the benchmarks' logs and JSON, pytest's output) are written to
---out (default: $OUT when set, else ./gpu_check_out), so they can be brought back. About 5 minutes on an H100
-(under 8: each part has a share of --budget, 450 s).
+--out (default: $OUT when set, else ./gpu_check_out), so they can be brought back. About 5 minutes on an H100 (an
+estimate), under 8: each part has a share of --budget (450 s) and is stopped past it.
 
 ORTLAB_GPU_CHECK_FAKE_DEVICE=cpu (set only by tests/test_gpu_check.py) fakes the device check: the whole script runs
 on the CPU with tiny settings, to prove the script itself end to end (its `cuda` tests then skip, saying why).
