@@ -148,7 +148,7 @@ def benchmark(name: str, script: str, arguments: list[str], out: Path, share: fl
     for key, ratio in data["ratios"].items():
         target = data["targets"][key]
         rows.append({"check": f"{name} ({stem}: {key})", "result": "pass" if ratio <= target else "fail",
-                     "measured": round(ratio, 3), "target": target, "seconds": round(seconds, 1),
+                     "measured": ratio, "target": target, "seconds": round(seconds, 1),
                      "device": data.get("device")})
     return rows
 
