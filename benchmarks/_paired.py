@@ -6,6 +6,8 @@ the figure is the median of the rounds' ratios, printed with their range."""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,8 +51,12 @@ def paired(rounds: int, theirs: Callable[[], Any], ours: Callable[[], Any],
     return out
 
 
-def verdict(ratios: dict[str, float], targets: dict[str, float]) -> int:
-    """Print whether every ratio meets its target (<=) and return the exit code: 0 if all do."""
+def verdict(ratios: dict[str, float], targets: dict[str, float], device: str | None = None) -> int:
+    """Print whether every ratio meets its target (<=) and return the exit code: 0 if all do. With
+    ORTLAB_BENCHMARK_RESULT set (scripts/gpu_check), also write them there as JSON (ratios, targets, device)."""
     misses = [f"{name} {ratios[name]:.3f} > {targets[name]}" for name in ratios if ratios[name] > targets[name]]
     print("meets the targets" if not misses else f"misses the target: {'; '.join(misses)}")
+    if os.environ.get("ORTLAB_BENCHMARK_RESULT"):
+        with open(os.environ["ORTLAB_BENCHMARK_RESULT"], "w", encoding="utf-8") as f:
+            json.dump({"ratios": ratios, "targets": targets, "device": device}, f, indent=1)
     return 1 if misses else 0

@@ -9,7 +9,9 @@ per step, final_state.json at the end. Target: ratio <= 1.05.
 A second figure that a loaded machine moves less: the time spent inside the callback's hooks (timed in the runs
 with it) over those runs' wall time, the median over the rounds.
 
-    python benchmarks/callback_overhead.py [--steps 20] [--rounds 7] [--repeats 3] [--threads N]
+On `--device` (cuda when torch sees a GPU) the Trainer trains there (use_cpu off), both sides alike.
+
+    python benchmarks/callback_overhead.py [--steps 20] [--rounds 7] [--repeats 3] [--threads N] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 import tempfile
 import time
 
+import _device
 import torch
 from _paired import paired, verdict
 
@@ -62,6 +65,9 @@ for _name in HOOKS:
     setattr(Timed, _name, _timed(_name))
 
 
+DEVICE = ["cpu"]  # where the Trainer trains (--device)
+
+
 def train_seconds(steps: int, out: str | None) -> float:
     """The wall time of one Trainer.train() of `steps` steps (with the callback when `out` is given)."""
     from transformers import LlamaConfig, LlamaForCausalLM, PrinterCallback, Trainer, TrainingArguments
@@ -72,15 +78,17 @@ def train_seconds(steps: int, out: str | None) -> float:
     model = LlamaForCausalLM(config)
     with tempfile.TemporaryDirectory() as scratch:
         args = TrainingArguments(scratch, max_steps=steps, per_device_train_batch_size=BATCH, logging_steps=1,
-                                 report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
-                                 log_level="error")
+                                 report_to=[], save_strategy="no", use_cpu=DEVICE[0] == "cpu", disable_tqdm=True,
+                                 seed=0, log_level="error")
         callbacks = [Timed(out=out)] if out else None
         if out:
             inside.append(0.0)
         trainer = Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
         trainer.remove_callback(PrinterCallback)  # its print per step is the same on both sides: noise only
+        _device.sync(DEVICE[0])
         started = time.perf_counter()
         trainer.train()
+        _device.sync(DEVICE[0])
         return time.perf_counter() - started
 
 
@@ -90,7 +98,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each side per round (its shortest counts)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    _device.add_argument(parser)
     a = parser.parse_args()
+    DEVICE[0] = _device.chosen(a, parser).type
     if a.threads:
         torch.set_num_threads(a.threads)
     with tempfile.TemporaryDirectory() as out:
@@ -106,11 +116,12 @@ def main() -> int:
     ratio = statistics.median(ratios)
     print(f"{a.steps}-step Trainer.train(): without the callback {statistics.median(theirs):.3f} s, with it "
           f"{statistics.median(ours):.3f} s (medians over {a.rounds} rounds of the shortest of {r})")
-    print(f"ratio with / without: {ratio:.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f}); target <= {TARGET}")
+    print(f"ratio with / without: {ratio:.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f}); target <= {TARGET}; on "
+          f"{_device.describe(DEVICE[0])}")
     shares = [h / w for h, w in zip(inside[1:], runs.ours, strict=True)]  # inside[0]: the warm-up's
     print(f"time inside the callback's hooks: {100 * statistics.median(shares):.2f}% of train() "
           f"({100 * min(shares):.2f}-{100 * max(shares):.2f}%)")
-    return verdict({"callback": ratio}, {"callback": TARGET})
+    return verdict({"callback": ratio}, {"callback": TARGET}, _device.describe(DEVICE[0]))
 
 
 if __name__ == "__main__":

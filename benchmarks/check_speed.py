@@ -7,13 +7,18 @@ the check's).
     python benchmarks/check_speed.py                 # the transformers of this environment
     python benchmarks/check_speed.py layers          # the torch.nn layers' model only
     PYTHONPATH=$(python scripts/side_packages.py) python benchmarks/check_speed.py   # the newest one
+
+`--device cuda` checks the models on the GPU (cuda when torch sees one); check exports through ORTModule, so it
+needs onnxruntime-training (refused in one line without it).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
+import _device
 import torch
 import transformers
 
@@ -37,20 +42,29 @@ def gpt2_small() -> Workload:
     return Workload(model, batch, lambda out, _: out.loss, name="GPT-2 small shape")
 
 
-def timed(workload: Workload) -> tuple[float, object]:
+def timed(workload: Workload, device: str = "cpu") -> tuple[float, object]:
+    workload.model.to(device)  # check runs where the model's parameters are
     started = time.perf_counter()
     report = check(workload)
     return time.perf_counter() - started, report
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", nargs="?", choices=("all", "layers"), default="all")
+    _device.add_argument(parser)
+    args = parser.parse_args(argv)
+    device = _device.chosen(args, parser).type
+    if _device.ortmodule_missing():
+        parser.error(f"ortlab check exports through ORTModule: {_device.ortmodule_missing()}")
     transformers.logging.set_verbosity_error()
-    timed(families.vit())  # warm-up: ORT's import and first session
-    rows = [("19 torch.nn layers", *timed(layers.all_layers()), TARGET_LAYERS_S)]
-    if argv[:1] != ["layers"]:
-        rows += [("GPT-2 small shape", *timed(gpt2_small()), TARGET_GPT2_S)]
-        rows += [(name, *timed(getattr(families, name)()), TARGET_FAMILY_S) for name in families.FAMILIES]
-    print(f"ortlab check, transformers {transformers.__version__}, torch {torch.__version__}")
+    timed(families.vit(), device)  # warm-up: ORT's import and first session
+    rows = [("19 torch.nn layers", *timed(layers.all_layers(), device), TARGET_LAYERS_S)]
+    if args.which != "layers":
+        rows += [("GPT-2 small shape", *timed(gpt2_small(), device), TARGET_GPT2_S)]
+        rows += [(name, *timed(getattr(families, name)(), device), TARGET_FAMILY_S) for name in families.FAMILIES]
+    print(f"ortlab check, transformers {transformers.__version__}, torch {torch.__version__}, on "
+          f"{_device.describe(device)}")
     print(f"{'model':<20} {'seconds':>8} {'target':>7}  blockers  verdict")
     missed = 0
     for name, seconds, report, target in rows:

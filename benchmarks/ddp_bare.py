@@ -6,6 +6,9 @@ compute time (forward to the loss on the host, as ortlab's `step_time_s`) and it
 so that consecutive starts give whole iterations). Started by benchmarks/distributed_overhead.py as
 
     torchrun --nproc-per-node 2 benchmarks/ddp_bare.py --backend pytorch --steps 60 --out DIR [--turns FILE --block K]
+                                                       [--device cpu|cuda]
+
+With --device cuda each rank trains on its GPU (cuda:LOCAL_RANK) over NCCL, the step timed up to the loss read back.
 
 With --turns it takes turns with ortlab's ranks (job 0 of benchmarks/_turns.py), waiting where a step begins.
 """
@@ -24,6 +27,7 @@ from _turns import Turns
 from torch.nn.parallel import DistributedDataParallel
 
 from ortlab.demo import gpt
+from ortlab.workload import to_device
 
 
 def main() -> None:
@@ -33,12 +37,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--turns", type=Path, help="progress file of benchmarks/_turns.py")
     parser.add_argument("--block", type=int, default=12, help="steps per turn")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     torch.manual_seed(0)
     workload = gpt()
-    model = workload.model.train()
+    model = workload.model.train().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if args.backend == "ortmodule":
         import onnxruntime
@@ -55,7 +64,7 @@ def main() -> None:
         first = started if first is None else first
         if turns:
             turns.wait(step)
-        x, y = workload.batch(step * world + rank)
+        x, y = to_device(workload.batch(step * world + rank), device)
         compute = time.perf_counter()
         loss = workload.loss(runner(x), y)
         loss.backward()

@@ -13,6 +13,11 @@ runs. The bare script runs in the environment ortlab gives its ranks (one thread
 ortlab.engine.launch.RANK_ENV), so that the ratio is what ortlab's own machinery costs. Target: ratio <= 1.05.
 
     python benchmarks/distributed_overhead.py [--steps 300] [--block 12] [--rounds 5] [--backends pytorch ortmodule]
+                                              [--device cpu|cuda]
+
+`--device cuda` (the default when torch sees a GPU) trains both jobs on the GPUs over NCCL, one GPU per rank: it
+needs 2 of them (refused in one line otherwise; --device cpu measures over gloo). ORTModule is left out, with the
+reason, where onnxruntime-training is not installed.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _device
 import _turns
+import torch
 from _paired import verdict
 
 from ortlab import Session
@@ -50,19 +57,20 @@ def per_block(rows: list[dict], block: int, key: str) -> dict[int, float]:
     return {turn: statistics.median(values) for turn, values in found.items()}
 
 
-def in_turns(session: Session, backend: str, steps: int, block: int, progress: Path, out: Path) -> tuple[list, list]:
+def in_turns(session: Session, backend: str, steps: int, block: int, progress: Path, out: Path, device: str = "cpu"
+             ) -> tuple[list, list]:
     """One run of both jobs taking turns: (the bare script's rank-0 rows, ortlab's rank-0 rows)."""
     _turns.create(progress)
     env = {**RANK_ENV, **os.environ}  # what ortlab gives its ranks: the ratio is ortlab's machinery alone
     torchrun = Path(sys.executable).with_name("torchrun")
     command = [str(torchrun), "--nproc-per-node", "2", str(BARE), "--backend", backend, "--steps", str(steps),
-               "--out", str(out), "--turns", str(progress), "--block", str(block)]
+               "--out", str(out), "--turns", str(progress), "--block", str(block), "--device", device]
     # a session of its own, as ortlab's launcher starts its agent: with the kernel's autogroup scheduling, processes
     # share the CPU by session, so both must be alike there
     bare = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        run = session.burst(backend, steps, nproc=2, progress=False)
+        run = session.burst(backend, steps, nproc=2, progress=False, device=device)
         if run.status != "ok":
             raise SystemExit(f"the ortlab burst failed: {run.error}")
         if bare.wait(timeout=600):
@@ -81,7 +89,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5,
                         help="runs per backend (one run's figure moves by ~3%% on ORTModule)")
     parser.add_argument("--backends", nargs="+", default=["pytorch", "ortmodule"], choices=("pytorch", "ortmodule"))
+    _device.add_argument(parser)
     args = parser.parse_args()
+    device = _device.chosen(args, parser).type
+    if device == "cuda" and torch.cuda.device_count() < _turns.WORLD:
+        parser.error(f"--device cuda: {_turns.WORLD} ranks need {_turns.WORLD} GPUs (one per rank over NCCL), this "
+                     f"machine has {torch.cuda.device_count()}; use --device cpu")
+    where = _device.describe(device)
     if args.block <= _turns.FIRST_LEFT_OUT or args.steps < 3 * args.block:
         parser.error(f"--block must be > {_turns.FIRST_LEFT_OUT} and --steps at least 3 blocks")
     ratios = {}
@@ -94,10 +108,13 @@ def main() -> int:
         kwargs = {"turns": str(progress), "block": args.block, "steps": args.steps}
         with Session(factory, kwargs, out=Path(tmp) / "runs") as session:
             for backend in args.backends:
+                if backend == "ortmodule" and _device.ortmodule_missing():
+                    print(f"{backend:<10} left out: {_device.ortmodule_missing()}")
+                    continue
                 turn_ratios, per_run, figures = [], [], {"bare": [], "ortlab": [], "bare_c": [], "ortlab_c": []}
                 for i in range(args.rounds):
                     bare, ours = in_turns(session, backend, args.steps, args.block, progress,
-                                          Path(tmp) / f"bare-{backend}-{i}")
+                                          Path(tmp) / f"bare-{backend}-{i}", device)
                     b, o = per_block(bare, args.block, "iteration"), per_block(ours, args.block, "iteration")
                     run_ratios = [o[t] / b[t] for t in sorted(b.keys() & o.keys())]
                     turn_ratios += run_ratios
@@ -114,8 +131,8 @@ def main() -> int:
                 med = {k: statistics.median(v) * 1e3 for k, v in figures.items()}
                 print(f"{backend:<10} {med['bare']:>10.2f} {med['ortlab']:>12.2f} {ratio:>7.3f} "
                       f"{min(per_run):>6.3f}-{max(per_run):.3f} {deciles[0]:>7.3f}-{deciles[-1]:.3f}   "
-                      f"{med['bare_c']:>19.2f} {med['ortlab_c']:>7.2f}", flush=True)
-    return verdict(ratios, dict.fromkeys(ratios, TARGET))
+                      f"{med['bare_c']:>19.2f} {med['ortlab_c']:>7.2f}   on {where}", flush=True)
+    return verdict(ratios, dict.fromkeys(ratios, TARGET), where)
 
 
 if __name__ == "__main__":

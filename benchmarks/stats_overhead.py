@@ -12,9 +12,13 @@ For each model (the demo, and a 4-layer d=128 GPT with batch 8, sequence 128) an
   ratio of median step times (after step 0).
 Each figure is the median over rounds, printed with the rounds' range. ORT's subscriber is measured in a plain
 training loop. Output size per step: ortlab's stats.npz, ORT's step_N folder.
-Targets: <= 1.15 on PyTorch, <= 1.3 on ORTModule.
+Targets: <= 1.15 on PyTorch, <= 1.3 on ORTModule. The same method on `--device` (cuda when torch sees a GPU: there
+the statistics are summarized on the device, a step's rows reaching the host in one copy before the optimizer, inside
+the step's time); ORTModule and ORT's subscriber are left out, with the reason, where onnxruntime-training is not
+installed.
 
     python benchmarks/stats_overhead.py [--steps 60] [--rounds 7] [--models demo,gpt4] [--threads N] [--numpy]
+                                        [--device cpu|cuda] [--backends pytorch,ortmodule]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _device
 import numpy as np
 import torch
 from _paired import paired, verdict
@@ -50,11 +55,12 @@ def checked_run(engine: Engine, cfg: BurstConfig):
     return run
 
 
-def ortlab_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) -> tuple[list[float], float, int]:
+def ortlab_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str, device: str = "cpu"
+                 ) -> tuple[list[float], float, int]:
     """(per round: median step time with stats / without, bytes of statistics per step, tensors per step)."""
     plain, stats = Engine(ModelRef.of(None, **kwargs)), Engine(ModelRef.of(None, **kwargs))
-    cfg = BurstConfig(backend=backend, steps=steps, parity=True, out=out)
-    with_stats = BurstConfig(backend=backend, steps=steps, parity=True, out=out, collect={"stats": {}})
+    cfg = BurstConfig(backend=backend, steps=steps, parity=True, out=out, device=device)
+    with_stats = BurstConfig(backend=backend, steps=steps, parity=True, out=out, collect={"stats": {}}, device=device)
     for engine, c in ((plain, cfg), (stats, with_stats)):
         engine.run(BurstConfig(**{**c.__dict__, "steps": 2}))  # warm up: export once
     found = {"size": 0.0, "tensors": 0}
@@ -73,12 +79,14 @@ def ortlab_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) 
     return rounds_.ratios, found["size"], found["tensors"]
 
 
-def interleaved_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) -> list[float]:
+def interleaved_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str, device: str = "cpu"
+                      ) -> list[float]:
     """Per round: in one burst that records every other step, the median time of the steps with statistics over
     that of the steps without (a PyTorch step without statistics has no hooks at all: the collector registers
     them only for the steps it records; under ORTModule the PythonOps stay in the graph and return at once)."""
     engine = Engine(ModelRef.of(None, **kwargs))
-    cfg = BurstConfig(backend=backend, steps=steps, parity=True, out=out, collect={"stats": {"steps": [0, steps, 2]}})
+    cfg = BurstConfig(backend=backend, steps=steps, parity=True, out=out, collect={"stats": {"steps": [0, steps, 2]}},
+                      device=device)
     engine.run(BurstConfig(**{**cfg.__dict__, "steps": 2}))  # warm up: export once
     ratios = []
     for _ in range(rounds):
@@ -89,7 +97,8 @@ def interleaved_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: 
     return ratios
 
 
-def subscriber_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str) -> tuple[float, float]:
+def subscriber_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: str, device: str = "cpu"
+                     ) -> tuple[float, float]:
     """ORT's StatisticsSubscriber in a plain loop: (median step time ratio, bytes written per step)."""
     from onnxruntime.training.utils.hooks import StatisticsSubscriber, SubscriberManager
 
@@ -98,6 +107,7 @@ def subscriber_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: s
     def loop(subscribe: bool):
         torch.manual_seed(0)
         w = ModelRef.of(None, **kwargs).build()
+        w.model.to(device)
         for m in w.model.modules():
             if isinstance(m, torch.nn.Dropout):
                 m.p = 0.0
@@ -117,7 +127,7 @@ def subscriber_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: s
         def run(n: int) -> float:
             times = []
             for _ in range(n):
-                x, y = w.batch(state["step"] % 50)
+                x, y = _device.to(w.batch(state["step"] % 50), device)
                 state["step"] += 1
                 started = time.perf_counter()
                 loss = w.loss(call_model(runner, x), y)
@@ -125,6 +135,7 @@ def subscriber_ratio(kwargs: dict, backend: str, steps: int, rounds: int, out: s
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 float(loss.detach())
+                _device.sync(device)
                 times.append(time.perf_counter() - started)
             return statistics.median(times)
 
@@ -152,31 +163,41 @@ def main() -> int:
     parser.add_argument("--no-subscriber", action="store_true", help="skip ORT's StatisticsSubscriber")
     parser.add_argument("--numpy", action="store_true",
                         help="summarize with numpy instead of the one-pass C kernel")
+    parser.add_argument("--backends", default="pytorch,ortmodule", help="comma-separated: pytorch, ortmodule")
+    _device.add_argument(parser)
     args = parser.parse_args()
+    device = _device.chosen(args, parser).type
     if args.numpy:
         os.environ["ORTLAB_STATS_KERNEL"] = "numpy"
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    where = _device.describe(device)
     os.environ.setdefault("TQDM_DISABLE", "1")
-    print(f"torch intra-op threads: {torch.get_num_threads()} ({'set by --threads' if args.threads else 'default'})")
+    print(f"torch intra-op threads: {torch.get_num_threads()} ({'set by --threads' if args.threads else 'default'}); "
+          f"measured on {where}")
     print(f"{'model':<6} {'backend':<10} {'steps':>6} {'rounds':>12} {'bursts':>7} {'rounds':>12} {'target':>7} "
           f"{'ORT subscriber':>15} {'ortlab/step':>12} {'ORT/step':>10} {'tensors':>8}   ({args.steps} steps, median "
           f"of {args.rounds} rounds)")
     ratios, targets = {}, {}
     with tempfile.TemporaryDirectory() as out:
         for model in args.models.split(","):
-            for backend in ("pytorch", "ortmodule"):
-                steps = interleaved_ratio(MODELS[model], backend, args.steps, args.rounds, out)
-                bursts, size, tensors = ortlab_ratio(MODELS[model], backend, args.steps, args.rounds, out)
+            for backend in args.backends.split(","):
+                if backend == "ortmodule" and _device.ortmodule_missing():
+                    print(f"{model:<6} {backend:<10} left out: {_device.ortmodule_missing()}")
+                    continue
+                steps = interleaved_ratio(MODELS[model], backend, args.steps, args.rounds, out, device)
+                bursts, size, tensors = ortlab_ratio(MODELS[model], backend, args.steps, args.rounds, out, device)
+                skip = args.no_subscriber or _device.ortmodule_missing()  # ORT's subscriber is onnxruntime-training's
                 with captured_output(Path(out) / "subscriber.log"):  # ORT prints at C level
-                    sub, sub_size = (float("nan"), float("nan")) if args.no_subscriber else subscriber_ratio(
-                        MODELS[model], backend, args.steps, max(2, args.rounds // 2), out)
+                    sub, sub_size = (float("nan"), float("nan")) if skip else subscriber_ratio(
+                        MODELS[model], backend, args.steps, max(2, args.rounds // 2), out, device)
                 name = f"{model}/{backend}"
                 ratios[name], targets[name] = statistics.median(steps), TARGETS[backend]
                 print(f"{model:<6} {backend:<10} {ratios[name]:>6.3f} {_spread(steps):>12} "
                       f"{statistics.median(bursts):>7.3f} {_spread(bursts):>12} {targets[name]:>7.2f} {sub:>15.2f} "
-                      f"{size / 1024:>10.1f}KB {sub_size / 1024:>8.0f}KB {tensors:>8}", flush=True)
-    return verdict(ratios, targets)
+                      f"{size / 1024:>10.1f}KB {sub_size / 1024:>8.0f}KB {tensors:>8}   statistics ratio on {where}",
+                      flush=True)
+    return verdict(ratios, targets, where)
 
 
 def _spread(ratios: list[float]) -> str:

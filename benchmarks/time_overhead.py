@@ -10,7 +10,11 @@
    (124M parameters, random weights, batch 2, sequence 128; PyTorch and ORTModule, a few minutes to burst).
    Target: < 2 s.
 
+On `--device` (cuda when torch sees a GPU: torch.profiler with CUDA activity); ORTModule is left out, with the
+reason, where onnxruntime-training is not installed.
+
     python benchmarks/time_overhead.py [--steps 25] [--rounds 15] [--backend pytorch,ortmodule] [--gpt2]
+                                       [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import tempfile
 import time
 
+import _device
 import torch
 from _paired import paired, verdict
 
@@ -55,40 +60,51 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--backend", default="pytorch,ortmodule", help="backends of part 1 (none: skip it)")
     parser.add_argument("--gpt2", action="store_true", help="also time `ortlab time` on GPT-2 small's shape")
+    _device.add_argument(parser)
     args = parser.parse_args()
-    torch.set_num_threads(1)  # two cores: keep the measurement off the other one
+    device = _device.chosen(args, parser).type
+    if device == "cpu":
+        torch.set_num_threads(1)  # two cores: keep the measurement off the other one
     engine = Engine(ModelRef.of())
     ratios, targets = {}, {}
+    where = _device.describe(device)
     print(f"{'backend':<10} {'without (ms)':>12} {'with (ms)':>10} {'ratio':>7} {'rounds':>12}   (lower quartile of "
-          f"the steps after the profiled steps {PROFILED}, {args.steps} steps, median of {args.rounds} paired rounds)")
+          f"the steps after the profiled steps {PROFILED}, {args.steps} steps, median of {args.rounds} paired rounds, "
+          f"on {where})")
     with tempfile.TemporaryDirectory() as out:
         for backend in [b for b in args.backend.split(",") if b not in ("", "none")]:
-            plain = BurstConfig(backend=backend, steps=args.steps, out=out)
-            timed = BurstConfig(backend=backend, steps=args.steps, out=out, collect={"time": {"steps": PROFILED}})
-            engine.run(BurstConfig(backend=backend, steps=2, out=out))  # warm up
+            if backend == "ortmodule" and _device.ortmodule_missing():
+                print(f"{backend:<10} left out: {_device.ortmodule_missing()}")
+                continue
+            plain = BurstConfig(backend=backend, steps=args.steps, out=out, device=device)
+            timed = BurstConfig(backend=backend, steps=args.steps, out=out, collect={"time": {"steps": PROFILED}},
+                                device=device)
+            engine.run(BurstConfig(backend=backend, steps=2, out=out, device=device))  # warm up
             rounds = paired(args.rounds, lambda: after_profiled(engine, plain),  # noqa: B023
                             lambda: after_profiled(engine, timed))  # noqa: B023
             ratios[backend], targets[backend] = rounds.ratio, TARGET_RATIO
             print(f"{backend:<10} {statistics.median(rounds.theirs) * 1e3:>12.2f} "
-                  f"{statistics.median(rounds.ours) * 1e3:>10.2f} {rounds.ratio:>7.3f} {rounds.spread:>12}")
+                  f"{statistics.median(rounds.ours) * 1e3:>10.2f} {rounds.ratio:>7.3f} {rounds.spread:>12}   "
+                  f"on {where}")
         if args.gpt2:
             from memory_account import gpt2_small
 
             import ortlab
 
             started = time.perf_counter()
+            backends = ("pytorch",) if _device.ortmodule_missing() else ("pytorch", "ortmodule")
             with ortlab.Session(gpt2_small, out=out, in_process=True) as s:
-                runs = [s.burst(backend, 6, progress=False, collect={"time": {"steps": [2, 3]}})
-                        for backend in ("pytorch", "ortmodule")]
+                runs = [s.burst(backend, 6, progress=False, collect={"time": {"steps": [2, 3]}}, device=device)
+                        for backend in backends]
             print(f"(GPT-2 small bursts with the time collector: {time.perf_counter() - started:.0f} s, "
                   f"{[r.status for r in runs]})")
             seconds = cli_seconds([str(r.path) for r in runs], 3)
             ok = seconds < TARGET_CLI_S
-            print(f"ortlab time on GPT-2 small (PyTorch and ORTModule runs): {seconds:.2f} s (target < "
+            print(f"ortlab time on GPT-2 small ({' and '.join(backends)} runs on {where}): {seconds:.2f} s (target < "
                   f"{TARGET_CLI_S} s) {'ok' if ok else 'SLOW'}")
             if not ok:
                 ratios["ortlab time (s)"], targets["ortlab time (s)"] = seconds, TARGET_CLI_S
-    return verdict(ratios, targets)
+    return verdict(ratios, targets, where)
 
 
 if __name__ == "__main__":

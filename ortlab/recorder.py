@@ -148,7 +148,7 @@ class Recorder:
         elapsed, self._last = now - self._last, now
         row: dict[str, Any] = {"step": self.steps, "loss": _number(loss), "step_time_s": elapsed,
                                "samples_per_s": self.batch_size / elapsed if self.batch_size and elapsed > 0 else None,
-                               "peak_mem_mb": self.memory.peak_mb()}
+                               **self.memory.figures()}
         row.update({k: _number(v) for k, v in metrics.items()})
         if self.ortmodule:
             self._note_export(row)

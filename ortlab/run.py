@@ -277,8 +277,9 @@ class Run:
                 why = busy(self.meta.get("machine"))
                 if why:  # timings taken beside other work (ortlab.engine.machine)
                     out["busy"] = why
-            if "peak_mem_mb" in m:
-                out["peak_mem_mb"] = _number(m["peak_mem_mb"].max())
+            for key in ("peak_mem_mb", "peak_reserved_mb"):  # reserved: the CUDA allocator's
+                if key in m:
+                    out[key] = _number(m[key].max())
         if self.damaged_lines:
             out["damaged_metrics_lines"] = self.damaged_lines
         overhead = (self.ort or {}).get("overhead") or {}

@@ -222,6 +222,7 @@ def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool 
     process = "peak CUDA allocated (MB)" if cuda else "peak resident set (MB)"
     shown = [("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
              ("median step (ms)", "median_step_s", "ms"), (process, "peak_mem_mb", ".0f"),
+             *([("peak CUDA reserved (MB)", "peak_reserved_mb", ".0f")] if cuda else []),
              ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
              ("activation peak (MB)", "activation_peak_mb", ".2f")]
     compiles = any("compile_s" in (d.get(b) or {}) for b in backends)  # a torch.compile run (its compile.json)
@@ -290,6 +291,9 @@ def _memory_lines(d: dict[str, Any], backends: list[str]) -> list[str]:
         lines += [f"  {c}" for c in dict.fromkeys(d[b]["memory_counts"] for b in accounted)]
     lines += [f"no activation account for {b}: {d[b]['memory_missing']}" for b in backends
               if d[b].get("memory_missing")]
+    lines += [f"CUDA allocator for {b} over its steps: peak allocated {a['peak_allocated']:.1f} MB, peak reserved "
+              f"{a['peak_reserved']:.1f} MB (everything its tensors held: parameters, gradients, optimizer state, "
+              "activations, workspaces)" for b in backends if (a := d[b].get("cuda_allocator_mb"))]
     return lines
 
 

@@ -53,6 +53,20 @@ def pytest_runtest_protocol(item, nextitem):
             faulthandler.cancel_dump_traceback_later()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` skip, saying why, where torch sees no CUDA GPU (torch is imported only when such a test
+    was collected)."""
+    marked = [item for item in items if item.get_closest_marker("cuda")]
+    if not marked:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="no CUDA device: torch.cuda.is_available() is False")
+        for item in marked:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def demo_session(tmp_path_factory):
     """One in-process session over the demo, shared by tests that only need bursts (one ORT export per wrap)."""

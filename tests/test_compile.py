@@ -165,3 +165,19 @@ def test_ddp_over_a_compiled_model(tmp_path):
         run = s.burst("compile", 3, parity=True, progress=False, nproc=2, compile={"backend": "aot_eager"})
     assert run.ok, run.error
     assert run.meta["in_sync"] is True and len(run.ranks) == 2
+
+
+@slow
+@pytest.mark.timeout(1500)
+def test_a_trainer_that_accumulates_reports_its_compile_start_up(tmp_path):
+    """The LoRA Trainer runs two micro-batches a step: the first one's compile (forward and backward) is the
+    start-up, and the second micro-batch's forward must not hide it (it printed 0.00 s)."""
+    from ortlab import Session
+
+    with Session("ortlab.demo.trainers:lora_llama", out=tmp_path, in_process=True) as s:
+        run = s.burst("compile", 2, progress=False)
+    assert run.ok, run.error
+    compiled = run.read_json("compile.json")
+    assert compiled["compiled_steps"][0]["step"] == 0 and compiled["compile_s"] > 1.0, compiled
+    assert run.summary()["startup_s"] == compiled["compile_s"]
+    assert run.metrics["compile_s"].iloc[0] == pytest.approx(compiled["compile_s"], rel=1e-3)

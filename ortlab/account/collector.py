@@ -6,6 +6,9 @@ random states (torch, CUDA, numpy, Python), the model's buffers (a BatchNorm's r
 gradients are put back afterwards, so the burst's losses are those of a burst without it. ORTModule bursts: the
 account of the execution graph ORT ran, at finish(), which ORT writes only when the burst saves its graphs (the
 option save_onnx).
+On CUDA memory.json also holds the caching allocator's figures over the burst's steps (`allocator`: peak allocated
+and reserved bytes, and at the end), read before anything the account runs: everything the process's tensors held,
+beside the activation rows.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class MemoryCollector(Collector):
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
         from ortlab.run import write_json
 
+        allocator = _allocator(cfg)  # before the account below runs a step of its own
         account = registered(cfg.backend).memory
         if account is MemoryAccount.GRAPH:
             self._data = _graph(engine, cfg, run_dir, status)
@@ -49,7 +53,16 @@ class MemoryCollector(Collector):
             self._data = _autograd(engine, cfg, runner=engine.runner)  # what the burst's (compiled) graphs save
         elif self._data is None:
             self._data = missing(AUTOGRAD, f"the burst ended ({status}) before the account was taken")
-        write_json(run_dir / FILE, self._data)
+        write_json(run_dir / FILE, {**self._data, "allocator": allocator} if allocator else self._data)
+
+
+def _allocator(cfg) -> dict[str, int] | None:
+    """The CUDA allocator's figures since the burst's steps began (the engine resets its peaks there); None on the
+    CPU."""
+    from ortlab.engine.config import resolve_device
+    from ortlab.engine.peak import PeakMemory
+
+    return PeakMemory(resolve_device(cfg.device)).allocator()
 
 
 @contextlib.contextmanager
@@ -97,16 +110,15 @@ def untouched(model) -> Iterator[None]:
 
 
 def _autograd(engine, cfg, runner: Any = None) -> dict[str, Any]:
-    import torch
 
     from ortlab.account.torch_account import torch_memory
     from ortlab.compat.errors import root_message
+    from ortlab.engine import precision
     from ortlab.engine.config import resolve_device
 
     device = resolve_device(cfg.device)
     try:
-        with untouched(engine.model), torch.autocast(device.type, dtype=torch.float16,
-                                                     enabled=cfg.precision == "fp16"):
+        with untouched(engine.model), precision.autocast(cfg.precision, device):
             account = torch_memory(engine.workload, device=str(device), runner=runner)
     except Exception as e:  # the account must not cost the burst
         return missing(AUTOGRAD, f"autograd's account failed: {type(e).__name__}: {root_message(e)}")

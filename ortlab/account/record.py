@@ -30,16 +30,19 @@ def summary_fields(data: dict[str, Any] | None) -> dict[str, Any]:
     counted, or why there is no account. {} when the burst did not collect one."""
     if not data:
         return {}
+    allocator = data.get("allocator")  # CUDA: the caching allocator's peaks over the burst's steps
+    extra = {"cuda_allocator_mb": {k.removesuffix("_bytes"): _mb(v) for k, v in allocator.items()}} if allocator \
+        else {}
     if data.get("missing"):
-        return {"memory_missing": data["missing"], "memory_counts": data.get("counts")}
+        return {"memory_missing": data["missing"], "memory_counts": data.get("counts"), **extra}
     counts = data.get("counts") or COUNTS.get(data.get("kind"), "")
     if data.get("kind") == AUTOGRAD:
-        return {"saved_for_backward_mb": _mb(data.get("saved_bytes")), "memory_counts": counts}
+        return {"saved_for_backward_mb": _mb(data.get("saved_bytes")), "memory_counts": counts, **extra}
     if data.get("uncertain"):
         counts += (f"; a lower bound: {len(data['uncertain'])} buffers of unknown size not counted "
                    f"({data.get('uncertain_at_peak', 0)} alive at the peak)")
     return {"saved_for_backward_mb": _mb(data.get("stashed_bytes")),
-            "activation_peak_mb": _mb(data.get("peak_activation_bytes")), "memory_counts": counts}
+            "activation_peak_mb": _mb(data.get("peak_activation_bytes")), "memory_counts": counts, **extra}
 
 
 def _mb(value: Any) -> float | None:

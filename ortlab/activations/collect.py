@@ -128,6 +128,7 @@ class StatsCollector(Collector):
     """
 
     changes_graph = True
+    times_phases = True  # rows summarized on a GPU are written before the optimizer, inside the step's time
 
     def __init__(self, modules: str | list[str] | None = None, steps: Any = None, grads: bool = True,
                  taps: bool = True, samples: int = 8):
@@ -174,6 +175,9 @@ class StatsCollector(Collector):
         taps = registered(cfg.backend).stats_taps
         self._graph = taps is StatsTaps.GRAPH
         self._compiled = taps is StatsTaps.COMPILED_HOOKS
+        # on a GPU: ORT reuses its outputs' memory after a PythonOp, CUDA graphs their pools, without an in-place op
+        # that torch would see: copy those tensors where they are observed (ortlab.activations.batched)
+        self._summarize.device.always_copy = self._graph or self._compiled
         if self._graph:
             pythonop.prepare_export()
         model = engine.model
@@ -213,6 +217,7 @@ class StatsCollector(Collector):
         self._handles = []
 
     def step_begin(self, step: int) -> None:
+        self._summarize.clear()  # rows of a step that did not end
         self._step = step if self.steps is None or step in self.steps else None
         if self._step is not None:
             self._attach()
@@ -228,6 +233,7 @@ class StatsCollector(Collector):
             # torch.compile: another set of hooks is another graph to compile)
         if self._step is None:
             return
+        self._summarize.flush()
         n = len(self.slots)
         self._grow(n)
         for slot, source in self._aliases.items():
@@ -237,7 +243,14 @@ class StatsCollector(Collector):
                              self._bws[:n].copy()))
         self._step = None
 
+    def phase(self, step: int, name: str) -> None:
+        """Before the optimizer every forward and backward row of the step is there: the rows summarized on a
+        GPU reach the host now (one copy), inside the step's time as the engine measures it."""
+        if name == "optimizer" and self._step is not None:
+            self._summarize.flush()
+
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
+        self._summarize.clear()
         self._detach()
         self._hooks.clear()
         pythonop.deactivate(self)
@@ -325,6 +338,7 @@ class StatsCollector(Collector):
         n = len(self._fw)
         if size <= n:
             return
+        self._summarize.flush()  # rows waiting on the device go to the buffers they were meant for
         extra = max(size - n, n, 16)
         self._fw = np.concatenate([self._fw, np.full((extra, _NF), np.nan)])
         self._bw = np.concatenate([self._bw, np.full((extra, _NF), np.nan)])
@@ -360,6 +374,7 @@ class StatsCollector(Collector):
         for name, g in grads:
             if name in index:
                 self._summarize(g, self._pg, self._pgs, index[name])
+        self._summarize.flush()
         self._param_frames[self._step] = (self._pg.copy(), self._pgs.copy())
 
     # -- output
@@ -381,7 +396,9 @@ class StatsCollector(Collector):
         info = {"format": FORMAT, "fields": list(FIELDS), "samples": self.samples, "modules": self.modules,
                 "steps": [self.steps.start, self.steps.stop, self.steps.step] if self.steps else None,
                 "grads": self.grads, "aliases": {str(k): v for k, v in sorted(self._aliases.items())},
-                "summarizer": "c" if self._summarize.kernel is not None else "numpy", **meta}
+                "summarizer": self._summarize.describe(),
+                # rows left empty on a GPU: a tensor kept by reference was changed in place (ortlab.activations.batched)
+                "lost_rows": self._summarize.device.lost, **meta}
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
         np.savez(tmp, meta=np.array(json.dumps(info)), step=np.array([f[0] for f in self._frames], np.int64),
                  forward=stack(1, _NF, np.float64), backward=stack(2, _NF, np.float64),

@@ -165,7 +165,8 @@ def add_burst_args(b) -> None:
                    help="seeds the burst's random numbers: dropout, a sampler's shuffle (the model starts from "
                    "the session's snapshot)")
     b.add_argument("--precision", default="fp32", choices=[str(p) for p in Precision],
-                   help="fp16: torch.autocast and a GradScaler (CUDA only)")
+                   help="fp16: torch.autocast float16 and a GradScaler (CUDA only); bf16: torch.autocast bfloat16, "
+                        "no GradScaler (the CPU and CUDA; ORTModule: CUDA only)")
     b.add_argument("--device", default="auto", choices=[str(d) for d in Device],
                    help="auto: CUDA when there is a GPU, else the CPU")
     b.add_argument("--save-graphs", action="store_true",

@@ -113,9 +113,10 @@ def _check_devices(cfg: BurstConfig) -> None:
         return
     import torch
 
+    from ortlab.engine import precision
+
     device = resolve_device(cfg.device)
-    if cfg.precision == "fp16" and device.type != "cuda":
-        raise BurstError("precision 'fp16' needs CUDA (torch.autocast float16 + GradScaler); use fp32 on the CPU")
+    precision.check(cfg.precision, device, cfg.backend)
     if device.type == "cuda" and cfg.nproc > torch.cuda.device_count():
         raise BurstError(f"nproc {cfg.nproc} is more than this machine's {torch.cuda.device_count()} GPUs (one rank "
                          "per GPU with NCCL); use fewer ranks or device='cpu'")

@@ -21,6 +21,7 @@ import torch
 
 from ortlab.capture import captured_output
 from ortlab.compat.errors import root_message
+from ortlab.engine import precision
 from ortlab.engine.backends import Backend, make, registered
 from ortlab.engine.collectors import Collector, make_collectors
 from ortlab.engine.config import BurstConfig, resolve_device
@@ -127,10 +128,15 @@ class Engine:
         self.initial.restore(self.model)
         batches = self.workload.micro_batches(self.feed.batch, 0)  # the first optimizer step's
         runner, exports = self.backend(cfg.backend).gradient_runner(self, cfg, tuple(fixes), batches[0])
-        with cfg.effective_options().applied():
+        device = next((p.device for p in self.model.parameters()), resolve_device(cfg.device))
+        # in the burst's precision on both backends (float64 is never autocast): PyTorch's own distance to float64
+        # in that precision is what the other backend's is measured against
+        with cfg.effective_options().applied(), precision.autocast(cfg.precision, device):
             check = first_step(self.workload, fixes, cfg.seed, runner=runner, batches=batches,
                                exact=first64 or True)
         out = {**check.to_dict(), "exported": exports}
+        if precision.note(cfg.precision):
+            out["notes"] = [*out.get("notes", []), precision.note(cfg.precision)]
         if burst:
             out["float64"] = reference_run if error is None else {"error": error}
         return out
@@ -209,8 +215,7 @@ class Engine:
         if wanted is not None:
             self.check_import_options(wanted)
         device = resolve_device(cfg.device)
-        if cfg.precision == "fp16" and device.type != "cuda":
-            raise BurstError("precision 'fp16' needs CUDA (torch.autocast float16 + GradScaler); use fp32 on the CPU")
+        precision.check(cfg.precision, device, cfg.backend)
         feed = self.feed = self._feed(cfg)
         self.model.to(device)
         self.initial.restore(self.model)
@@ -237,7 +242,7 @@ class Engine:
             "optimizer": type(optimizer).__name__,  # what "auto" became (the workload's own, else AdamW)
             "scheduler": type(scheduler).__name__ if scheduler is not None else None,
         })
-        scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        scaler = precision.scaler(cfg.precision)
         self.model.train()
         timers = [c for c in collectors.values() if c.times_phases]
         self.current = self.backend(cfg.backend)
@@ -291,7 +296,7 @@ class Engine:
             c.phase(step, "end")
         row = {"step": step, "loss": total, "step_time_s": elapsed,
                "samples_per_s": (work.batch_size or 1) * work.accumulation / elapsed if elapsed > 0 else None,
-               "peak_mem_mb": b.memory.peak_mb()}
+               **b.memory.figures()}
         row.update(b.feed.load(step) or {})
         b.backend.after_step(self, b, step, b.last_inputs, row)
         for c in b.collectors.values():
@@ -319,10 +324,7 @@ class Engine:
             for c in b.timers:
                 c.phase(step, "forward")
         b.stage = "forward"
-        # no autocast context at all in fp32: even a disabled one sets the device's autocast dtype and nesting,
-        # which cost 1-3% of an ORTModule step in benchmarks/distributed_overhead.py
-        fp16 = torch.autocast(b.device.type, dtype=torch.float16) if b.scaler else contextlib.nullcontext()
-        with fp16:
+        with precision.autocast(b.cfg.precision, b.device):  # none at all in fp32 (ortlab.engine.precision)
             if self.workload.step_loss is not None:  # the trainer's own step: forward and loss in one
                 with b.backend.forward(self, b, step, inputs):
                     loss = self.workload.forward_loss(b.runner, inputs, target)

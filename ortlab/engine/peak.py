@@ -1,4 +1,6 @@
-"""Peak memory of the burst's process, read once per step, so it must be cheap."""
+"""Peak memory of the burst's process, read once per step, so it must be cheap. On CUDA both of the caching
+allocator's peaks: what tensors held (allocated) and what it took from the driver (reserved, which is what runs
+out first)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,26 @@ class PeakMemory:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def reserved_mb(self) -> float | None:
+        """The CUDA caching allocator's peak reserved memory since the last reset (None on the CPU)."""
+        return torch.cuda.max_memory_reserved() / 2**20 if self.cuda else None
+
+    def figures(self) -> dict[str, float | None]:
+        """A step row's memory fields: peak_mem_mb, and peak_reserved_mb on CUDA."""
+        out = {"peak_mem_mb": self.peak_mb()}
+        if self.cuda:
+            out["peak_reserved_mb"] = self.reserved_mb()
+        return out
+
+    def allocator(self) -> dict[str, int] | None:
+        """The CUDA allocator's figures in bytes (peaks since the last reset, and now), None on the CPU: what a
+        memory account puts beside the activation rows."""
+        if not self.cuda:
+            return None
+        return {"peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+                "allocated_bytes": torch.cuda.memory_allocated(), "reserved_bytes": torch.cuda.memory_reserved()}
 
     def close(self) -> None:
         if self._fd is not None:

@@ -141,6 +141,13 @@ class Session:
         from ortlab.summary import Comparison
 
         chosen = parse_backends(backends)
+        if kwargs.get("precision", "fp32") != "fp32":  # a precision one backend cannot train in: said before any burst
+            from ortlab.engine import precision
+            from ortlab.engine.config import resolve_device
+
+            device = resolve_device(kwargs.get("device", "auto"))
+            for backend in chosen:
+                precision.check(kwargs["precision"], device, backend)
         runs: dict[str, Run] = {}
         for backend in chosen:
             runs[backend] = self.burst(backend, steps, options, **kwargs)

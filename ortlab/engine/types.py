@@ -38,7 +38,8 @@ class Optimizer(StrEnum):
 
 class Precision(StrEnum):
     FP32 = "fp32"
-    FP16 = "fp16"  # CUDA only
+    FP16 = "fp16"  # CUDA only: torch.autocast float16 + GradScaler
+    BF16 = "bf16"  # torch.autocast bfloat16, no GradScaler (CPU and CUDA; ORTModule: CUDA only)
 
 
 class Device(StrEnum):

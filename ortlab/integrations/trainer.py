@@ -79,7 +79,8 @@ def _refuse(trainer: Any, origin: str) -> None:
                            "TrainingArguments(optim=..., lr_scheduler_type=...) or optimizer_cls_and_kwargs")
     if args.fp16 or args.bf16:
         raise TrainerError(f"model factory {origin} returned a {name} with {'fp16' if args.fp16 else 'bf16'}=True: "
-                           "bursts from a Trainer train in fp32 (use precision='fp16' on CUDA for mixed precision)")
+                           "bursts from a Trainer train in fp32 (use precision='bf16', or 'fp16' on CUDA, for "
+                           "mixed precision)")
     if args.world_size > 1 or args.deepspeed:
         raise TrainerError(f"model factory {origin} returned a {name} set up for several processes or DeepSpeed: "
                            "a burst from a Trainer runs in one process")

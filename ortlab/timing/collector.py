@@ -10,8 +10,9 @@ rest of each phase is outside ORT's kernels: ORTModule's Python, input and outpu
 
 PyTorch and torch.compile: torch.profiler on the profiled steps only (record_shapes off), with a record_function
 range per module (forward hooks, PyTorch only: hooks added to a compiled module would recompile it) and per phase.
-Steps after the last profiled one run without any of it: their median against the profiled steps' is what
-profiling cost.
+On CUDA (ProfilerActivity.CUDA) the time attributed is the GPU's: each kernel's, through its correlation id to the
+op, module and phase that launched it (the host's op times are what launching costs there). Steps after the last
+profiled one run without any of it: their median against the profiled steps' is what profiling cost.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from ortlab.timing.errors import TimeError
 FILE = "time.json"
 TRACE = "trace.json"
 ORT_PREFIX = "ort_profile"  # ORT writes <prefix>_<time>.json; read into time.json and trace.json, then removed
+CUDA_KERNELS = "CUDA kernels (GPU time, by the op and phase that launched them)"
+CUDA_OUTSIDE = ("the rest of the phase's wall time (the host's Python, launches, hooks, waits; below zero when the "
+                "phase's kernels ran on after it ended: the GPU runs behind the host)")
+TOP_KERNELS = 30  # kernel names kept per run (time.json's cuda_kernels)
 
 
 def profiled_steps(settings: dict[str, Any] | None, burst_steps: int | None) -> list[int]:
@@ -222,13 +227,23 @@ class TimeCollector(Collector):
 
         self._stopped.export_chrome_trace(str(run_dir / TRACE))
         events = json.loads((run_dir / TRACE).read_text()).get("traceEvents", [])
-        out = {**profile.breakdown(profile.torch_rows(events, compiled=compiled),
-                                   {s: _phases(self._marks[s]) for s in self.steps}, kernels="PyTorch's ops",
-                                   outside="outside PyTorch's ops (Python, hooks, the autograd engine)",
-                                   waits=_waits(run_dir, self.steps)),
-               "tool": "torch.profiler (record_shapes off) and the step's wall clock", "trace": TRACE}
+        walls = {s: _phases(self._marks[s]) for s in self.steps}
+        if any(e.get("cat") in profile.KERNELS for e in events):  # CUDA: the GPU's time, by what launched it
+            rows, kernels = profile.cuda_rows(events, compiled=compiled)
+            out = {**profile.breakdown(rows, walls, kernels=CUDA_KERNELS, outside=CUDA_OUTSIDE,
+                                       waits=_waits(run_dir, self.steps)),
+                   "device": "cuda", "cuda_kernels": kernels[:TOP_KERNELS],
+                   "note": f"on CUDA: kernels are {CUDA_KERNELS}; outside is {CUDA_OUTSIDE}",
+                   "tool": "torch.profiler with CUDA activity (record_shapes off) and the step's wall clock",
+                   "trace": TRACE}
+        else:
+            out = {**profile.breakdown(profile.torch_rows(events, compiled=compiled), walls, kernels="PyTorch's ops",
+                                       outside="outside PyTorch's ops (Python, hooks, the autograd engine)",
+                                       waits=_waits(run_dir, self.steps)),
+                   "tool": "torch.profiler (record_shapes off) and the step's wall clock", "trace": TRACE}
         if compiled:
-            out["note"] = "torch.compile fuses operators across modules: its kernels are not attributed to modules"
+            fused = "torch.compile fuses operators across modules: its kernels are not attributed to modules"
+            out["note"] = f"{out['note']}; {fused}" if out.get("note") else fused
         return out
 
     def _cost(self) -> dict[str, Any]:

@@ -4,7 +4,10 @@ for every backend.
 A row is (step, phase, module, op type, node, seconds): one ORT node's kernel time (ORT's profiler JSON: its
 node events carry the op type and the node name, whose scopes are the module path the export names, e.g.
 /blocks.0/attn/MatMul), or one PyTorch op's self time (torch.profiler's Chrome trace: its module from the
-innermost `module: PATH` range, a backward op's from the forward op of the same autograd sequence number).
+innermost `module: PATH` range, a backward op's from the forward op of the same autograd sequence number). On CUDA
+a row is one kernel's GPU time (a `kernel`, `gpu_memcpy` or `gpu_memset` event on a GPU stream), attributed through
+its correlation id to the launch (`cuda_runtime` / `cuda_driver` event) and so to the PyTorch op, module, step and
+phase that launched it.
 """
 
 from __future__ import annotations
@@ -83,18 +86,64 @@ def ort_rows(events: list[dict[str, Any]], start_ns: int, windows: dict[int, dic
     return rows, {"traceEvents": kept, "displayTimeUnit": "ms"}
 
 
+KERNELS = ("kernel", "gpu_memcpy", "gpu_memset")  # what runs on a GPU stream
+LAUNCHES = ("cuda_runtime", "cuda_driver")  # the host's calls that start them (cuLaunchKernel: inductor's kernels)
+
+
 def torch_rows(events: list[dict[str, Any]], compiled: bool = False) -> list[Row]:
     """torch.profiler's Chrome trace events -> rows of each op's self time inside the `ortlab: step S PHASE`
     ranges, attributed to the innermost `module: PATH` range (a backward op: to its forward op's module, by
     autograd sequence number; `compiled`: what runs inside torch.compile's graphs to COMPILED)."""
-    spans = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"].split()) for e in events
-                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ortlab: step "))
+    ops, _ = _walk(events, compiled)
+    return _in_steps(ops, _spans(events))
+
+
+def cuda_rows(events: list[dict[str, Any]], compiled: bool = False) -> tuple[list[Row], list[dict[str, Any]]]:
+    """torch.profiler's Chrome trace of a CUDA burst -> (rows of each kernel's GPU time, attributed to the op,
+    module, step and phase whose launch started it (its correlation id); each kernel name's GPU time per step and
+    phase, longest first). Kernels of launches outside the profiled steps' phases are left out."""
+    _ops, launches = _walk(events, compiled)
+    kernels: list[tuple[float, float, str, str]] = []
+    names: dict[int, str] = {}  # index in kernels -> the kernel's name
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in KERNELS:
+            continue
+        launch = launches.get((e.get("args") or {}).get("correlation"))
+        if launch is not None:
+            at, module, op = launch
+            names[len(kernels)] = str(e.get("name", ""))
+            kernels.append((at, float(e.get("dur", 0)) / 1e6, module, op))
+    order = sorted(range(len(kernels)), key=lambda k: kernels[k][0])
+    spans = _spans(events)
+    rows = _in_steps([kernels[k] for k in order], spans, [names[k] for k in order])
+    per: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for _step, phase, _module, _op, name, seconds in rows:
+        per[name, phase][0] += seconds
+        per[name, phase][1] += 1
+    steps = len({r[0] for r in rows}) or 1
+    top = [{"kernel": k, "phase": p, "s": s / steps, "count": c / steps} for (k, p), (s, c) in per.items()]
+    return [(*r[:4], "", r[5]) for r in rows], sorted(top, key=lambda t: -t["s"])
+
+
+def _spans(events: list[dict[str, Any]]) -> list[tuple[float, float, list[str]]]:
+    """The step phases' ranges on the host (on CUDA the profiler mirrors them on the GPU's timeline as
+    gpu_user_annotation events: those are not the phases' wall time)."""
+    return sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"].split()) for e in events
+                  if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                  and str(e.get("name", "")).startswith("ortlab: step "))
+
+
+def _walk(events: list[dict[str, Any]], compiled: bool) -> tuple[list[tuple[float, float, str, str]],
+                                                                 dict[Any, tuple[float, str, str]]]:
+    """Each host thread's ops as a stack: ([(start, self seconds, module, op)], {correlation id: (the launch's
+    start, the module and op it was launched from)} for the CUDA launches among them)."""
     by_thread: dict[Any, list[dict[str, Any]]] = collections.defaultdict(list)
     for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation"):
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", *LAUNCHES):
             by_thread[(e.get("pid"), e.get("tid"))].append(e)
     forward_module: dict[int, str] = {}  # autograd sequence number -> the module of the forward op that made it
     ops: list[tuple[float, float, str, str]] = []  # (start, self seconds, module, op)
+    launches: dict[Any, tuple[float, str, str]] = {}
     threads = sorted(by_thread.values(), key=lambda evs: min(e["ts"] for e in evs))
     for thread in threads:
         thread.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
@@ -105,6 +154,10 @@ def torch_rows(events: list[dict[str, Any]], compiled: bool = False) -> list[Row
             while stack and stack[-1][0] <= start:
                 done.append(stack.pop())
             module = stack[-1][1] if stack else NONE
+            if e.get("cat") in LAUNCHES:  # not a frame: an op's self time keeps its launches, as without CUDA
+                op = next((f[2]["name"] for f in reversed(stack) if f[2].get("cat") == "cpu_op"), e.get("name", ""))
+                launches[(e.get("args") or {}).get("correlation")] = (start, module, _op_name(op))
+                continue
             name = e.get("name", "")
             args = e.get("args") or {}
             seq = args.get("Sequence number")
@@ -126,9 +179,16 @@ def torch_rows(events: list[dict[str, Any]], compiled: bool = False) -> list[Row
             if e.get("cat") == "cpu_op":
                 ops.append((e["ts"], max(e.get("dur", 0) - children, 0) / 1e6, module, _op_name(e["name"])))
     ops.sort()
+    return ops, launches
+
+
+def _in_steps(items: list[tuple[float, float, str, str]], spans: list[tuple[float, float, list[str]]],
+              nodes: list[str] | None = None) -> list[Row]:
+    """(start, seconds, module, op) sorted by start -> rows of those inside a step's phase (`nodes`: each item's
+    node column)."""
     rows: list[Row] = []
     i = 0
-    for start, seconds, module, op in ops:
+    for k, (start, seconds, module, op) in enumerate(items):
         while i < len(spans) and spans[i][1] < start:
             i += 1
         if i == len(spans):
@@ -140,7 +200,7 @@ def torch_rows(events: list[dict[str, Any]], compiled: bool = False) -> list[Row
                 module = COLLECTIVES
             elif phase == "optimizer":
                 module = OPTIMIZER
-            rows.append((int(words[2]), phase, module, op, "", seconds))
+            rows.append((int(words[2]), phase, module, op, nodes[k] if nodes else "", seconds))
     return rows
 
 

@@ -38,6 +38,7 @@ class Registered:
     # "module:function" saying why it cannot run in this process (None: it can), asked before a burst starts
     unavailable: str | None = None
     health: str | None = None  # "module:function" checking what it needs on this machine (`ortlab doctor`)
+    autocast_cpu: bool = True  # it trains under torch.autocast bfloat16 on the CPU (ORT 1.19.2: no bf16 CPU MatMul)
 
     def imports(self, options: Any) -> Any:
         """The import-time options a process must have been started with to run this backend with `options`
@@ -53,7 +54,7 @@ BACKENDS: dict[str, Registered] = {r.name: r for r in (
     Registered("ortmodule", "ortlab.engine.backends.ort:OrtBackend", "ORTModule", onnx_stages=True, compat=True,
                import_options=True, time_source=TimeSource.ORT_PROFILER, memory=MemoryAccount.GRAPH,
                stats_taps=StatsTaps.GRAPH, unavailable="ortlab.stacks:ortmodule_line",
-               health="ortlab.diagnosis:ortmodule_health"),
+               health="ortlab.diagnosis:ortmodule_health", autocast_cpu=False),
     Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
                time_source=TimeSource.TORCH_PROFILER_FUSED, memory=MemoryAccount.AUTOGRAD_RUNNER,
                stats_taps=StatsTaps.COMPILED_HOOKS, settings=("compile", "ortlab.engine.backends.compiled:settings"),
