@@ -53,7 +53,7 @@ def pytest_runtest_protocol(item, nextitem):
             faulthandler.cancel_dump_traceback_later()
 
 
-def pytest_collection_modifyitems(config, items):
+def _skip_cuda_without_a_gpu(items) -> None:
     """Tests marked `cuda` skip, saying why, where torch sees no CUDA GPU (torch is imported only when such a test
     was collected)."""
     marked = [item for item in items if item.get_closest_marker("cuda")]
@@ -98,9 +98,11 @@ def _notebook_uses_ortmodule(path: Path, seen: dict[Path, bool]) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `ort`, and the notebooks whose code uses ORTModule, need ORTModule: on the current stack (Python
-    3.12+, the newest torch) they are skipped with the reason ortlab itself gives a user there."""
+    3.12+, the newest torch) they are skipped with the reason ortlab itself gives a user there. Tests marked `cuda`
+    need a GPU."""
     from ortlab.stacks import ortmodule_line
 
+    _skip_cuda_without_a_gpu(items)
     why = ortmodule_line()
     if why is None:
         return
