@@ -1,0 +1,178 @@
+"""fp32's own spread: a few PyTorch fp32 runs whose rounding differs from the burst's, spent only where one PyTorch
+fp32 run does not settle the verdict (the candidate is further from float64 than FACTOR times it).
+
+One PyTorch fp32 run is one sample of fp32's error, and a lucky one can be far closer to float64 than another:
+- the first step's gradients are not chaotic, but ill-posed where a ReLU or a max sits at a tie: torchvision
+  MNASNet 0.5 (batch 2, 64x64, its default start) has PyTorch fp32's gradient of `layers.11.0.layers.0.weight`
+  0.013% from float64, and 4 of 8 starts moved by one ulp put it 12% away, where ORT's lands (2026-11-27). So the
+  gradient check adds members one at a time (PyTorch running the fixes' formulas, then starts moved by one ulp,
+  seeds 1, 2, ...) until the candidate is within FACTOR times their largest distance, or GRADIENT_MEMBERS ran.
+- a few optimizer steps amplify rounding: ResNet-18's three AdamW steps end 0.11% of the loss from float64 in
+  PyTorch fp32, and up to 0.46% in runs whose rounding differs. A start moved by one ulp alone is not such a run:
+  it keeps PyTorch's kernels and so its rounding at every step (on a small BatchNorm CNN at lr 0.1 over 20 steps
+  such runs stay within 4e-3% of the loss from float64, where ORT, whose kernels sum in another order, is at
+  0.031%). So each burst member starts one ulp away and its every step's gradient carries normal noise of fp32's
+  own first-step error per parameter (PyTorch fp32's distance to float64, per element): another summation order
+  at every step (the same model: 2e-3% to 4e-2%). BURST_MEMBERS of them; the first runs the fixes' formulas.
+
+Where the spread itself is a large share of what is judged (CHAOS), training is chaotic: fp32 cannot tell a
+difference of that size from rounding, so a candidate beyond FACTOR times it is "no evidence", not a divergence,
+and the verdict rests on the first step's gradients and the end state's whole numbers (which rounding cannot move).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from typing import Any
+
+GRADIENT_MEMBERS = 8  # at most this many extra first steps (each one forward and backward in fp32)
+BURST_MEMBERS = 3  # extra fp32 runs of the burst's steps
+CHAOS = 1e-2  # the spread over the norm of what is judged (the loss curve; a tensor's summary) above which
+# training is chaotic: measured 15-26% (MNASNet 0.5, 3 steps), 0.46% (ResNet-18), 0.04% (small BatchNorm CNN)
+ABSURD = 1e6  # a candidate this many times the norm off float64 is garbage, which no fp32 run explains
+
+
+# --------------------------------------------------------------------------- the members (where the model is)
+
+
+def gradient_members(workload: Any, batches: list[Any], seed: int = 0, fixes: tuple[str, ...] | list[str] = ()
+                     ) -> Iterator[tuple[str, Any]]:
+    """(what it is, its gradients.Step): PyTorch fp32's first step with the module-kind fixes' formulas (when
+    any is applied), then from starts moved by one ulp, one at a time (a member is computed when asked for)."""
+    from ortlab.verdict import reference
+
+    if reference.rewriting(fixes):
+        yield f"PyTorch fp32 with the formulas of {', '.join(reference.rewriting(fixes))}", _step(
+            workload, batches, seed, None, fixes)
+    for k in range(1, GRADIENT_MEMBERS + 1 - bool(reference.rewriting(fixes))):
+        yield f"PyTorch fp32 from the start moved by one ulp (seed {k})", _step(workload, batches, seed, k, ())
+
+
+def _step(workload: Any, batches: list[Any], seed: int, nudge: int | None, fixes: Any) -> Any:
+    from ortlab.engine.parity import parity
+    from ortlab.verdict import reference
+    from ortlab.verdict.gradients import Step
+
+    model = copy.deepcopy(workload.model)
+    model.train()
+    if nudge is not None:
+        reference.nudged(model, nudge)
+    for p in model.parameters():
+        p.grad = None
+    with parity(model, True, seed), reference.formulas(model, fixes):
+        loss = workload.backward(model, batches)
+    return Step(loss, {n: None if p.grad is None else p.grad.detach()
+                       for n, p in model.named_parameters() if p.requires_grad})
+
+
+def burst_members(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, steps: int, seed: int = 0,
+                  fixes: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    """BURST_MEMBERS fp32 runs of the burst's steps whose rounding differs from PyTorch's at every step
+    (ortlab.verdict.reference.replay): {"members": [{"losses", "state", "how"}], "jitter": the largest noise
+    size per element}. The noise per parameter is fp32's own first-step error: PyTorch fp32's gradient against
+    float64's on the first batch, per element."""
+    from ortlab.verdict import reference
+
+    initial.restore(workload.model)
+    batches = workload.micro_batches(feed.batch, 0)
+    exact = reference.step(workload, batches, seed)
+    fp32 = _step(workload, batches, seed, None, ())
+    jitter = {}
+    for name, g in fp32.grads.items():
+        g64 = exact.grads.get(name)
+        if g is not None and g64 is not None and g.numel():
+            size = float((g.double() - g64.to(g.device)).norm()) / math.sqrt(g.numel())
+            jitter[name] = size if math.isfinite(size) else 0.0
+    rewriting = reference.rewriting(fixes)
+    members = []
+    for k in range(1, BURST_MEMBERS + 1):
+        formulas = tuple(rewriting) if k == 1 else ()
+        run, _ = reference.replay(workload, feed, initial, optimizer, lr, steps, seed, float64=False, nudge=k,
+                                  jitter=jitter, fixes=formulas)
+        how = "start moved by one ulp, fp32's rounding noise at every step" + (
+            f", the formulas of {', '.join(formulas)}" if formulas else "")
+        members.append({**run, "how": how})
+    initial.restore(workload.model)
+    return {"members": members, "jitter": max(jitter.values(), default=0.0)}
+
+
+# --------------------------------------------------------------------------- what they say (where the verdict is)
+
+
+def wanted(verdict: Any) -> bool:
+    """Whether the members could change the verdict: the losses or the end state's float tensors were judged
+    against float64 with one PyTorch fp32 run and are beyond what it allows."""
+    losses = verdict.losses or {}
+    groups = ((verdict.state or {}).get("float64") or {}).values()
+    return bool((losses.get("judged_by") == "float64" and losses.get("beyond") and not losses.get("members")) or any(
+        g.get("diverged") and g.get("members", 0) == 0 for g in groups))
+
+
+def losses_spread(members: list[dict[str, Any]] | None, exact: list[float]) -> list[float]:
+    """Each member's loss curve's distance to float64's (over the steps both have)."""
+    from ortlab.verdict.exact import distance_numbers
+
+    steps = len(exact)
+    return [distance_numbers(m["losses"][:steps], exact) for m in members or [] if len(m["losses"]) >= steps]
+
+
+def chaotic(noise: float, norm: float) -> bool:
+    """Whether fp32's spread is a large share of what it is judged on (CHAOS)."""
+    return math.isfinite(noise) and norm > 0 and noise > CHAOS * norm
+
+
+def absurd(distance: float, norm: float) -> bool:
+    """Garbage: not finite, or ABSURD times the norm of the float64 value off it."""
+    return not math.isfinite(distance) or distance > ABSURD * max(norm, 1e-30)
+
+
+def gradient_note(grads: dict[str, Any], who: str) -> str:
+    """The first step's gradients judged against the ensemble, in words: whether it found fp32's own error larger
+    than one PyTorch run showed (an ill-posed gradient), or confirmed it."""
+    from ortlab.verdict.exact import FACTOR, percent
+
+    worst = grads["worst"][0]
+    norm, members, pytorch = worst["norm"], grads["members"], worst["pytorch_to_float64"]
+    fp32 = max(pytorch, worst["spread"])
+    runs = f"{len(members)} more fp32 run{'s' if len(members) > 1 else ''} ({_kinds(members)})"
+    if fp32 > FACTOR * pytorch:
+        return (f"first-step gradients: one PyTorch fp32 run was no yardstick here: {runs} put fp32's own error of "
+                f"{worst['parameter']} at up to {percent(fp32, norm)} (PyTorch's burst: {percent(pytorch, norm)}, "
+                f"{who}: {percent(worst['to_float64'], norm)}); the gradient moves with the last bit of the start "
+                "(a ReLU or a max at a tie)")
+    return (f"first-step gradients: {runs} confirm fp32's own error of {worst['parameter']} is at most "
+            f"{percent(fp32, norm)} ({who}: {percent(worst['to_float64'], norm)})")
+
+
+def state_note(kind: str, group: dict[str, Any], who: str) -> str:
+    """A kind of float tensor whose end state is no evidence (chaotic), in words."""
+    from ortlab.verdict.exact import percent
+
+    fp32 = max(group["pytorch_to_float64"], group.get("spread") or 0.0)
+    norm = math.sqrt(group["tensors"])
+    return (f"the end state's float {kind}s are no evidence: training is chaotic here, PyTorch fp32 runs of this "
+            f"start end {percent(fp32, norm)} from float64 per tensor ({who}: {percent(group['to_float64'], norm)})")
+
+
+def formula_notes(applied: list[str], who: str, spent: bool) -> list[str]:
+    """Which formula each side ran, when a fix rewrote the model's arithmetic for the other backend."""
+    from ortlab.verdict import reference
+
+    rewriting = reference.rewriting(applied)
+    if not rewriting:
+        return []
+    names = ", ".join(f"`{f}`" for f in rewriting)
+    plural = "es" if len(rewriting) > 1 else ""
+    return [f"formulas: PyTorch ran the model as written, {who} the formulas of the fix{plural} {names} (the same "
+            f"function): both are judged against float64 of the model as written"
+            + (", and fp32's spread includes PyTorch running those formulas" if spent else "")]
+
+
+def _kinds(members: list[str]) -> str:
+    formulas = [m for m in members if "formulas" in m]
+    moved = len(members) - len(formulas)
+    starts = f"{moved} from starts moved by one ulp" if moved > 1 else "one from a start moved by one ulp"
+    parts = (["one with the fixes' formulas"] if formulas else []) + ([starts] if moved else [])
+    return ", ".join(parts)
