@@ -135,13 +135,14 @@ class Engine:
             out["float64"] = reference_run if error is None else {"error": error}
         return out
 
-    def ensemble(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
-        """fp32 runs of `cfg`'s steps from the initial snapshot whose rounding differs from PyTorch's, with the
-        fixes' formulas in the first (ortlab.verdict.ensemble): their losses and end states."""
+    def ensemble(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), start: dict | None = None
+                 ) -> dict[str, Any]:
+        """fp32 runs of `cfg`'s steps from the initial snapshot whose rounding differs from PyTorch's, the first
+        with the fixes' formulas and from `start` (ortlab.verdict.ensemble): their losses and end states."""
         from ortlab.verdict.ensemble import burst_members
 
         out = burst_members(self.workload, self._feed(cfg), self.initial, cfg.optimizer, cfg.lr, cfg.steps, cfg.seed,
-                            tuple(fixes))
+                            tuple(fixes), start)
         self.initial.restore(self.model)
         return out
 

@@ -44,7 +44,7 @@ class GradientCheck:
     judged_by: str = FP32
     loss_float64: float | None = None
     notes: list[str] = field(default_factory=list)
-    members: list[str] = field(default_factory=list)  # the fp32 ensemble's runs (ortlab.verdict.ensemble), if any
+    members: list[dict] = field(default_factory=list)  # the fp32 ensemble's runs (ortlab.verdict.ensemble), if any
 
     @property
     def worst(self) -> dict[str, Any] | None:
@@ -90,7 +90,7 @@ class GradientCheck:
 
 def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: list[str] | None = None,
             exact: Step | None = None, notes: list[str] | None = None, spread: dict[str, float] | None = None,
-            members: list[str] | None = None) -> GradientCheck:
+            members: list[dict[str, Any]] | None = None) -> GradientCheck:
     """Every parameter's gradient of both steps, worst first: judged against `exact` (the float64 step) when
     given, else against each other (allclose when every parameter is, else relative to PyTorch fp32's).
     `spread`: per parameter, the largest distance to float64 of the fp32 ensemble's `members`."""
@@ -298,9 +298,9 @@ def widened(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, 
     from ortlab.verdict import ensemble
 
     spread: dict[str, float] = {}
-    members: list[str] = []
-    for how, member in ensemble.gradient_members(workload, batches, seed, fixes):
-        members.append(how)
+    members: list[dict[str, Any]] = []
+    for what, member in ensemble.gradient_members(workload, batches, seed, fixes):
+        members.append(what)
         for name, g in member.grads.items():
             g64 = exact.grads.get(name)
             if g is not None and g64 is not None:

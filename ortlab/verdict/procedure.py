@@ -41,7 +41,7 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
     verdict = decide(pytorch, other, evidence, noise, float64=float64)
     members = None
     if noise is None and float64 and not float64.get("error") and wanted(verdict):
-        members = ensemble_evidence(session, config, fixes)
+        members = ensemble_evidence(session, config, fixes, start(evidence))
         verdict = decide(pytorch, other, evidence, noise, float64=float64, ensemble=members)
     if verdict.diverged:  # name the causes: what check finds (not needed for buffers alone), else where statistics
         # first differ
@@ -85,14 +85,15 @@ def gradient_evidence(session: Any, config: Any, fixes: tuple[str, ...], burst: 
         return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
 
 
-def ensemble_evidence(session: Any, config: Any, fixes: tuple[str, ...]) -> dict[str, Any]:
-    """fp32 runs of the burst's steps whose rounding differs (ortlab.verdict.ensemble), from the session's engine;
-    a failure is an ensemble not run, with its reason."""
+def ensemble_evidence(session: Any, config: Any, fixes: tuple[str, ...], begin: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+    """fp32 runs of the burst's steps whose rounding differs (ortlab.verdict.ensemble), from the session's engine
+    (`begin`: the first one's start); a failure is an ensemble not run, with its reason."""
     try:
         if config.distributed:
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer="adamw",
                              save_checkpoint=False, sampler=None)
-        return session._ensemble_request(config, fixes)
+        return session._ensemble_request(config, fixes, begin)
     except Exception as e:
         from ortlab.compat.errors import root_message
 
@@ -104,6 +105,13 @@ def wanted(verdict: Any) -> bool:
     from ortlab.verdict.ensemble import wanted as needs
 
     return needs(verdict)
+
+
+def start(evidence: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the gradient check's ensemble found the other backend's side of a tie (ortlab.verdict.ensemble.start)."""
+    from ortlab.verdict.ensemble import start as begin
+
+    return begin(evidence)
 
 
 def check_causes(session: Any, options: Any, applied: tuple[str, ...], evidence: dict[str, Any] | None = None

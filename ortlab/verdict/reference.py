@@ -75,10 +75,10 @@ def burst(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, ste
 
 def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, steps: int, seed: int = 0,
            float64: bool = True, nudge: int | None = None, jitter: dict[str, float] | None = None,
-           fixes: tuple[str, ...] = ()) -> tuple[dict[str, Any], Any]:
+           fixes: tuple[str, ...] = (), ulps: int = 1) -> tuple[dict[str, Any], Any]:
     """The burst's steps on a copy of the model from the initial snapshot (`burst`: the float64 one). Without
     `float64`, an fp32 run whose rounding differs from the PyTorch burst's, a member of the verdict's ensemble
-    (ortlab.verdict.ensemble): `nudge` (a seed), every floating parameter moved by one ulp up or down at the
+    (ortlab.verdict.ensemble): `nudge` (a seed), every floating parameter moved by `ulps` ulps up or down at the
     start, and with `jitter` (per parameter, a size), each step's gradient moved by normal noise of that size per
     element (another summation order's rounding); `fixes`, the module-kind fixes' formulas (what ORTModule ran)
     in place of the model's. Raises what the steps raise."""
@@ -93,7 +93,7 @@ def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, st
     model = model64(workload.model) if float64 else copy.deepcopy(workload.model)
     model.train()
     if nudge is not None:
-        nudged(model, nudge)
+        nudged(model, nudge, ulps)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     opt, scheduler = workload.make_optimizer(model, optimizer, lr, device)
     if initial.optimizer is not None:
@@ -117,17 +117,21 @@ def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, st
     return {"losses": losses, "state": state.summarize(model)}, first
 
 
-def nudged(model: Any, seed: int) -> Any:
-    """`model` with every floating parameter moved by one ulp (towards +inf or -inf, as a generator seeded with
-    `seed` draws): a start PyTorch fp32 cannot tell from the original, whose rounding then differs."""
+def nudged(model: Any, seed: int, ulps: int = 1) -> Any:
+    """`model` with every floating parameter moved by `ulps` ulps (up or down, as a generator seeded with `seed`
+    draws): a start PyTorch fp32 cannot tell from the original (one ulp), whose rounding then differs."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
             if p.is_floating_point():
-                up = torch.rand(p.shape, generator=g) < 0.5
-                p.copy_(torch.nextafter(p, torch.where(up, math.inf, -math.inf).to(p.device, p.dtype)))
+                up = (torch.rand(p.shape, generator=g) < 0.5).to(p.device)
+                if ulps == 1:
+                    p.copy_(torch.nextafter(p, torch.where(up, math.inf, -math.inf).to(p.dtype)))
+                else:
+                    ulp = torch.nextafter(p, torch.full_like(p, math.inf)) - p
+                    p.add_(torch.where(up, ulp, -ulp) * ulps)
     return model
 
 
