@@ -245,7 +245,7 @@ def test_a_batchnorm_cnn_at_a_high_learning_rate_agrees_within_fp32s_spread(tmp_
         verdict = s.judge(pt, ort)
     assert ort.meta["fixes"]["applied"] == ["pytorch-buffers"]
     assert verdict.status == "agree", str(verdict)
-    assert verdict.losses["judged_by"] == "float64" and len(verdict.losses["members"]) == ensemble.BURST_MEMBERS
+    assert verdict.losses["judged_by"] == "float64" and 1 <= len(verdict.losses["members"]) <= ensemble.BURST_MEMBERS
     fp32 = max(verdict.losses["members"] + [verdict.losses["pytorch_to_float64"]])
     assert verdict.losses["to_float64"] > exact.FACTOR * verdict.losses["pytorch_to_float64"]  # one run: diverged
     assert verdict.losses["to_float64"] <= exact.FACTOR * fp32 + 1e-4 * verdict.losses["norm"]

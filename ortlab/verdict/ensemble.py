@@ -76,12 +76,15 @@ def _step(workload: Any, batches: list[Any], seed: int, nudge: int | None, fixes
 
 
 def burst_members(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, steps: int, seed: int = 0,
-                  fixes: tuple[str, ...] | list[str] = (), start: dict[str, Any] | None = None) -> dict[str, Any]:
+                  fixes: tuple[str, ...] | list[str] = (), start: dict[str, Any] | None = None,
+                  target: dict[str, Any] | None = None) -> dict[str, Any]:
     """BURST_MEMBERS fp32 runs of the burst's steps whose rounding differs from PyTorch's at every step
     (ortlab.verdict.reference.replay): {"members": [{"losses", "state", "how"}], "jitter": the largest noise
     size per element}. The noise per parameter is fp32's own first-step error: PyTorch fp32's gradient against
     float64's on the first batch, per element. `start` ({"seed", "ulps"}): the first member's start, the one the
-    gradient check found on the other backend's side of a tie (its first step then takes the same branch)."""
+    gradient check found on the other backend's side of a tie (its first step then takes the same branch).
+    `target` ({"losses", "pytorch", "float64"}: the other backend's, PyTorch's and float64's loss curves): no
+    more members once the other backend's losses are within what they allow (more would only widen it)."""
     from ortlab.verdict import reference
 
     initial.restore(workload.model)
@@ -104,6 +107,8 @@ def burst_members(workload: Any, feed: Any, initial: Any, optimizer: str, lr: fl
         how = (f"start moved by {'one ulp' if ulps == 1 else f'{ulps} ulps'} (seed {nudge}), fp32's rounding noise "
                "at every step" + (f", the formulas of {', '.join(formulas)}" if formulas else ""))
         members.append({**run, "how": how})
+        if target and settled(target, members):
+            break
     initial.restore(workload.model)
     return {"members": members, "jitter": max(jitter.values(), default=0.0)}
 
@@ -118,6 +123,15 @@ def wanted(verdict: Any) -> bool:
     groups = ((verdict.state or {}).get("float64") or {}).values()
     return bool((losses.get("judged_by") == "float64" and losses.get("beyond") and not losses.get("members")) or any(
         g.get("diverged") and g.get("members", 0) == 0 for g in groups))
+
+
+def settled(target: dict[str, Any], members: list[dict[str, Any]]) -> bool:
+    """Whether the other backend's losses (`target`) are within FACTOR times the members' spread so far."""
+    from ortlab.verdict.exact import judge_numbers
+
+    exact = target["float64"]
+    spread = losses_spread(members, exact)
+    return bool(spread) and not judge_numbers(target["losses"], target["pytorch"], exact, spread=max(spread)).diverged
 
 
 def losses_spread(members: list[dict[str, Any]] | None, exact: list[float]) -> list[float]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -294,22 +294,31 @@ def typed(check: GradientCheck, model: Any) -> GradientCheck:
 def widened(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, ort: Step, exact: Step,
             check: GradientCheck, tolerance: float = AGREE) -> GradientCheck:
     """The check again against fp32's spread (ortlab.verdict.ensemble): members added one at a time until the
-    other backend is within FACTOR times their largest distance to float64, or none is left."""
+    other backend is within FACTOR times their largest distance to float64, or none is left (the rows' distances
+    are kept; only what is allowed changes)."""
     from ortlab.verdict import ensemble
+    from ortlab.verdict import exact as ex
 
+    scale = math.sqrt(sum(float(g.double().norm()) ** 2 for g in exact.grads.values() if g is not None))
     spread: dict[str, float] = {}
     members: list[dict[str, Any]] = []
+    rows = [dict(r) for r in check.rows]
     for what, member in ensemble.gradient_members(workload, batches, seed, fixes):
         members.append(what)
         for name, g in member.grads.items():
             g64 = exact.grads.get(name)
             if g is not None and g64 is not None:
                 d = float((g.double() - g64.to(g.device)).norm())
-                spread[name] = max(spread.get(name, 0.0), d if math.isfinite(d) else math.inf)
-        check = compare(pt, ort, tolerance, list(fixes), exact, spread=spread, members=members)
-        if check.agree:
+                spread[name] = max(spread.get(name, 0.0), d if math.isfinite(d) else 0.0)
+        for row in rows:
+            if row.get("to_float64") is not None and row["parameter"] in spread:
+                j = ex.decide(row["to_float64"], row["pytorch_to_float64"], row["norm"], scale,
+                              spread=spread[row["parameter"]])
+                row.update(allowed=j.allowed, spread=j.spread, diverged=j.diverged or row.get("note") is not None)
+        if not any(r.get("diverged") for r in rows):
             break
-    return check
+    rows.sort(key=lambda r: -_excess(r))
+    return replace(check, rows=rows, members=members)
 
 
 def _garbage(row: dict[str, Any]) -> bool:
