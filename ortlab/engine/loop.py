@@ -135,15 +135,15 @@ class Engine:
             out["float64"] = reference_run if error is None else {"error": error}
         return out
 
-    def ensemble(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), start: dict | None = None,
-                 target: dict | None = None) -> dict[str, Any]:
+    def ensemble(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), hints: dict | None = None
+                 ) -> dict[str, Any]:
         """fp32 runs of `cfg`'s steps from the initial snapshot whose rounding differs from PyTorch's, the first
-        with the fixes' formulas and from `start`, no more once `target`'s losses are within their spread
-        (ortlab.verdict.ensemble): their losses and end states."""
+        with the fixes' formulas (ortlab.verdict.ensemble; `hints`: where they start and stop): their losses and
+        end states."""
         from ortlab.verdict.ensemble import burst_members
 
         out = burst_members(self.workload, self._feed(cfg), self.initial, cfg.optimizer, cfg.lr, cfg.steps, cfg.seed,
-                            tuple(fixes), start, target)
+                            tuple(fixes), hints)
         self.initial.restore(self.model)
         return out
 

@@ -53,13 +53,12 @@ class RunGradientCheck:
 
 @dataclass(frozen=True)
 class RunEnsemble:
-    """fp32 runs of the burst's steps whose rounding differs from PyTorch's (ortlab.verdict.ensemble), the first
-    from `start` when given, no more once `target`'s losses are within their spread; the worker answers Checked."""
+    """fp32 runs of the burst's steps whose rounding differs from PyTorch's (ortlab.verdict.ensemble; `hints`:
+    where they start and stop); the worker answers Checked."""
 
     config: dict[str, Any]
     fixes: tuple[str, ...]
-    start: dict[str, Any] | None = None
-    target: dict[str, Any] | None = None
+    hints: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

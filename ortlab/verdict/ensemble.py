@@ -14,7 +14,7 @@ One PyTorch fp32 run is one sample of fp32's error, and a lucky one can be far c
   PyTorch fp32, and up to 0.46% in runs whose rounding differs. A start moved by one ulp alone is not such a run:
   it keeps PyTorch's kernels and so its rounding at every step (on a small BatchNorm CNN at lr 0.1 over 20 steps
   such runs stay within 4e-3% of the loss from float64, where ORT, whose kernels sum in another order, is at
-  0.031%). So each burst member starts one ulp away and its every step's gradient carries normal noise of fp32's
+  0.031%). So each burst member starts one ulp away and its every step's gradient carries noise of fp32's
   own first-step error per parameter (PyTorch fp32's distance to float64, per element): another summation order
   at every step (the same model: 2e-3% to 4e-2%). BURST_MEMBERS of them; the first runs the fixes' formulas.
 
@@ -76,41 +76,56 @@ def _step(workload: Any, batches: list[Any], seed: int, nudge: int | None, fixes
 
 
 def burst_members(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, steps: int, seed: int = 0,
-                  fixes: tuple[str, ...] | list[str] = (), start: dict[str, Any] | None = None,
-                  target: dict[str, Any] | None = None) -> dict[str, Any]:
-    """BURST_MEMBERS fp32 runs of the burst's steps whose rounding differs from PyTorch's at every step
+                  fixes: tuple[str, ...] | list[str] = (), hints: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Up to BURST_MEMBERS fp32 runs of the burst's steps whose rounding differs from PyTorch's at every step
     (ortlab.verdict.reference.replay): {"members": [{"losses", "state", "how"}], "jitter": the largest noise
-    size per element}. The noise per parameter is fp32's own first-step error: PyTorch fp32's gradient against
-    float64's on the first batch, per element. `start` ({"seed", "ulps"}): the first member's start, the one the
-    gradient check found on the other backend's side of a tie (its first step then takes the same branch).
-    `target` ({"losses", "pytorch", "float64"}: the other backend's, PyTorch's and float64's loss curves): no
-    more members once the other backend's losses are within what they allow (more would only widen it)."""
+    size per element}. The noise per parameter is fp32's own first-step error per element: PyTorch fp32's gradient
+    against float64's on the first batch. `hints` (from the verdict, all optional): "rounding", that error per
+    parameter as the gradient check measured it (else measured here: one float64 and one fp32 step); "start"
+    ({"seed", "ulps"}), the first member's start, the one the gradient check found on the other backend's side of
+    a tie (its first step takes the same branch); "target" (`settled`), what, once within the members' spread,
+    needs no more of them (more would only widen it)."""
     from ortlab.verdict import reference
 
+    hints = hints or {}
     initial.restore(workload.model)
-    batches = workload.micro_batches(feed.batch, 0)
-    exact = reference.step(workload, batches, seed)
-    fp32 = _step(workload, batches, seed, None, ())
-    jitter = {}
-    for name, g in fp32.grads.items():
-        g64 = exact.grads.get(name)
-        if g is not None and g64 is not None and g.numel():
-            size = float((g.double() - g64.to(g.device)).norm()) / math.sqrt(g.numel())
-            jitter[name] = size if math.isfinite(size) else 0.0
+    jitter = _noise(workload, feed, seed, hints.get("rounding"))
     rewriting = reference.rewriting(fixes)
+    start = hints.get("start") or {}
     members = []
     for k in range(1, BURST_MEMBERS + 1):
         formulas = tuple(rewriting) if k == 1 else ()
-        nudge, ulps = (start["seed"], start["ulps"]) if k == 1 and start and start.get("seed") else (k, 1)
+        nudge, ulps = (start["seed"], start["ulps"]) if k == 1 and start.get("seed") else (k, 1)
         run, _ = reference.replay(workload, feed, initial, optimizer, lr, steps, seed, float64=False, nudge=nudge,
                                   jitter=jitter, fixes=formulas, ulps=ulps)
         how = (f"start moved by {'one ulp' if ulps == 1 else f'{ulps} ulps'} (seed {nudge}), fp32's rounding noise "
                "at every step" + (f", the formulas of {', '.join(formulas)}" if formulas else ""))
         members.append({**run, "how": how})
-        if target and settled(target, members):
+        if hints.get("target") and settled(hints["target"], members):
             break
     initial.restore(workload.model)
     return {"members": members, "jitter": max(jitter.values(), default=0.0)}
+
+
+def _noise(workload: Any, feed: Any, seed: int, rounding: dict[str, float] | None) -> dict[str, float]:
+    """Per parameter, fp32's own first-step error per element (RMS): `rounding`'s distances over the square root
+    of the parameter's size, or measured (one float64 and one fp32 step on the first batch)."""
+    from ortlab.verdict import reference
+
+    sizes = {n: p.numel() for n, p in workload.model.named_parameters() if p.requires_grad}
+    if rounding:
+        return {n: d / math.sqrt(sizes[n]) for n, d in rounding.items()
+                if n in sizes and sizes[n] and d is not None and math.isfinite(d)}
+    batches = workload.micro_batches(feed.batch, 0)
+    exact = reference.step(workload, batches, seed)
+    fp32 = _step(workload, batches, seed, None, ())
+    out = {}
+    for name, g in fp32.grads.items():
+        g64 = exact.grads.get(name)
+        if g is not None and g64 is not None and g.numel():
+            size = float((g.double() - g64.to(g.device)).norm()) / math.sqrt(g.numel())
+            out[name] = size if math.isfinite(size) else 0.0
+    return out
 
 
 # --------------------------------------------------------------------------- what they say (where the verdict is)
@@ -126,12 +141,19 @@ def wanted(verdict: Any) -> bool:
 
 
 def settled(target: dict[str, Any], members: list[dict[str, Any]]) -> bool:
-    """Whether the other backend's losses (`target`) are within FACTOR times the members' spread so far."""
+    """Whether what sent for the members is within FACTOR times their spread so far: `target` {"losses",
+    "pytorch", "float64"} (the loss curves) and, when the end state sent for them, "state" {"pytorch", "other",
+    "float64"} (the summaries ortlab.verdict.state judges)."""
+    from ortlab.verdict import state
     from ortlab.verdict.exact import judge_numbers
 
     exact = target["float64"]
     spread = losses_spread(members, exact)
-    return bool(spread) and not judge_numbers(target["losses"], target["pytorch"], exact, spread=max(spread)).diverged
+    if not spread or judge_numbers(target["losses"], target["pytorch"], exact, spread=max(spread)).diverged:
+        return False
+    states = target.get("state")
+    return not states or not any(g["diverged"] for g in state.judged(
+        states["pytorch"], states["other"], states["float64"], [m["state"] for m in members]).values())
 
 
 def losses_spread(members: list[dict[str, Any]] | None, exact: list[float]) -> list[float]:
@@ -202,6 +224,27 @@ def _kinds(members: list[dict[str, Any]]) -> str:
     starts = f"{len(ulps)} from starts moved by {sizes}" if len(ulps) > 1 else f"one from a start moved by {sizes}"
     parts = (["one with the fixes' formulas"] if formulas else []) + ([starts] if ulps else [])
     return ", ".join(parts)
+
+
+def hints(grads: dict[str, Any] | None, verdict: Any, pytorch: Any, other: Any, exact: dict[str, Any]
+          ) -> dict[str, Any]:
+    """What the burst's members can start from (`burst_members`): the gradient check's rounding per parameter and
+    the start it ended on, and what to stop at (the loss curves; the end states when they sent for the members)."""
+    from ortlab.verdict import state
+
+    out: dict[str, Any] = {"start": start(grads)}
+    rows = (grads or {}).get("distances") or []
+    if rows:
+        out["rounding"] = {r["parameter"]: r["pytorch_to_float64"] for r in rows}
+    losses = verdict.losses or {}
+    if losses.get("judged_by") == "float64":
+        steps = len(losses["float64"])
+        out["target"] = {"losses": other.losses[:steps], "pytorch": pytorch.losses[:steps],
+                         "float64": losses["float64"]}
+        if any(g.get("diverged") for g in ((verdict.state or {}).get("float64") or {}).values()):
+            out["target"]["state"] = {"pytorch": state.read(pytorch.path), "other": state.read(other.path),
+                                      "float64": exact["state"]}
+    return out
 
 
 def start(grads: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -41,7 +41,7 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
     verdict = decide(pytorch, other, evidence, noise, float64=float64)
     members = None
     if noise is None and float64 and not float64.get("error") and wanted(verdict):
-        members = ensemble_evidence(session, config, fixes, start(evidence), _target(verdict, pytorch, other))
+        members = ensemble_evidence(session, config, fixes, hints(evidence, verdict, pytorch, other, float64))
         verdict = decide(pytorch, other, evidence, noise, float64=float64, ensemble=members)
     if verdict.diverged:  # name the causes: what check finds (not needed for buffers alone), else where statistics
         # first differ
@@ -85,16 +85,15 @@ def gradient_evidence(session: Any, config: Any, fixes: tuple[str, ...], burst: 
         return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
 
 
-def ensemble_evidence(session: Any, config: Any, fixes: tuple[str, ...], begin: dict[str, Any] | None = None,
-                      target: dict[str, Any] | None = None) -> dict[str, Any]:
+def ensemble_evidence(session: Any, config: Any, fixes: tuple[str, ...], given: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
     """fp32 runs of the burst's steps whose rounding differs (ortlab.verdict.ensemble), from the session's engine
-    (`begin`: the first one's start; `target`: the losses that, once within their spread, need no more of them);
-    a failure is an ensemble not run, with its reason."""
+    (`given`: ensemble.hints); a failure is an ensemble not run, with its reason."""
     try:
         if config.distributed:
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer="adamw",
                              save_checkpoint=False, sampler=None)
-        return session._ensemble_request(config, fixes, begin, target)
+        return session._ensemble_request(config, fixes, given)
     except Exception as e:
         from ortlab.compat.errors import root_message
 
@@ -108,22 +107,12 @@ def wanted(verdict: Any) -> bool:
     return needs(verdict)
 
 
-def _target(verdict: Any, pytorch: Any, other: Any) -> dict[str, Any] | None:
-    """The loss curves the ensemble may stop at (ortlab.verdict.ensemble.settled): only when the losses alone sent
-    for it (the end state's float tensors need every member)."""
-    groups = ((verdict.state or {}).get("float64") or {}).values()
-    losses = verdict.losses or {}
-    if any(g.get("diverged") for g in groups) or losses.get("judged_by") != "float64":
-        return None
-    steps = len(losses["float64"])
-    return {"losses": other.losses[:steps], "pytorch": pytorch.losses[:steps], "float64": losses["float64"]}
+def hints(evidence: dict[str, Any], verdict: Any, pytorch: Any, other: Any, float64: dict[str, Any]
+          ) -> dict[str, Any]:
+    """What the ensemble can start from and stop at (ortlab.verdict.ensemble.hints)."""
+    from ortlab.verdict.ensemble import hints as given
 
-
-def start(evidence: dict[str, Any]) -> dict[str, Any] | None:
-    """Where the gradient check's ensemble found the other backend's side of a tie (ortlab.verdict.ensemble.start)."""
-    from ortlab.verdict.ensemble import start as begin
-
-    return begin(evidence)
+    return given(evidence, verdict, pytorch, other, float64)
 
 
 def check_causes(session: Any, options: Any, applied: tuple[str, ...], evidence: dict[str, Any] | None = None

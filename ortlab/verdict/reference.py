@@ -79,7 +79,7 @@ def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, st
     """The burst's steps on a copy of the model from the initial snapshot (`burst`: the float64 one). Without
     `float64`, an fp32 run whose rounding differs from the PyTorch burst's, a member of the verdict's ensemble
     (ortlab.verdict.ensemble): `nudge` (a seed), every floating parameter moved by `ulps` ulps up or down at the
-    start, and with `jitter` (per parameter, a size), each step's gradient moved by normal noise of that size per
+    start, and with `jitter` (per parameter, a size), each step's gradient moved by noise of that size per
     element (another summation order's rounding); `fixes`, the module-kind fixes' formulas (what ORTModule ran)
     in place of the model's. Raises what the steps raise."""
     import torch
@@ -136,13 +136,14 @@ def nudged(model: Any, seed: int, ulps: int = 1) -> Any:
 
 
 def _jittered(model: Any, sizes: dict[str, float], generator: Any) -> None:
-    """Each parameter's gradient plus normal noise of its size per element (named in `sizes`)."""
+    """Each parameter's gradient plus noise of its size (RMS) per element, uniform (named in `sizes`)."""
     import torch
 
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.grad is not None and sizes.get(name):
-                p.grad.add_(torch.randn(p.shape, generator=generator).to(p.device, p.dtype) * sizes[name])
+                noise = torch.rand(p.shape, generator=generator).to(p.device, p.dtype)
+                p.grad.add_(noise.sub_(0.5).mul_(math.sqrt(12) * sizes[name]))
 
 
 @contextlib.contextmanager
