@@ -53,19 +53,39 @@ def test_a_verdict_with_a_huge_gradient_prints_no_number_longer_than_a_person_re
     assert not any(re.search(r"\d{7}", line) for line in verdict.lines()), verdict.lines()
 
 
+def test_the_headline_names_the_worst_finite_gradient_and_counts_the_garbage_upstream(tmp_path):
+    from ortlab.verdict.gradients import worst_first
+
+    order = ["stem.0.weight", "block1.se.fc1.weight", "block1.se.fc2.weight", "head.weight"]
+    rows = [_row(math.nan, 1.0, "stem.0.weight"), _row(math.nan, 1.0, "block1.se.fc1.weight"),
+            _row(0.5, 1.0, "block1.se.fc2.weight"), {**_row(1e-4, 1.0, "head.weight"), "diverged": False}]
+    ranked = worst_first(rows, order)
+    assert [r["parameter"] for r in ranked] == ["block1.se.fc2.weight", "block1.se.fc1.weight", "stem.0.weight",
+                                                "head.weight"]  # NaN floods upstream: it locates nothing
+    assert [r["parameter"] for r in worst_first(rows[:2], order)] == ["block1.se.fc1.weight", "stem.0.weight"]
+    pytorch, ort = _pair(tmp_path, TRUTH, TRUTH)
+    grads = {"agree": False, "judged_by": "float64", "worst": ranked, "garbage": 2, "forward_agrees": True}
+    headline = judge(pytorch, ort, grads).headline
+    assert headline.startswith("DIVERGED: ORT's gradient of block1.se.fc2.weight (module block1.se.fc2) is ")
+    assert "; 2 gradients are garbage (not finite, or off by over a million times the noise), e.g. " \
+           "block1.se.fc1.weight" in headline
+
+
 # --------------------------------------------------------------------------- the first step: ill-posed gradients
 
 
 class Tie(torch.nn.Module):
-    """relu(w . x) with w . x exactly 0: the gradient jumps with the last bit of w (a ReLU at a tie)."""
+    """relu(w . x) with w . x exactly 0: the gradient jumps with the last bit of w (a ReLU at a tie), beside a
+    term whose gradient is large (as the rest of a network's are)."""
 
     def __init__(self):
         super().__init__()
         self.w = torch.nn.Parameter(torch.tensor([1.0, -1.0]))
         self.v = torch.nn.Parameter(torch.tensor([0.5]))
+        self.u = torch.nn.Parameter(torch.tensor([1.0]))
 
     def forward(self, x):
-        return torch.relu((x * self.w).sum(-1, keepdim=True)) * self.v
+        return torch.relu((x * self.w).sum(-1, keepdim=True)) * self.v + 1000 * self.u * x.sum(-1, keepdim=True)
 
 
 def _tie() -> Workload:
@@ -85,7 +105,7 @@ def test_a_gradient_at_a_tie_is_judged_against_fp32_runs_from_starts_one_ulp_awa
     check = widened(work, batches, 0, (), pt, flipped, exact64, check)
     assert check.agree and check.members and check.worst["spread"] >= check.worst["to_float64"], check.rows
     assert check.members[0]["how"] == "PyTorch fp32 from the start moved by one ulp (seed 1)"
-    wrong = Step(0.0, {"w": torch.tensor([40.0, 40.0]), "v": flipped.grads["v"]})  # beyond any fp32 run
+    wrong = Step(0.0, {**flipped.grads, "w": torch.tensor([40.0, 40.0])})  # beyond any fp32 run
     assert not widened(work, batches, 0, (), pt, wrong, exact64, compare(pt, wrong, exact=exact64)).agree
     assert work.model.w.tolist() == [1.0, -1.0]  # members run on copies
 
@@ -186,6 +206,9 @@ def test_chaotic_losses_are_no_evidence_and_the_verdict_rests_on_the_first_step(
                                                    "this start end up to")
     wrong = {"agree": False, "judged_by": "float64", "worst": [_row(0.5, 1.0)], "forward_agrees": True}
     assert judge(pytorch, far, wrong, float64={"losses": truth, "state": _state(1.0)}, ensemble=spread).diverged
+    beyond = _pair(tmp_path, [8.07, 10.86, 2.46], [8.07, 10.91, 9.0], tag="-beyond")[1]  # 13x fp32's spread
+    verdict = judge(pytorch, beyond, AGREEING, float64={"losses": truth, "state": _state(1.0)}, ensemble=spread)
+    assert verdict.diverged and "fp32's spread from float64" in verdict.headline, str(verdict)
 
 
 def test_the_end_states_float_tensors_are_judged_against_the_members_and_chaos_is_no_evidence():

@@ -81,7 +81,7 @@ class GradientCheck:
                "loss_pytorch": self.loss_pytorch, "loss_ortmodule": self.loss_ortmodule,
                "loss_float64": self.loss_float64, "forward_agrees": self.forward_agrees,
                "worst": self.rows[:5], "parameters": len(self.rows), "fixes": self.fixes, "notes": self.notes,
-               "members": self.members}
+               "members": self.members, "garbage": sum(_garbage(r) for r in self.rows)}
         if self.judged_by == FLOAT64:  # every parameter's two distances: what the Lab plots
             out["distances"] = [{k: r.get(k) for k in ("parameter", "to_float64", "pytorch_to_float64", "spread",
                                                        "allowed", "norm", "diverged")} for r in self.rows]
@@ -132,7 +132,7 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
         rows.append(row)
     if exact is not None:
         judged_by = FLOAT64
-        rows.sort(key=lambda r: -_excess(r))
+        rows = worst_first(rows, list(pytorch.grads))
     else:
         judged_by = ALLCLOSE if not any(r["diverged"] for r in rows) else FP32
         rows.sort(key=lambda r: -r["relative"])
@@ -152,6 +152,20 @@ def allclose(pytorch: Step, other: Step) -> bool:
         if g_pt is not None and not ex.close(g_other, g_pt):
             return False
     return True
+
+
+def worst_first(rows: list[dict[str, Any]], order: list[str]) -> list[dict[str, Any]]:
+    """The diverged rows first, by how far past what is allowed they are; then the garbage ones (missing, not
+    finite, absurd: it floods every gradient upstream of where it went wrong, so it locates nothing), the last in
+    the model's order first (the nearest to where it went wrong); then the rest."""
+    position = {name: i for i, name in enumerate(order)}
+
+    def key(r: dict[str, Any]) -> tuple:
+        if _garbage(r):
+            return 1, -position.get(r["parameter"], 0)
+        return (0 if r.get("diverged") else 2), -_excess(r)
+
+    return sorted(rows, key=key)
 
 
 def _excess(row: dict[str, Any]) -> float:
@@ -178,7 +192,7 @@ def describe(row: dict[str, Any], who: str = "ORT") -> str:
         runs = "fp32's spread" if row.get("spread") is not None else "the PyTorch noise"
         pytorch = (f"PyTorch fp32 runs are up to {percent(noise, row['norm'])}" if row.get("spread") is not None
                    else f"PyTorch fp32 is {percent(noise, row['norm'])}")
-        if absurd(row["to_float64"], row["norm"]):
+        if absurd(row["to_float64"], row.get("allowed") or 0.0):
             return (f"{who}'s gradient of {row['parameter']}{where} is garbage: {number(row['to_float64'])} off "
                     f"float64, whose norm is {number(row['norm'])} ({pytorch} off; first step, dropout off)")
         return (f"{who}'s gradient of {row['parameter']}{where} is {times(row['to_float64'], noise)} {runs}: "
@@ -317,12 +331,13 @@ def widened(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, 
                 row.update(allowed=j.allowed, spread=j.spread, diverged=j.diverged or row.get("note") is not None)
         if not any(r.get("diverged") for r in rows):
             break
-    rows.sort(key=lambda r: -_excess(r))
-    return replace(check, rows=rows, members=members)
+    return replace(check, rows=worst_first(rows, list(pt.grads)), members=members)
 
 
 def _garbage(row: dict[str, Any]) -> bool:
-    """A gradient no fp32 run explains: missing, not finite, or off by ABSURD times its norm."""
+    """A diverged gradient no fp32 run explains: missing, not finite, or ABSURD times what is allowed off."""
     from ortlab.verdict.ensemble import absurd
 
-    return row.get("to_float64") is None or absurd(row["to_float64"], row.get("norm") or 0.0)
+    if not row.get("diverged"):
+        return False
+    return row.get("to_float64") is None or absurd(row["to_float64"], row.get("allowed") or 0.0)

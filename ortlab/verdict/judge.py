@@ -196,9 +196,17 @@ def _agree_detail(grads: dict[str, Any] | None, losses: dict[str, Any]) -> str:
 
 
 def _gradient_text(grads: dict[str, Any], who: str) -> str:
-    from ortlab.verdict.gradients import describe
+    """The worst gradient in words, and how many more are garbage (not finite, or absurdly off)."""
+    from ortlab.verdict.gradients import _garbage, describe
 
-    return describe(grads["worst"][0], who)
+    text = describe(grads["worst"][0], who)
+    more = (grads.get("garbage") or 0) - _garbage(grads["worst"][0])
+    if more > 0:
+        example = next((r["parameter"] for r in grads["worst"][1:] if _garbage(r)), None)
+        text += (f"; {more} {'more ' if _garbage(grads['worst'][0]) else ''}gradient{'s' if more > 1 else ''} "
+                 f"{'are' if more > 1 else 'is'} garbage (not finite, or off by over a million times the noise)"
+                 + (f", e.g. {example}" if example else ""))
+    return text
 
 
 def _losses(pytorch: Any, other: Any, noise: Any, who: str, exact: dict[str, Any] | None,
@@ -235,7 +243,7 @@ def _losses(pytorch: Any, other: Any, noise: Any, who: str, exact: dict[str, Any
                "members": spread, "chaotic": wild, "beyond": j.diverged}
         runs = (f"{1 + len(spread)} PyTorch fp32 runs of this start end up to" if spread else "PyTorch fp32 ends")
         share = f"{runs} {ex.percent(fp32, j.norm)} of the loss from float64 ({who}: {ex.percent(j.candidate, j.norm)})"
-        if j.diverged and wild and math.isfinite(j.candidate):
+        if j.diverged and en.no_evidence(j.candidate, fp32, j.norm):
             out.update(judged=False, no_evidence=True,
                        why=f"losses no evidence: training is chaotic here: {share}, more than fp32 can tell from "
                            "rounding; the verdict rests on the first step's gradients and the end state's whole "

@@ -115,7 +115,7 @@ def judged(pytorch: dict, other: dict, exact: dict, members: list[dict] | None =
     (`to_float64`, `pytorch_to_float64`, `allowed`, `tensors`, `diverged`) and per tensor (`rows`); with the
     ensemble's end states (`members`), its largest distance (`spread`), and whether that spread makes the kind
     chaotic (`chaotic`: beyond what is allowed is then `no_evidence`, not `diverged`)."""
-    from ortlab.verdict.ensemble import chaotic
+    from ortlab.verdict.ensemble import chaotic, no_evidence
     from ortlab.verdict.exact import FACTOR, RELATIVE_FLOOR
 
     groups: dict[str, dict[str, Any]] = {}
@@ -138,10 +138,10 @@ def judged(pytorch: dict, other: dict, exact: dict, members: list[dict] | None =
         noise = max([b, *spread])
         allowed = FACTOR * noise + RELATIVE_FLOOR * math.sqrt(len(rows))
         beyond = not math.isfinite(a) or a > allowed
-        wild = math.isfinite(a) and chaotic(noise, math.sqrt(len(rows)))  # relative: each tensor's norm is 1
+        excused = beyond and no_evidence(a, noise, math.sqrt(len(rows)))  # relative: each tensor's norm is 1
         group.update(to_float64=a, pytorch_to_float64=b, allowed=allowed, tensors=len(rows),
-                     diverged=beyond and not wild, members=len(spread), chaotic=wild,
-                     no_evidence=beyond and wild, **({"spread": max(spread)} if spread else {}))
+                     diverged=beyond and not excused, members=len(spread), chaotic=chaotic(noise, math.sqrt(len(rows))),
+                     no_evidence=excused, **({"spread": max(spread)} if spread else {}))
     return groups
 
 
