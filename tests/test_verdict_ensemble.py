@@ -238,18 +238,25 @@ def test_a_fix_that_rewrites_arithmetic_is_named_with_the_formula_each_side_ran(
     assert not any("formulas" in n for n in judge(pytorch, ort, AGREEING).notes)
 
 
-def test_the_cause_names_the_parameter_and_module_the_headline_names():
+def test_the_cause_names_the_parameter_the_headline_names_and_the_operator_nearest_to_it():
     from ortlab.compat.blockers import WRONG_GRADIENT, Blocker
     from ortlab.verdict.procedure import _line, _located
 
     found = Blocker(WRONG_GRADIENT, "aten::_adaptive_avg_pool2d", "...", "training step",
-                    module="features.3.0.block.2.fc2", fixes=["global-avg-pool"])
+                    module="features.3.0.block.2.fc2", fixes=["global-avg-pool"])  # check's own worst
     evidence = {"agree": False, "worst": [_row(4.25e34, 8.4)]}
-    line = _line(found, evidence)
-    assert line == ("wrong gradient of features.1.0.block.1.fc2.weight: aten::_adaptive_avg_pool2d (module "
-                    "features.1.0.block.1.fc2); fix: global-avg-pool")
+    assert _line(found, evidence) == ("wrong gradient of features.1.0.block.1.fc2.weight: aten::_adaptive_avg_pool2d "
+                                      "(module features.1.0.block.1.fc2); fix: global-avg-pool")
     assert _located(found, evidence).module == "features.1.0.block.1.fc2"
     assert _line(found, {"agree": True, "worst": []}) == found.line()
+    pools = Blocker(WRONG_GRADIENT, "aten::_adaptive_avg_pool2d", "...", "training step", module="stem.0",
+                    fixes=["global-avg-pool"], modules=["trunk_output.block1.block1-0.f.se.avgpool",
+                                                        "trunk_output.block3.block3-4.f.se.avgpool",
+                                                        "trunk_output.block3.block3-5.f.se.avgpool"])
+    near = {"agree": False, "worst": [_row(620.0, 1.0, "trunk_output.block3.block3-4.f.b.1.bias")]}
+    assert _line(pools, near) == (
+        "wrong gradient of trunk_output.block3.block3-4.f.b.1.bias: aten::_adaptive_avg_pool2d (module "
+        "trunk_output.block3.block3-4.f.se.avgpool, the nearest to it of the 3 that hold it); fix: global-avg-pool")
 
 
 # --------------------------------------------------------------------------- a real chaotic run

@@ -147,18 +147,39 @@ def _worst(blocker: Any, evidence: dict[str, Any] | None) -> dict[str, Any] | No
 
 
 def _located(blocker: Any, evidence: dict[str, Any] | None) -> Any:
-    """A wrong-gradient blocker located at the verdict's worst parameter's module (check's own step can find
-    another: ORT's wrong gradients differ from one run to the next)."""
+    """A wrong-gradient blocker located by the verdict's worst parameter (check's own step can find another: ORT's
+    wrong gradients differ from one run to the next): at the module holding the operator nearest to it, when the
+    graph holds it in several, else at the parameter's module."""
     worst = _worst(blocker, evidence)
-    return blocker if worst is None else replace(blocker, module=worst.get("module") or None)
+    if worst is None:
+        return blocker
+    return replace(blocker, module=_nearest(worst.get("module") or "", blocker.modules) or worst.get("module") or None)
+
+
+def _nearest(module: str, candidates: list[str]) -> str | None:
+    """The candidate module path sharing the longest leading path with `module` (the first such in graph order)."""
+    def shared(path: str) -> int:
+        n = 0
+        for a, b in zip(module.split("."), path.split("."), strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    return max(candidates, key=shared) if candidates else None
 
 
 def _line(blocker: Any, evidence: dict[str, Any] | None) -> str:
-    """The blocker's line, naming the verdict's worst parameter for a wrong gradient (as the headline does)."""
+    """The blocker's line, naming the verdict's worst parameter for a wrong gradient (as the headline does), and
+    the module holding the operator nearest to it."""
     worst = _worst(blocker, evidence)
-    line = _located(blocker, evidence).line()
+    located = _located(blocker, evidence)
+    line = located.line()
     if worst is None:
         return line
+    if len(blocker.modules) > 1:
+        line = line.replace(f"(module {located.module}", f"(module {located.module}, the nearest to it of the "
+                                                          f"{len(blocker.modules)} that hold it", 1)
     return line.replace(f"{blocker.kind}: ", f"{blocker.kind} of {worst['parameter']}: ", 1)
 
 
