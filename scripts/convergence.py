@@ -103,8 +103,8 @@ def _fp32(pytorch: float, spread: float | None, members: int) -> str:
     """PyTorch fp32's distance, and the ensemble's largest where one ran: "7.2e-05" or "7.2e-05 (8 runs: 0.012)"."""
     from ortlab.verdict.exact import number
 
-    return number(pytorch) + (f" ({members} more runs: up to {number(spread)})" if members and spread is not None
-                              else "")
+    runs = f"{members} more run{'s' if members > 1 else ''}"
+    return number(pytorch) + (f" ({runs}: up to {number(spread)})" if members and spread is not None else "")
 
 
 def table(rows: list[dict]) -> str:
