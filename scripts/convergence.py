@@ -87,6 +87,7 @@ def evidence(verdict: dict) -> dict:
            "loss_pytorch_to_float64": losses.get("pytorch_to_float64"),
            "loss_spread": max(losses.get("members") or [], default=None), "loss_norm": losses.get("norm"),
            "loss_members": len(losses.get("members") or []), "chaotic": bool(losses.get("chaotic")),
+           "no_evidence": bool(losses.get("no_evidence")),
            "state_differs": (verdict.get("state") or {}).get("count", 0)}
     return out
 
@@ -125,8 +126,8 @@ def table(rows: list[dict]) -> str:
             noise = max(e["loss_pytorch_to_float64"], e.get("loss_spread") or 0.0)
             loss = (f"{number(e['loss_ort_to_float64'])} / "
                     f"{_fp32(e['loss_pytorch_to_float64'], e.get('loss_spread'), e.get('loss_members', 0))} = "
-                    f"{_ratio(e['loss_ort_to_float64'], noise)}" + (" (chaotic: no evidence)" if e.get("chaotic")
-                                                                     else ""))
+                    f"{_ratio(e['loss_ort_to_float64'], noise)}" + (" (chaotic: no evidence)" if e.get("no_evidence")
+                                                                     else " (chaotic)" if e.get("chaotic") else ""))
         else:
             loss = e.get("losses") or "-"
         verdict = r["status"] + (f": {r['causes'][0]}" if r["status"] == "diverged" and r.get("causes") else "")
