@@ -195,7 +195,7 @@ def test_chaotic_losses_are_no_evidence_and_the_verdict_rests_on_the_first_step(
     spread = _members([8.07, 10.80, 3.05], [8.07, 10.92, 2.75], [8.07, 10.93, 2.99])
     verdict = judge(pytorch, ort, AGREEING, float64={"losses": truth, "state": _state(1.0)}, ensemble=spread)
     assert verdict.status == "agree" and verdict.losses["chaotic"], str(verdict)
-    assert "losses weak evidence: training is chaotic here: 4 PyTorch fp32 runs of this start end up to 3.5% of " \
+    assert "losses no evidence: training is chaotic here: 4 PyTorch fp32 runs of this start end up to 3.5% of " \
            "the loss from float64 (ORT: 1%), so the loss curves may differ that much (max |loss difference| " \
            "0.61)" in str(verdict)
     far = _pair(tmp_path, [8.07, 10.86, 2.46], [8.07, 10.91, 6.10], tag="-far")[1]

@@ -255,7 +255,7 @@ def _losses(pytorch: Any, other: Any, noise: Any, who: str, exact: dict[str, Any
                                            f"where {runs.replace(' end up to', ' are at most').replace(' ends', ' is')}"
                                            f" {ex.percent(fp32, j.norm)})")
         elif wild:
-            out["note"] = (f"losses weak evidence: training is chaotic here: {share}, so the loss curves may differ "
+            out["note"] = (f"losses no evidence: training is chaotic here: {share}, so the loss curves may differ "
                            f"that much (max |loss difference| {ex.number(max_diff)})")
         elif spread:
             out["note"] = f"losses within fp32's spread: {share}"
