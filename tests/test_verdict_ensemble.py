@@ -121,6 +121,24 @@ def _grads(model, batches):
     return grads
 
 
+def test_the_first_member_runs_the_formula_the_other_backend_ran():
+    """A module-kind fix (`activations`: HardSwish as relu's) rewrites arithmetic for ORTModule: fp32's spread
+    starts with PyTorch running that formula (the same function, rounded otherwise)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Hardswish(), torch.nn.Linear(64, 1))
+    work = Workload(model, lambda step: (torch.randn(32, 16, generator=torch.Generator().manual_seed(step)), None),
+                    lambda out, target: out.square().mean())
+    batches = work.micro_batches(work.batch, 0)
+    written = ensemble._step(work, batches, 0, None, ()).grads  # PyTorch as written
+    what, member = next(ensemble.gradient_members(work, batches, fixes=("activations", "pytorch-buffers")))
+    assert what == {"how": "PyTorch fp32 with the formulas of activations", "seed": None, "ulps": 0,
+                    "formulas": ["activations"]}
+    ran = member.grads["0.weight"]
+    assert not torch.equal(ran, written["0.weight"]) and torch.allclose(ran, written["0.weight"], rtol=1e-4,
+                                                                        atol=1e-6)
+    assert torch.nn.functional.hardswish.__name__ == "hardswish"  # the formula undone after
+
+
 def test_a_start_moved_by_one_ulp_is_the_next_float_up_or_down():
     from ortlab.verdict import reference
 

@@ -172,8 +172,9 @@ def loss_note(verdict: dict[str, Any] | None) -> str:
     losses = (verdict or {}).get("losses") or {}
     if losses.get("chaotic"):
         noise = max([losses["pytorch_to_float64"], *(losses.get("members") or [])])
-        return (f" (no evidence: training is chaotic here, PyTorch fp32 runs of this start end up to "
-                f"{percent(noise, losses['norm'])} of the loss from float64; see the verdict)")
+        runs = "PyTorch fp32 runs of this start end up to" if losses.get("members") else "PyTorch fp32 ends"
+        return (f" (no evidence: training is chaotic here, {runs} {percent(noise, losses['norm'])} of the loss from "
+                "float64; see the verdict)")
     if losses.get("judged_by") == "float64" and losses.get("members") and not losses.get("diverged"):
         return " (within the spread of PyTorch fp32 runs of this start; see the verdict)"
     return ""
