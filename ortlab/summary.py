@@ -172,7 +172,7 @@ class Comparison:
 
         backends = list(self.backends)
         lines = table(d, backends, cuda=self.pytorch.meta.get("device") == "cuda")
-        from ortlab.verdict.judge import Verdict
+        from ortlab.verdict.judge import Verdict, loss_note
 
         for backend in self.others:
             versus = d["versus"][backend]
@@ -183,12 +183,14 @@ class Comparison:
             if versus.get("not_compared"):
                 lines.append(f"{name}loss difference, step time ratio, memory: not compared: {versus['not_compared']}")
             elif has(backend, "onnx_stages"):  # ORTModule's lines, as ortlab has always printed them
-                lines.append(f"max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}")
+                lines.append(f"max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}"
+                             f"{loss_note(versus.get('verdict'))}")
                 lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) "
                              f"{fmt(versus['step_time_ratio'], '.2f')}")
                 lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
             else:
-                lines.append(f"{backend}: max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}, step time "
+                lines.append(f"{backend}: max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}"
+                             f"{loss_note(versus.get('verdict'))}, step time "
                              f"ratio ({backend} / pytorch) {fmt(versus['step_time_ratio'], '.2f')}, start-up "
                              f"{fmt(versus['startup_s'], '.2f')} s")
         lines += _memory_lines(d, backends)

@@ -27,9 +27,12 @@ DATA, PAGE = ROOT / "docs" / "convergence.json", ROOT / "docs" / "convergence.md
 FACTORIES = ROOT / "tests" / "factories" / "zoo.py"
 BEGIN, END = "<!-- zoo table: python scripts/convergence.py -->", "<!-- end of zoo table -->"
 STEPS = 3
-# (factory, fixes, the expected verdict: what is true of the model on ORTModule 1.19.2)
+# (factory, fixes, the expected verdict: what is true of the model on ORTModule 1.19.2); "name@7": the factory's
+# model from another start (--model-arg seed=7)
 ZOO = (
     ("resnet18", "auto", "agree"),
+    ("mnasnet0_5", "auto", "agree"),
+    ("mnasnet0_5@7", "auto", "agree"),
     ("efficientnet_b0", "none", "diverged"),
     ("regnet_y_400mf", "none", "diverged"),
     ("convnext_tiny", "auto", "agree"),
@@ -51,7 +54,9 @@ def environment() -> dict[str, str]:
 def run_one(factory: str, fixes: str, out: str | None = None) -> dict:
     """One comparison through the CLI, in a child with the zoo first on its path: the row of the table."""
     out = out or tempfile.mkdtemp(prefix="ortlab-zoo-")
-    done = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:{factory}",
+    name, _, seed = factory.partition("@")
+    start = ["--model-arg", f"seed={seed}"] if seed else []
+    done = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--model", f"{FACTORIES}:{name}", *start,
                            "--backend", "both", "--parity", "--steps", str(STEPS), "--fix", fixes, "--json",
                            "--in-process", "--out", out], capture_output=True, text=True, env=environment(),
                           cwd=out)
@@ -77,8 +82,12 @@ def evidence(verdict: dict) -> dict:
     losses = verdict.get("losses") or {}
     out = {"gradients": grads.get("judged_by"), "parameter": worst.get("parameter"),
            "ort_to_float64": worst.get("to_float64"), "pytorch_to_float64": worst.get("pytorch_to_float64"),
+           "spread": worst.get("spread"), "gradient_members": len(grads.get("members") or []),
            "losses": losses.get("judged_by"), "loss_ort_to_float64": losses.get("to_float64"),
            "loss_pytorch_to_float64": losses.get("pytorch_to_float64"),
+           "loss_spread": max(losses.get("members") or [], default=None), "loss_norm": losses.get("norm"),
+           "loss_members": len(losses.get("members") or []), "chaotic": bool(losses.get("chaotic")),
+           "no_evidence": bool(losses.get("no_evidence")),
            "state_differs": (verdict.get("state") or {}).get("count", 0)}
     return out
 
@@ -86,22 +95,39 @@ def evidence(verdict: dict) -> dict:
 def _ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None:
         return "-"
-    return "inf" if b == 0 else f"{a / b:.3g}"
+    from ortlab.verdict.exact import number
+
+    return "inf" if b == 0 else number(a / b)
+
+
+def _fp32(pytorch: float, spread: float | None, members: int) -> str:
+    """PyTorch fp32's distance, and the ensemble's largest where one ran: "7.2e-05" or "7.2e-05 (8 runs: 0.012)"."""
+    from ortlab.verdict.exact import number
+
+    runs = f"{members} more run{'s' if members > 1 else ''}"
+    return number(pytorch) + (f" ({runs}: up to {number(spread)})" if members and spread is not None else "")
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | fixes | evidence: worst gradient (ORT→fp64 / PyTorch→fp64 = ratio) | losses | verdict |",
+    from ortlab.verdict.exact import number
+
+    lines = ["| model | fixes | evidence: worst gradient (ORT→fp64 / fp32→fp64 = ratio) | losses (same) | verdict |",
              "|---|---|---|---|---|"]
     for r in rows:
         e = r.get("evidence") or {}
         if e.get("gradients") == "float64":
-            grad = (f"`{e['parameter']}`: {e['ort_to_float64']:.3g} / {e['pytorch_to_float64']:.3g} = "
-                    f"{_ratio(e['ort_to_float64'], e['pytorch_to_float64'])}")
+            noise = max(e["pytorch_to_float64"], e.get("spread") or 0.0)
+            grad = (f"`{e['parameter']}`: {number(e['ort_to_float64'])} / "
+                    f"{_fp32(e['pytorch_to_float64'], e.get('spread'), e.get('gradient_members', 0))} = "
+                    f"{_ratio(e['ort_to_float64'], noise)}")
         else:
             grad = e.get("gradients") or "-"
         if e.get("losses") == "float64":
-            loss = (f"{e['loss_ort_to_float64']:.2g} / {e['loss_pytorch_to_float64']:.2g} = "
-                    f"{_ratio(e['loss_ort_to_float64'], e['loss_pytorch_to_float64'])}")
+            noise = max(e["loss_pytorch_to_float64"], e.get("loss_spread") or 0.0)
+            loss = (f"{number(e['loss_ort_to_float64'])} / "
+                    f"{_fp32(e['loss_pytorch_to_float64'], e.get('loss_spread'), e.get('loss_members', 0))} = "
+                    f"{_ratio(e['loss_ort_to_float64'], noise)}" + (" (chaotic: no evidence)" if e.get("no_evidence")
+                                                                     else " (chaotic)" if e.get("chaotic") else ""))
         else:
             loss = e.get("losses") or "-"
         verdict = r["status"] + (f": {r['causes'][0]}" if r["status"] == "diverged" and r.get("causes") else "")
@@ -122,6 +148,7 @@ def page(data: dict) -> str:
 def main(argv: list[str]) -> None:
     what = argv[0] if argv else "page"
     fixes = {factory: f for factory, f, _ in ZOO}
+    sys.path.insert(0, str(ROOT))
     if what == "row":
         print(json.dumps(run_one(argv[1], fixes[argv[1]])), flush=True)
         return

@@ -426,3 +426,20 @@ def test_taps_run_in_orts_unsafe_mode_and_still_report(tmp_path):
             and onnx.helper.get_node_attr_value(n, "func_name").decode().endswith(".Tap")]
     assert taps and all(onnx.helper.get_node_attr_value(n, "safe_run_mode") == 0 for n in taps)
     assert compare(pt, ort).first is None
+
+
+def test_a_conv_nets_shapes_are_numbers_on_both_backends_so_no_divergence_is_a_spelling(tmp_path):
+    """ORT's export traces a conv net's dimensions as tensors: its run once recorded "tensor(2)xtensor(8)x..."
+    where PyTorch's said "2x8x...", and the first divergence was that spelling at the first conv."""
+    from ortlab.activations.table import dims_text
+
+    zoo = Path(__file__).resolve().parent / "factories" / "zoo.py"
+    stats = {"stats": {"steps": 1}}
+    with Session(f"{zoo}:batch_norm", out=tmp_path, in_process=True) as s:
+        pt = s.burst("pytorch", 1, parity=True, progress=False, collect=stats)
+        ort = s.burst("ortmodule", 1, parity=True, progress=False, collect=stats, fixes="auto")
+    shapes = read_stats(ort)["shape"]
+    assert set(shapes) == set(read_stats(pt)["shape"]) and "2x8x32x32" in set(shapes), sorted(set(shapes))
+    diff = compare(pt, ort)
+    assert float(diff.table["rel_shape"].max()) == 0 and (diff.first is None or diff.first.metric != "shape")
+    assert dims_text("tensor(2)xtensor(8)xtensor(32)xtensor(32)") == "2x8x32x32"  # as runs recorded before read

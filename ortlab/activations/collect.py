@@ -27,7 +27,7 @@ from ortlab.activations import pythonop
 from ortlab.activations.errors import StatsError
 from ortlab.activations.structure import leaves, substitute
 from ortlab.activations.summarize import Summarizer
-from ortlab.activations.table import FIELDS, FORMAT, STATS_FILE
+from ortlab.activations.table import FIELDS, FORMAT, STATS_FILE, dims
 from ortlab.engine.backends import registered
 from ortlab.engine.types import Collector, StatsTaps
 
@@ -293,7 +293,7 @@ class StatsCollector(Collector):
         if slot is None:
             slot = len(self.slots)
             self.slots.append(Slot(slot, name, kind, module, cls, ort_index, k,
-                                   "x".join(map(str, t.shape)), str(t.dtype).removeprefix("torch.")))
+                                   dims(t.shape), str(t.dtype).removeprefix("torch.")))
             self._by_name[name] = slot
         seen = self._seen.get(id(t))
         if seen is not None and seen[1] is t:
@@ -365,7 +365,7 @@ class StatsCollector(Collector):
             return
         grads = [(name, p.grad) for name, p in named_parameters if p.grad is not None]
         if not self.params:
-            self.params = [(n, "x".join(map(str, g.shape)), str(g.dtype).removeprefix("torch.")) for n, g in grads]
+            self.params = [(n, dims(g.shape), str(g.dtype).removeprefix("torch.")) for n, g in grads]
             self._pg = np.full((len(grads), _NF), np.nan)
             self._pgs = np.full((len(grads), self.samples), np.nan, np.float32)
         index = {name: i for i, (name, _, _) in enumerate(self.params)}

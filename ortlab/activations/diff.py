@@ -19,7 +19,7 @@ from ortlab.activations.errors import ActivationsError, StatsFileError
 from ortlab.activations.legacy import is_dump, read_dump
 from ortlab.activations.ranks import apply_rank_rules, rank_of, rank_pair
 from ortlab.activations.results import METRICS, ActivationDiff, Divergence, NonFinite, Tolerances
-from ortlab.activations.table import STATS_FILE, read_stats
+from ortlab.activations.table import STATS_FILE, dims_text, read_stats
 
 
 def load(source: Any, model: Any = None):
@@ -218,7 +218,7 @@ def _differences(m, tol: Tolerances, comparable_samples: bool):
             out[f"{metric}_a"], out[f"{metric}_b"] = m[f"{metric}_a"].to_numpy(), m[f"{metric}_b"].to_numpy()
             out[f"rel_{metric}"] = np.abs(m[f"{metric}_a"].to_numpy(float) - m[f"{metric}_b"].to_numpy(float))
         out["rel_zero"] /= np.fmax(m["numel_a"].to_numpy(float), 1)  # zero count: a share of the elements
-        out["shape_a"], out["shape_b"] = m["shape_a"].astype(str), m["shape_b"].astype(str)
+        out["shape_a"], out["shape_b"] = (m[f"shape_{s}"].astype(str).map(dims_text) for s in "ab")  # numbers
         out["rel_shape"] = (out["shape_a"] != out["shape_b"]).astype(float)
         for metric in METRICS:
             out[f"tol_{metric}"] = getattr(tol, metric)

@@ -9,6 +9,7 @@ only, not torch, so `ortlab diff` and the widgets stay quick.
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,21 @@ COLUMNS = ("step", "phase", "seq", "order", "name", "ort_name", "kind", "module"
            "numel", "min", "max", "mean", "std", "norm", "nan", "inf", "zero", "samples", "std_reliable")
 PHASES = ("forward", "backward")
 PARAM_GRAD = "param_grad"  # a parameter's gradient after backward (and DDP's all-reduce), recorded by ranks
+
+
+_TRACED = re.compile(r"tensor\((-?\d+)[^)]*\)")  # a dimension as the exporter's trace spells it: tensor(2)
+
+
+def dims(shape: Any) -> str:
+    """A shape as numbers, "2x64x32x32", whether its dimensions are ints or, under ORT's export, traced tensors
+    (which print as "tensor(2)"; spelled from the text, so nothing is converted inside the trace)."""
+    return dims_text("x".join(map(str, shape)))
+
+
+def dims_text(text: str) -> str:
+    """A recorded shape's text with every traced dimension ("tensor(2)") as its number: runs written before the
+    collector spelled shapes as numbers compare like with like."""
+    return _TRACED.sub(r"\1", text) if "tensor(" in text else text
 
 
 def stats_path(source: Any) -> Path:
@@ -77,7 +93,7 @@ def read_stats(source: Any):
             "step": steps[si], "phase": phase,
             "seq": order if p == 0 else 2 * n - 1 - order,  # gradients flow back in reverse forward order
             "order": order, "name": data["slot_name"][ti], "ort_name": ort_name, "kind": kind,
-            "module": data["slot_module"][ti], "cls": data["slot_cls"][ti], "shape": data["slot_shape"][ti],
+            "module": data["slot_module"][ti], "cls": data["slot_cls"][ti], "shape": _shapes(data["slot_shape"])[ti],
             "dtype": data["slot_dtype"][ti], "numel": numel.astype(np.int64), "min": r[:, 1], "max": r[:, 2],
             "mean": mean, "std": std, "norm": np.sqrt(r[:, 4]), "nan": r[:, 6].astype(np.int64),
             "inf": r[:, 7].astype(np.int64), "zero": r[:, 8].astype(np.int64),
@@ -90,6 +106,11 @@ def read_stats(source: Any):
     df = df.sort_values(["step", "seq"], ignore_index=True)
     df.attrs.update(source=str(path.parent), kind="ortlab", meta=meta)
     return df
+
+
+def _shapes(shapes: np.ndarray) -> np.ndarray:
+    """The recorded shapes as numbers (ortlab before 2026-11-27 wrote ORT's traced dimensions as "tensor(2)")."""
+    return np.array([dims_text(str(s)) for s in shapes], dtype=str) if len(shapes) else shapes
 
 
 def _moments(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -51,6 +51,7 @@ class Blocker:
     tried: list[str] = field(default_factory=list)  # fixes that claimed it and left it there: never named again
     remedy: str | None = None  # what a person can do when no fix exists
     cuda: bool | None = None  # whether ORT 1.19.2 has what is missing on CUDA (None: not known)
+    modules: list[str] = field(default_factory=list)  # every module holding `op`, where the graph has it in several
 
     @property
     def key(self) -> tuple:

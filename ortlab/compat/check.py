@@ -224,16 +224,21 @@ def _wrong_gradient(gradients: Any, exported: Any) -> Blocker:
     from ortlab.verdict.gradients import describe
 
     worst = gradients.worst
-    op = OP if exported is not None and _has_global_pool(exported) else "gradient"
+    pools = _global_pools(exported) if exported is not None else []
+    op = OP if pools else "gradient"
     message = describe(worst) + ("; the forward agrees" if gradients.forward_agrees else "")
-    return Blocker(WRONG_GRADIENT, op, message, "training step", module=worst["module"] or None)
+    return Blocker(WRONG_GRADIENT, op, message, "training step", module=worst["module"] or None,
+                   modules=[m for m in pools if m is not None])
 
 
-def _has_global_pool(exported: Any) -> bool:
-    """The exported graph holds ORT's ATen adaptive average pool (the fix global-avg-pool rewrites output size 1)."""
+def _global_pools(exported: Any) -> list[str | None]:
+    """The modules holding ORT's ATen adaptive average pool in the exported graph (the fix global-avg-pool rewrites
+    output size 1), one per node: empty when it has none."""
+    from ortlab.compat.blockers import module_path
     from ortlab.compat.opcheck import op_name
 
-    return any(op_name(node) == "aten::_adaptive_avg_pool2d" for node in exported.model.graph.node)
+    return [module_path(node.name) for node in exported.model.graph.node
+            if op_name(node) == "aten::_adaptive_avg_pool2d"]
 
 
 def _baked_inputs(workload: Any, watch: Any) -> list[Blocker]:

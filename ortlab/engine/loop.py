@@ -141,6 +141,18 @@ class Engine:
             out["float64"] = reference_run if error is None else {"error": error}
         return out
 
+    def ensemble(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), hints: dict | None = None
+                 ) -> dict[str, Any]:
+        """fp32 runs of `cfg`'s steps from the initial snapshot whose rounding differs from PyTorch's, the first
+        with the fixes' formulas (ortlab.verdict.ensemble; `hints`: where they start and stop): their losses and
+        end states."""
+        from ortlab.verdict.ensemble import burst_members
+
+        out = burst_members(self.workload, self._feed(cfg), self.initial, cfg.optimizer, cfg.lr, cfg.steps, cfg.seed,
+                            tuple(fixes), hints)
+        self.initial.restore(self.model)
+        return out
+
     def localize(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), progress: Callable | None = None,
                  repro: str | Path | None = None, known: dict[str, Any] | None = None, origin: str = "") -> dict:
         """The smallest module whose ORTModule run alone reproduces the first batch's gradient divergence against

@@ -52,6 +52,16 @@ class RunGradientCheck:
 
 
 @dataclass(frozen=True)
+class RunEnsemble:
+    """fp32 runs of the burst's steps whose rounding differs from PyTorch's (ortlab.verdict.ensemble; `hints`:
+    where they start and stop); the worker answers Checked."""
+
+    config: dict[str, Any]
+    fixes: tuple[str, ...]
+    hints: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class RunLocalize:
     """Localize the first step's gradient divergence (ortlab.verdict.localize), optionally writing its repro;
     the worker answers Tried... then Checked (the Localization's dict)."""

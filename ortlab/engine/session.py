@@ -215,6 +215,16 @@ class Session:
         return self._request(m.RunGradientCheck(config.to_dict(), fixes, burst), config.effective_options(),
                              "comparing first-step gradients")
 
+    def _ensemble_request(self, config, fixes: tuple[str, ...], hints: dict[str, Any] | None = None
+                          ) -> dict[str, Any]:
+        """The engine's fp32 ensemble for `config`'s steps (`hints`: where they start and stop): in this process or
+        in the worker (ortlab.verdict.procedure)."""
+        if self.in_process:
+            with self._lock:
+                return self._local_engine().ensemble(config, fixes, hints)
+        return self._request(m.RunEnsemble(config.to_dict(), fixes, hints), config.effective_options(),
+                             "running fp32's spread")
+
     def _localize_request(self, config, fixes: tuple[str, ...], progress: Callable | None, folder: str | None,
                           known: dict[str, Any] | None, origin: str) -> dict[str, Any]:
         """The engine's localization for `config`: in this process or in the worker (ortlab.verdict.procedure)."""

@@ -94,6 +94,8 @@ def _serve(conn: Connection, log: Path | None = None) -> None:
                 send(m.Checked(report.to_dict()))
             elif isinstance(msg, m.RunGradientCheck):
                 send(m.Checked(engine.gradient_check(BurstConfig.from_dict(msg.config), msg.fixes, msg.burst)))
+            elif isinstance(msg, m.RunEnsemble):
+                send(m.Checked(engine.ensemble(BurstConfig.from_dict(msg.config), msg.fixes, msg.hints)))
             elif isinstance(msg, m.RunLocalize):
                 send(m.Checked(engine.localize(BurstConfig.from_dict(msg.config), msg.fixes, lambda n, row: send(
                     m.Tried(n, row.to_dict())), msg.repro, msg.known, msg.origin)))

@@ -18,6 +18,11 @@ batch 2; per model the worst parameter's ORT->float64 over PyTorch->float64):
   1e-5 of it; PyTorch fp32 can be exact by luck on a small tensor). ABSOLUTE_FLOOR: 1e-7 of the norm of all
   gradients, for a parameter whose true gradient is ~0 (a bias before a norm: EfficientNet-B0's
   features.1.0.block.2.1.bias, true norm 2e-14, carries 1e-5 of rounding on both sides, 5e-9 of the total).
+
+One PyTorch fp32 run is one sample of fp32's error, and where the computation is ill-posed (a ReLU or a max at a
+tie: MNASNet's first-step gradients) or chaotic (a few AdamW steps) that sample can be far luckier than another:
+`spread` is then the largest distance of a small ensemble of fp32 runs (ortlab.verdict.ensemble), and the
+candidate is allowed FACTOR times that.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ class Judged:
 
     candidate: float  # |candidate - float64|
     pytorch: float  # |PyTorch fp32 - float64|
-    allowed: float  # FACTOR * pytorch + the floors
+    allowed: float  # FACTOR * max(pytorch, spread) + the floors
     norm: float  # |float64|
     diverged: bool
+    spread: float | None = None  # the largest |fp32 run - float64| of the ensemble (None: no ensemble ran)
 
     @property
     def times_noise(self) -> float:
@@ -51,16 +57,24 @@ class Judged:
         return asdict(self)
 
 
-def judge(candidate: Any, pytorch: Any, exact: Any, scale: float = 0.0, factor: float = FACTOR) -> Judged:
+def judge(candidate: Any, pytorch: Any, exact: Any, scale: float = 0.0, factor: float = FACTOR,
+          spread: float | None = None) -> Judged:
     """Judge the candidate backend's tensor against PyTorch fp32's, both measured from the float64 one (`exact`).
-    `scale`: the norm of everything judged together (e.g. all float64 gradients), for the absolute floor."""
+    `scale`: the norm of everything judged together (e.g. all float64 gradients), for the absolute floor;
+    `spread`: the ensemble's largest fp32 distance to float64, when one ran (it widens what is allowed)."""
     exact = exact.double()
     cand = float((candidate.double().to(exact.device) - exact).norm())
     ref = float((pytorch.double().to(exact.device) - exact).norm())
-    norm = float(exact.norm())
-    allowed = factor * ref + RELATIVE_FLOOR * norm + ABSOLUTE_FLOOR * scale
-    diverged = not math.isfinite(cand) or cand > allowed
-    return Judged(cand, ref, allowed, norm, diverged)
+    return decide(cand, ref, float(exact.norm()), scale, factor, spread)
+
+
+def decide(candidate: float, pytorch: float, norm: float, scale: float = 0.0, factor: float = FACTOR,
+           spread: float | None = None) -> Judged:
+    """`judge` on the distances themselves."""
+    noise = pytorch if spread is None or not math.isfinite(spread) else max(pytorch, spread)
+    allowed = factor * noise + RELATIVE_FLOOR * norm + ABSOLUTE_FLOOR * scale
+    diverged = not math.isfinite(candidate) or candidate > allowed
+    return Judged(candidate, pytorch, allowed, norm, diverged, spread)
 
 
 def close(candidate: Any, pytorch: Any, rtol: float = ALLCLOSE) -> bool:
@@ -71,14 +85,22 @@ def close(candidate: Any, pytorch: Any, rtol: float = ALLCLOSE) -> bool:
     return float((a - b).norm()) <= rtol * max(float(b.norm()), 1e-30)
 
 
-def judge_numbers(candidate: list[float], pytorch: list[float], exact: list[float], factor: float = FACTOR) -> Judged:
+def judge_numbers(candidate: list[float], pytorch: list[float], exact: list[float], factor: float = FACTOR,
+                  spread: float | None = None) -> Judged:
     """`judge` on plain numbers (a loss curve, a tensor's summary), as one vector."""
+    return judge(vector(candidate), vector(pytorch), vector(exact), factor=factor, spread=spread)
+
+
+def distance_numbers(a: list[float], b: list[float]) -> float:
+    """|a - b| of two lists of numbers, as vectors."""
+    return float((vector(a) - vector(b)).norm())
+
+
+def vector(values: list[float]) -> Any:
+    """Plain numbers (None: nan) as a float64 tensor."""
     import torch
 
-    def vector(values: list[float]) -> Any:
-        return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
-
-    return judge(vector(candidate), vector(pytorch), vector(exact), factor=factor)
+    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
 
 
 def close_numbers(candidate: list[float], pytorch: list[float], rtol: float = ALLCLOSE) -> bool:
@@ -88,17 +110,33 @@ def close_numbers(candidate: list[float], pytorch: list[float], rtol: float = AL
     return close(torch.tensor(candidate, dtype=torch.float64), torch.tensor(pytorch, dtype=torch.float64), rtol)
 
 
+def number(value: float) -> str:
+    """A number as a person reads it: 3 significant digits, in powers of ten outside 1e-3..1e4 ("5.2e+39")."""
+    if not math.isfinite(value):
+        return "not finite" if math.isnan(value) else ("infinite" if value > 0 else "minus infinite")
+    if value == 0:
+        return "0"
+    if 1e-3 <= abs(value) < 1e4:
+        return f"{value:.3g}"
+    return f"{value:.1e}"
+
+
 def times(distance: float, noise: float) -> str:
-    """How many times the PyTorch noise `distance` is, in words ("18x", "0.4x", "inf x" when PyTorch is exact)."""
+    """How many times the PyTorch noise `distance` is, in words ("18x", "0.4x", "5.2e+05x"; "infinitely many
+    times" when PyTorch is exact)."""
+    if not math.isfinite(distance):
+        return "not finite"
     if noise <= 0:
         return "infinitely many times" if distance > 0 else "0x"
     ratio = distance / noise
-    return f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x"
+    return f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x" if ratio < 1e4 else f"{ratio:.1e}x"
 
 
 def percent(distance: float, norm: float) -> str:
-    """`distance` as a percentage of `norm` ("110%", "3.1%", "4.2e-05%")."""
+    """`distance` as a percentage of `norm` ("110%", "3.1%", "4.2e-05%", "5.2e+39%")."""
     if norm <= 0 or not math.isfinite(distance):
-        return f"{distance:.3g}" if math.isfinite(distance) else "not finite"
+        return number(distance)
     share = 100 * distance / norm
+    if share >= 1e4:
+        return f"{share:.1e}%"
     return f"{share:.0f}%" if share >= 10 else f"{share:.2g}%" if share >= 0.01 else f"{share:.1e}%"

@@ -21,9 +21,13 @@ def distances_figure(verdict: Any, who: str = "ORT"):
     x = range(len(rows))
     fig = Figure(figsize=(8, 3.4), dpi=100, layout="constrained")
     ax = fig.add_subplot()
+    spread = grads.get("members") and any(r.get("spread") is not None for r in rows)
     ax.plot(x, [max(r["allowed"], tiny) for r in rows], "-", color="#bbb", linewidth=1,
-            label=f"allowed ({grads.get('factor', 3):g}x PyTorch's + floors)")
+            label=f"allowed ({grads.get('factor', 3):g}x {'fp32' if spread else 'PyTorch'}'s + floors)")
     ax.scatter(x, [max(r["pytorch_to_float64"], tiny) for r in rows], s=10, color="#777", label="PyTorch fp32")
+    if spread:  # the ensemble's largest distance (ortlab.verdict.ensemble)
+        ax.scatter(x, [max(r.get("spread") or 0.0, tiny) for r in rows], s=10, color="#777", marker="_",
+                   label=f"fp32 runs, largest ({len(grads['members'])} more)")
     ok = [(i, r) for i, r in enumerate(rows) if not r["diverged"]]
     bad = [(i, r) for i, r in enumerate(rows) if r["diverged"]]
     ax.scatter([i for i, _ in ok], [max(r["to_float64"], tiny) for _, r in ok], s=10, color="#1f77b4", label=who)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class GradientCheck:
     judged_by: str = FP32
     loss_float64: float | None = None
     notes: list[str] = field(default_factory=list)
+    members: list[dict] = field(default_factory=list)  # the fp32 ensemble's runs (ortlab.verdict.ensemble), if any
 
     @property
     def worst(self) -> dict[str, Any] | None:
@@ -79,17 +80,20 @@ class GradientCheck:
         out = {"agree": self.agree, "tolerance": self.tolerance, "judged_by": self.judged_by, "factor": FACTOR,
                "loss_pytorch": self.loss_pytorch, "loss_ortmodule": self.loss_ortmodule,
                "loss_float64": self.loss_float64, "forward_agrees": self.forward_agrees,
-               "worst": self.rows[:5], "parameters": len(self.rows), "fixes": self.fixes, "notes": self.notes}
+               "worst": self.rows[:5], "parameters": len(self.rows), "fixes": self.fixes, "notes": self.notes,
+               "members": self.members, "garbage": sum(_garbage(r) for r in self.rows)}
         if self.judged_by == FLOAT64:  # every parameter's two distances: what the Lab plots
-            out["distances"] = [{k: r.get(k) for k in ("parameter", "to_float64", "pytorch_to_float64", "allowed",
-                                                       "norm", "diverged")} for r in self.rows]
+            out["distances"] = [{k: r.get(k) for k in ("parameter", "to_float64", "pytorch_to_float64", "spread",
+                                                       "allowed", "norm", "diverged")} for r in self.rows]
         return out
 
 
 def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: list[str] | None = None,
-            exact: Step | None = None, notes: list[str] | None = None) -> GradientCheck:
+            exact: Step | None = None, notes: list[str] | None = None, spread: dict[str, float] | None = None,
+            members: list[dict[str, Any]] | None = None) -> GradientCheck:
     """Every parameter's gradient of both steps, worst first: judged against `exact` (the float64 step) when
-    given, else against each other (allclose when every parameter is, else relative to PyTorch fp32's)."""
+    given, else against each other (allclose when every parameter is, else relative to PyTorch fp32's).
+    `spread`: per parameter, the largest distance to float64 of the fp32 ensemble's `members`."""
     import torch
 
     from ortlab.verdict import exact as ex
@@ -112,7 +116,7 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
             continue
         g_pt, g_ort = g_pt.double(), g_ort.double().to(g_pt.device)
         if not torch.isfinite(g_ort).all():
-            note, diff = "ORTModule's gradient is not finite", math.inf
+            note, diff = "not finite", math.inf
         else:
             note, diff = None, float((g_ort - g_pt).norm())
         reference = max(float(g_pt.norm()), floor, 1e-30)
@@ -120,20 +124,20 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
                "pytorch_norm": float(g_pt.norm()), "ortmodule_norm": float(g_ort.norm()), "note": note}
         g_64 = exact.grads.get(name) if exact is not None else None
         if g_64 is not None:
-            j = ex.judge(g_ort, g_pt, g_64, scale)
+            j = ex.judge(g_ort, g_pt, g_64, scale, spread=(spread or {}).get(name) if spread else None)
             row.update(to_float64=j.candidate, pytorch_to_float64=j.pytorch, allowed=j.allowed, norm=j.norm,
-                       diverged=j.diverged or note is not None)
+                       diverged=j.diverged or note is not None, **({"spread": j.spread} if spread else {}))
         else:
             row["diverged"] = note is not None or not ex.close(g_ort, g_pt)
         rows.append(row)
     if exact is not None:
         judged_by = FLOAT64
-        rows.sort(key=lambda r: -_excess(r))
+        rows = worst_first(rows, list(pytorch.grads))
     else:
         judged_by = ALLCLOSE if not any(r["diverged"] for r in rows) else FP32
         rows.sort(key=lambda r: -r["relative"])
     return GradientCheck(rows, pytorch.loss, ortmodule.loss, tolerance, list(fixes or []), judged_by,
-                         exact.loss if exact is not None else None, list(notes or []))
+                         exact.loss if exact is not None else None, list(notes or []), list(members or []))
 
 
 def allclose(pytorch: Step, other: Step) -> bool:
@@ -150,6 +154,20 @@ def allclose(pytorch: Step, other: Step) -> bool:
     return True
 
 
+def worst_first(rows: list[dict[str, Any]], order: list[str]) -> list[dict[str, Any]]:
+    """The diverged rows first, by how far past what is allowed they are; then the garbage ones (missing, not
+    finite, absurd: it floods every gradient upstream of where it went wrong, so it locates nothing), the last in
+    the model's order first (the nearest to where it went wrong); then the rest."""
+    position = {name: i for i, name in enumerate(order)}
+
+    def key(r: dict[str, Any]) -> tuple:
+        if _garbage(r):
+            return 1, -position.get(r["parameter"], 0)
+        return (0 if r.get("diverged") else 2), -_excess(r)
+
+    return sorted(rows, key=key)
+
+
 def _excess(row: dict[str, Any]) -> float:
     """How far past what is allowed a row is (> 1: diverged); a missing or non-finite gradient first."""
     if row.get("to_float64") is None or not math.isfinite(row["to_float64"]):
@@ -158,19 +176,27 @@ def _excess(row: dict[str, Any]) -> float:
 
 
 def describe(row: dict[str, Any], who: str = "ORT") -> str:
-    """A gradient row in words: how many times the PyTorch noise it is off float64, in percent of the gradient."""
+    """A gradient row in words: how many times fp32's noise it is off float64, in percent of the gradient; a
+    gradient that is not finite, or off by more than a million times its norm, is said to be garbage."""
+    from ortlab.verdict.ensemble import absurd
+    from ortlab.verdict.exact import number, percent, times
+
+    where = f" (module {row['module']}" + (f": {row['module_type']}" if row.get("module_type") else "") + (
+        f" in {row['within']}" if row.get("within") else "") + ")" if row.get("module") else ""
+    if row.get("note") == "not finite":
+        return f"{who}'s gradient of {row['parameter']}{where} is not finite: garbage (first step, dropout off)"
     if row.get("note"):
-        return f"{who}'s gradient of {row['parameter']}: {row['note']}"
-    where = f" (module {row['module']})" if row.get("module") else ""
+        return f"{who}'s gradient of {row['parameter']}{where}: {row['note']}"
     if row.get("to_float64") is not None:
-        from ortlab.verdict.exact import percent, times
-
-        noise = times(row["to_float64"], row["pytorch_to_float64"])
-        return (f"{who}'s gradient of {row['parameter']}{where} is {noise} the PyTorch noise: "
-                f"{percent(row['to_float64'], row['norm'])} from float64, where PyTorch fp32 is "
-                f"{percent(row['pytorch_to_float64'], row['norm'])} (first step, dropout off)")
-    from ortlab.verdict.exact import percent
-
+        noise = max(row["pytorch_to_float64"], row.get("spread") or 0.0)
+        runs = "fp32's spread" if row.get("spread") is not None else "the PyTorch noise"
+        pytorch = (f"PyTorch fp32 runs are up to {percent(noise, row['norm'])}" if row.get("spread") is not None
+                   else f"PyTorch fp32 is {percent(noise, row['norm'])}")
+        if absurd(row["to_float64"], row.get("allowed") or 0.0):
+            return (f"{who}'s gradient of {row['parameter']}{where} is garbage: {number(row['to_float64'])} off "
+                    f"float64, whose norm is {number(row['norm'])} ({pytorch} off; first step, dropout off)")
+        return (f"{who}'s gradient of {row['parameter']}{where} is {times(row['to_float64'], noise)} {runs}: "
+                f"{percent(row['to_float64'], row['norm'])} from float64, where {pytorch} (first step, dropout off)")
     return (f"{who}'s gradient of {row['parameter']}{where} differs from PyTorch fp32's by "
             f"{percent(row['relative'], 1.0)} (first step, dropout off)")
 
@@ -248,14 +274,70 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
                 captured_output(log or Path("/dev/null")):
             ort = step(workload, batches, runner if runner is not None else fresh_ortmodule(model))
         if not exact or allclose(pt, ort):
-            return compare(pt, ort, tolerance, list(fixes))
+            return typed(compare(pt, ort, tolerance, list(fixes)), model)
         from ortlab.verdict import reference
 
         if isinstance(exact, Step):
-            return compare(pt, ort, tolerance, list(fixes), exact)
-        try:  # a copy of the model: the original is untouched
-            exact_step = reference.step(workload, batches, seed)
-        except reference.NoFloat64 as e:
-            return compare(pt, ort, tolerance, list(fixes), notes=[f"{e}: the gradients are judged against PyTorch "
-                                                                     "fp32's instead"])
-    return compare(pt, ort, tolerance, list(fixes), exact_step)
+            exact_step = exact
+        else:
+            try:  # a copy of the model: the original is untouched
+                exact_step = reference.step(workload, batches, seed)
+            except reference.NoFloat64 as e:
+                return compare(pt, ort, tolerance, list(fixes), notes=[f"{e}: the gradients are judged against "
+                                                                         "PyTorch fp32's instead"])
+        check = compare(pt, ort, tolerance, list(fixes), exact_step)
+        if not check.agree and not any(_garbage(r) for r in check.rows if r.get("diverged")):
+            check = widened(workload, batches, seed, fixes, pt, ort, exact_step, check, tolerance)
+        return typed(check, model)
+
+
+def typed(check: GradientCheck, model: Any) -> GradientCheck:
+    """Each row with its module's class and the class of the module holding it (`module_type`, `within`): a
+    wrong gradient in `features.1.0.block.1.fc2` reads as a Conv2d in a SqueezeExcitation."""
+    modules = dict(model.named_modules())
+    for row in check.rows:
+        path = row.get("module") or ""
+        if path in modules:
+            row["module_type"] = type(modules[path]).__name__
+            parent = path.rpartition(".")[0]
+            if path and parent in modules:
+                row["within"] = type(modules[parent]).__name__
+    return check
+
+
+def widened(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, ort: Step, exact: Step,
+            check: GradientCheck, tolerance: float = AGREE) -> GradientCheck:
+    """The check again against fp32's spread (ortlab.verdict.ensemble): members added one at a time until the
+    other backend is within FACTOR times their largest distance to float64, or none is left (the rows' distances
+    are kept; only what is allowed changes)."""
+    from ortlab.verdict import ensemble
+    from ortlab.verdict import exact as ex
+
+    scale = math.sqrt(sum(float(g.double().norm()) ** 2 for g in exact.grads.values() if g is not None))
+    spread: dict[str, float] = {}
+    members: list[dict[str, Any]] = []
+    rows = [dict(r) for r in check.rows]
+    for what, member in ensemble.gradient_members(workload, batches, seed, fixes):
+        members.append(what)
+        for name, g in member.grads.items():
+            g64 = exact.grads.get(name)
+            if g is not None and g64 is not None:
+                d = float((g.double() - g64.to(g.device)).norm())
+                spread[name] = max(spread.get(name, 0.0), d if math.isfinite(d) else 0.0)
+        for row in rows:
+            if row.get("to_float64") is not None and row["parameter"] in spread:
+                j = ex.decide(row["to_float64"], row["pytorch_to_float64"], row["norm"], scale,
+                              spread=spread[row["parameter"]])
+                row.update(allowed=j.allowed, spread=j.spread, diverged=j.diverged or row.get("note") is not None)
+        if not any(r.get("diverged") for r in rows):
+            break
+    return replace(check, rows=worst_first(rows, list(pt.grads)), members=members)
+
+
+def _garbage(row: dict[str, Any]) -> bool:
+    """A diverged gradient no fp32 run explains: missing, not finite, or ABSURD times what is allowed off."""
+    from ortlab.verdict.ensemble import absurd
+
+    if not row.get("diverged"):
+        return False
+    return row.get("to_float64") is None or absurd(row["to_float64"], row.get("allowed") or 0.0)

@@ -6,8 +6,9 @@ diverges only where it is measurably further from the same computation in float6
 The evidence:
 - the first step's gradients, every parameter, same state and batch, every dropout off (`gradients`);
 - in parity mode, the loss curve and the state at the end (`state`) against a float64 PyTorch burst of the same
-  steps; whole-number buffers must be equal. Where the model cannot run in float64, the curve and float tensors
-  are judged, as before, against a PyTorch pair whose start differs by 1e-7 (with a note).
+  steps, and where one PyTorch fp32 run does not settle it, against fp32's spread (`ensemble`): a chaotic run's
+  losses are no evidence; whole-number buffers must be equal. Where the model cannot run in float64, the curve
+  and float tensors are judged, as before, against a PyTorch pair whose start differs by 1e-7 (with a note).
 Allclose to PyTorch fp32 is the fast path: no float64 run is needed then.
 A divergence comes with its causes (`causes`): one headline, ranked by evidence (a measured difference beats an
 export hazard), the rest grouped by kind and module type; hazards the evidence does not point to are notes.
@@ -64,15 +65,19 @@ class Verdict:
 
 
 def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None, noise: Any = None,
-          found: list[dict[str, Any]] | None = None, float64: dict[str, Any] | None = None) -> Verdict:
+          found: list[dict[str, Any]] | None = None, float64: dict[str, Any] | None = None,
+          ensemble: dict[str, Any] | None = None) -> Verdict:
     """Judge the other backend's run (ORTModule, torch.compile) against the PyTorch run of the same snapshot (Runs).
     `gradients`: the first-step gradient check (GradientCheck.to_dict()); `float64`: the same burst in float64
     PyTorch ({"losses", "state"}, or {"error"} when the model cannot run in it; parity mode); `noise`: a PyTorch
     run from a perturbed start (judges losses and float tensors only without float64); `found`: causes named by
-    looking further (what `ortlab check` finds, where statistics first differ). Returns the Verdict: agree,
+    looking further (what `ortlab check` finds, where statistics first differ); `ensemble`: fp32 runs of the same
+    steps whose rounding differs ({"members": [{"losses", "state", "how"}]}, ortlab.verdict.ensemble), which widen
+    what the losses and float tensors are allowed. Returns the Verdict: agree,
     diverged or not judged, with the evidence (every number: each backend's distance to float64, the factor) and
     the causes."""
     from ortlab.verdict import causes as cs
+    from ortlab.verdict import ensemble as en
     from ortlab.verdict import state as states
 
     if ortmodule is None or ortmodule.status != "ok" or pytorch.status != "ok":
@@ -84,7 +89,10 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     exact = float64 if float64 and not float64.get("error") else None
     if float64 and float64.get("error"):
         notes.append(f"{float64['error']}: the losses and end state are judged against a perturbed PyTorch pair")
-    losses = _losses(pytorch, ortmodule, noise, who, exact)
+    members = [m for m in (ensemble or {}).get("members") or []] if exact else []
+    if ensemble and ensemble.get("error"):
+        notes.append(f"the fp32 ensemble could not run ({ensemble['error']}): one PyTorch fp32 run is the yardstick")
+    losses = _losses(pytorch, ortmodule, noise, who, exact, members)
     if losses.get("diverged"):
         evidence.append(losses["text"])
     grads = gradients
@@ -94,12 +102,15 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     state, differ = None, []
     if pt_state and ort_state:
         differ = states.differing(pt_state, ort_state, states.read(noise.path) if noise is not None else None,
-                                  exact["state"] if exact else None)
+                                  exact["state"] if exact else None, [m["state"] for m in members])
         state = {"differ": differ[:20], "count": len(differ), "floats_judged": noise is not None or exact is not None,
                  "judged_by": "float64" if exact else ("noise pair" if noise is not None else "whole numbers only")}
         if exact:  # per kind, both backends' distances to float64 together (relative, per tensor)
-            state["float64"] = {kind: {k: v for k, v in group.items() if k != "rows"}
-                                for kind, group in states.judged(pt_state, ort_state, exact["state"]).items()}
+            state["float64"] = {kind: {k: v for k, v in group.items() if k != "rows"} for kind, group in
+                                states.judged(pt_state, ort_state, exact["state"], [m["state"] for m in members]
+                                              ).items()}
+            notes += [en.state_note(kind, group, who) for kind, group in state["float64"].items()
+                      if group.get("no_evidence")]
         if differ:
             evidence.append(cs.state_text(differ))
     applied = list((ortmodule.meta.get("fixes") or {}).get("applied") or [])
@@ -112,8 +123,13 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     elif grads.get("error"):
         notes.append(f"first-step gradients not compared: {grads['error']}")
     notes += list((grads or {}).get("notes") or [])
+    if grads and grads.get("members") and (grads.get("worst") or [{}])[0].get("spread") is not None:
+        notes.append(en.gradient_note(grads, who))
     if not losses.get("judged"):
         notes.append(losses.get("why", "losses not judged"))
+    elif losses.get("note"):
+        notes.append(losses["note"])
+    notes += en.formula_notes(applied, who, bool(members or (grads or {}).get("members")))
     if harmless:
         notes.append(harmless)
     if evidence:
@@ -148,6 +164,22 @@ def evidence(verdict: dict[str, Any]) -> str | None:
     return "; ".join(parts) or None
 
 
+def loss_note(verdict: dict[str, Any] | None) -> str:
+    """What a loss difference printed beside a verdict means (`max |loss difference|`): "" when it speaks for
+    itself; when training is chaotic, that it is no evidence, with fp32's own spread."""
+    from ortlab.verdict.exact import percent
+
+    losses = (verdict or {}).get("losses") or {}
+    if losses.get("chaotic"):
+        noise = max([losses["pytorch_to_float64"], *(losses.get("members") or [])])
+        runs = "PyTorch fp32 runs of this start end up to" if losses.get("members") else "PyTorch fp32 ends"
+        return (f" (no evidence: training is chaotic here, {runs} {percent(noise, losses['norm'])} of the loss from "
+                "float64; see the verdict)")
+    if losses.get("judged_by") == "float64" and losses.get("members") and not losses.get("diverged"):
+        return " (within the spread of PyTorch fp32 runs of this start; see the verdict)"
+    return ""
+
+
 def _agree_detail(grads: dict[str, Any] | None, losses: dict[str, Any]) -> str:
     """The closest call, in the headline of an agreement."""
     from ortlab.verdict.exact import times
@@ -155,6 +187,9 @@ def _agree_detail(grads: dict[str, Any] | None, losses: dict[str, Any]) -> str:
     if grads and grads.get("worst") and not grads.get("skipped"):
         worst = grads["worst"][0]
         if worst.get("to_float64") is not None:
+            if worst.get("spread") is not None:
+                noise = max(worst["pytorch_to_float64"], worst["spread"])
+                return f" (worst gradient {times(worst['to_float64'], noise)} fp32's spread from float64)"
             return (f" (worst gradient {times(worst['to_float64'], worst['pytorch_to_float64'])} the PyTorch noise "
                     "from float64)")
         return f" (worst gradient {worst['relative']:.1e} relative)"
@@ -162,15 +197,26 @@ def _agree_detail(grads: dict[str, Any] | None, losses: dict[str, Any]) -> str:
 
 
 def _gradient_text(grads: dict[str, Any], who: str) -> str:
-    from ortlab.verdict.gradients import describe
+    """The worst gradient in words, and how many more are garbage (not finite, or absurdly off)."""
+    from ortlab.verdict.gradients import _garbage, describe
 
-    return describe(grads["worst"][0], who)
+    text = describe(grads["worst"][0], who)
+    more = (grads.get("garbage") or 0) - _garbage(grads["worst"][0])
+    if more > 0:
+        example = next((r["parameter"] for r in grads["worst"][1:] if _garbage(r)), None)
+        text += (f"; {more} {'more ' if _garbage(grads['worst'][0]) else ''}gradient{'s' if more > 1 else ''} "
+                 f"{'are' if more > 1 else 'is'} garbage (not finite, or off by over a million times the noise)"
+                 + (f", e.g. {example}" if example else ""))
+    return text
 
 
-def _losses(pytorch: Any, other: Any, noise: Any, who: str, exact: dict[str, Any] | None) -> dict[str, Any]:
+def _losses(pytorch: Any, other: Any, noise: Any, who: str, exact: dict[str, Any] | None,
+            members: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The other backend's losses against PyTorch's: a non-finite loss where PyTorch's is finite always diverges;
     the curve is judged only in parity mode (dropout and ORT's compute optimizer make it meaningless otherwise):
-    allclose, else against the float64 burst's curve, else against the noise pair."""
+    allclose, else against the float64 burst's curve (and the ensemble's `members`: ortlab.verdict.ensemble), else
+    against the noise pair. Beyond what fp32's spread allows where that spread is chaotic: no evidence."""
+    from ortlab.verdict import ensemble as en
     from ortlab.verdict import exact as ex
 
     pt, ort = pytorch.losses, other.losses
@@ -189,13 +235,31 @@ def _losses(pytorch: Any, other: Any, noise: Any, who: str, exact: dict[str, Any
         return {"judged": True, "judged_by": "allclose", "max_diff": max_diff}
     if exact is not None and len(exact.get("losses") or []) >= steps:
         ref = exact["losses"][:steps]
-        j = ex.judge_numbers(ort, pt, ref)
+        spread = en.losses_spread(members, ref)
+        j = ex.judge_numbers(ort, pt, ref, spread=max(spread) if spread else None)
+        fp32 = max([j.pytorch, *spread])
+        wild = en.chaotic(fp32, j.norm)
         out = {"judged": True, "judged_by": "float64", "factor": ex.FACTOR, "float64": ref, "max_diff": max_diff,
-               "to_float64": j.candidate, "pytorch_to_float64": j.pytorch, "allowed": j.allowed, "norm": j.norm}
-        if j.diverged:
-            out.update(diverged=True, text=f"{who}'s losses over {steps} steps are {ex.times(j.candidate, j.pytorch)}"
-                                           f" the PyTorch noise from float64 ({ex.percent(j.candidate, j.norm)} of "
-                                           f"the loss, where PyTorch fp32 is {ex.percent(j.pytorch, j.norm)})")
+               "to_float64": j.candidate, "pytorch_to_float64": j.pytorch, "allowed": j.allowed, "norm": j.norm,
+               "members": spread, "chaotic": wild, "beyond": j.diverged}
+        runs = (f"{1 + len(spread)} PyTorch fp32 runs of this start end up to" if spread else "PyTorch fp32 ends")
+        share = f"{runs} {ex.percent(fp32, j.norm)} of the loss from float64 ({who}: {ex.percent(j.candidate, j.norm)})"
+        if j.diverged and en.no_evidence(j.candidate, fp32, j.norm):
+            out.update(judged=False, no_evidence=True,
+                       why=f"losses no evidence: training is chaotic here: {share}, more than fp32 can tell from "
+                           "rounding; the verdict rests on the first step's gradients and the end state's whole "
+                           "numbers")
+        elif j.diverged:
+            noise = "fp32's spread" if spread else "the PyTorch noise"
+            out.update(diverged=True, text=f"{who}'s losses over {steps} steps are {ex.times(j.candidate, fp32)} "
+                                           f"{noise} from float64 ({ex.percent(j.candidate, j.norm)} of the loss, "
+                                           f"where {runs.replace(' end up to', ' are at most').replace(' ends', ' is')}"
+                                           f" {ex.percent(fp32, j.norm)})")
+        elif wild:
+            out["note"] = (f"losses no evidence: training is chaotic here: {share}, so the loss curves may differ "
+                           f"that much (max |loss difference| {ex.number(max_diff)})")
+        elif spread:
+            out["note"] = f"losses within fp32's spread: {share}"
         return out
     if noise is None or not noise.losses:
         return {"judged": False, "why": "losses not judged: no float64 run and no noise pair"}

@@ -1,10 +1,11 @@
 """How a verdict is reached for two runs of one session (burst, Session.compare, the Lab, bisect share it): the
 evidence gathered in the session's worker (the first step's gradients; in parity mode, unless the fast path says
-the runs are allclose, the same burst in float64 PyTorch), judged (ortlab.verdict.judge), and on a divergence its
-causes named: what `ortlab check` finds (ORTModule), else where activation statistics first differ.
+the runs are allclose, the same burst in float64 PyTorch, and where one PyTorch fp32 run does not settle the
+losses or the end state, fp32's spread: ortlab.verdict.ensemble), judged (ortlab.verdict.judge), and on a
+divergence its causes named: what `ortlab check` finds (ORTModule), else where activation statistics first differ.
 
-The session is only a transport here: `_burst` (a burst not kept among its runs), `check`, `_evidence_request`
-and `_localize_request` (one gradient-check or localization request to its worker or its in-process engine).
+The session is only a transport here: `_burst` (a burst not kept among its runs), `check`, `_evidence_request`,
+`_ensemble_request` and `_localize_request` (one request to its worker or its in-process engine).
 """
 
 from __future__ import annotations
@@ -38,15 +39,19 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
         if noise.status != "ok":
             return _written(Verdict(NOT_JUDGED, f"not judged: the noise burst ended {noise.status}"), other)
     verdict = decide(pytorch, other, evidence, noise, float64=float64)
+    members = None
+    if noise is None and float64 and not float64.get("error") and wanted(verdict):
+        members = ensemble_evidence(session, config, fixes, hints(evidence, verdict, pytorch, other, float64))
+        verdict = decide(pytorch, other, evidence, noise, float64=float64, ensemble=members)
     if verdict.diverged:  # name the causes: what check finds (not needed for buffers alone), else where statistics
         # first differ
         explained = not (verdict.losses or {}).get("diverged") and evidence.get("agree", True)
-        found = check_causes(session, config.options, fixes) if has(config.backend, "compat") and not explained \
-            else []
+        found = check_causes(session, config.options, fixes, evidence) if has(config.backend, "compat") and \
+            not explained else []
         if not verdict.causes and not found:
             found.append(localize(session, pt_config, config))
         if found:
-            verdict = decide(pytorch, other, evidence, noise, found, float64)
+            verdict = decide(pytorch, other, evidence, noise, found, float64, members)
         if has(config.backend, "compat") and not evidence.get("agree", True):  # the minifier: one export per try,
             # so it is the user's next step, not part of every verdict
             verdict.notes.append(f"shrink it to the smallest module and a script that shows it: ortlab repro "
@@ -80,8 +85,41 @@ def gradient_evidence(session: Any, config: Any, fixes: tuple[str, ...], burst: 
         return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
 
 
-def check_causes(session: Any, options: Any, applied: tuple[str, ...]) -> list[dict[str, Any]]:
-    """What `check` finds that the applied fixes did not remove, as causes (with the fixes that remove them)."""
+def ensemble_evidence(session: Any, config: Any, fixes: tuple[str, ...], given: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+    """fp32 runs of the burst's steps whose rounding differs (ortlab.verdict.ensemble), from the session's engine
+    (`given`: ensemble.hints); a failure is an ensemble not run, with its reason."""
+    try:
+        if config.distributed:
+            config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer="adamw",
+                             save_checkpoint=False, sampler=None)
+        return session._ensemble_request(config, fixes, given)
+    except Exception as e:
+        from ortlab.compat.errors import root_message
+
+        return {"error": root_message(e)}
+
+
+def wanted(verdict: Any) -> bool:
+    """Whether fp32's spread could change the verdict (ortlab.verdict.ensemble.wanted)."""
+    from ortlab.verdict.ensemble import wanted as needs
+
+    return needs(verdict)
+
+
+def hints(evidence: dict[str, Any], verdict: Any, pytorch: Any, other: Any, float64: dict[str, Any]
+          ) -> dict[str, Any]:
+    """What the ensemble can start from and stop at (ortlab.verdict.ensemble.hints)."""
+    from ortlab.verdict.ensemble import hints as given
+
+    return given(evidence, verdict, pytorch, other, float64)
+
+
+def check_causes(session: Any, options: Any, applied: tuple[str, ...], evidence: dict[str, Any] | None = None
+                 ) -> list[dict[str, Any]]:
+    """What `check` finds that the applied fixes did not remove, as causes (with the fixes that remove them). A
+    wrong gradient is named as the verdict's own evidence names it (`evidence`: its gradient check), so that the
+    cause and the headline speak of one parameter (ORT's wrong gradients can differ from one run to the next)."""
     try:
         report = session.check("auto", options)
     except Exception as e:  # a cause not named is no reason to lose the verdict
@@ -92,9 +130,57 @@ def check_causes(session: Any, options: Any, applied: tuple[str, ...]) -> list[d
     if not found:
         return []
     new = [f for f in report.fixes if f not in applied]
-    return [{"kind": "check", "text": f"ortlab check: {b.line()}", "blocker": b.to_dict()} for b in found] + (
+    return [{"kind": "check", "text": f"ortlab check: {_line(b, evidence)}", "blocker": _located(b, evidence).to_dict()}
+            for b in found] + (
         [{"kind": "fix", "text": f"fixes {', '.join(new)} remove this: burst with fixes=\"auto\" (--fix auto)",
           "fixes": new}] if new else [])
+
+
+def _worst(blocker: Any, evidence: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The verdict's worst gradient, when the blocker is a wrong gradient and the verdict's gradients diverged."""
+    from ortlab.compat.blockers import WRONG_GRADIENT
+
+    worst = ((evidence or {}).get("worst") or [{}])[0]
+    if blocker.kind != WRONG_GRADIENT or evidence is None or evidence.get("agree", True) or not worst.get("parameter"):
+        return None
+    return worst
+
+
+def _located(blocker: Any, evidence: dict[str, Any] | None) -> Any:
+    """A wrong-gradient blocker located by the verdict's worst parameter (check's own step can find another: ORT's
+    wrong gradients differ from one run to the next): at the module holding the operator nearest to it, when the
+    graph holds it in several, else at the parameter's module."""
+    worst = _worst(blocker, evidence)
+    if worst is None:
+        return blocker
+    return replace(blocker, module=_nearest(worst.get("module") or "", blocker.modules) or worst.get("module") or None)
+
+
+def _nearest(module: str, candidates: list[str]) -> str | None:
+    """The candidate module path sharing the longest leading path with `module` (the first such in graph order)."""
+    def shared(path: str) -> int:
+        n = 0
+        for a, b in zip(module.split("."), path.split("."), strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    return max(candidates, key=shared) if candidates else None
+
+
+def _line(blocker: Any, evidence: dict[str, Any] | None) -> str:
+    """The blocker's line, naming the verdict's worst parameter for a wrong gradient (as the headline does), and
+    the module holding the operator nearest to it."""
+    worst = _worst(blocker, evidence)
+    located = _located(blocker, evidence)
+    line = located.line()
+    if worst is None:
+        return line
+    if len(blocker.modules) > 1:
+        line = line.replace(f"(module {located.module}", f"(module {located.module}, the nearest to it of the "
+                                                          f"{len(blocker.modules)} that hold it", 1)
+    return line.replace(f"{blocker.kind}: ", f"{blocker.kind} of {worst['parameter']}: ", 1)
 
 
 def localize(session: Any, pt_config: Any, config: Any) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
+from collections.abc import Iterator
 from typing import Any
 
 from ortlab.errors import OrtlabError
@@ -63,6 +65,23 @@ def burst(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, ste
     every dropout off, with the workload's own step (its micro-batches, clipping, and its optimizer and scheduler
     made anew over the copy): ({"losses": [...], "state": the end state's summary (ortlab.verdict.state)}, the
     first step as a gradients.Step: the float64 gradients the first-step check needs, at no extra cost)."""
+    try:
+        return replay(workload, feed, initial, optimizer, lr, steps, seed)
+    except NoFloat64:
+        raise
+    except Exception as e:
+        raise NoFloat64(f"the model does not train in float64: {type(e).__name__}: {_first_line(e)}") from e
+
+
+def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, steps: int, seed: int = 0,
+           float64: bool = True, nudge: int | None = None, jitter: dict[str, float] | None = None,
+           fixes: tuple[str, ...] = (), ulps: int = 1) -> tuple[dict[str, Any], Any]:
+    """The burst's steps on a copy of the model from the initial snapshot (`burst`: the float64 one). Without
+    `float64`, an fp32 run whose rounding differs from the PyTorch burst's, a member of the verdict's ensemble
+    (ortlab.verdict.ensemble): `nudge` (a seed), every floating parameter moved by `ulps` ulps up or down at the
+    start, and with `jitter` (per parameter, a size), each step's gradient moved by noise of that size per
+    element (another summation order's rounding); `fixes`, the module-kind fixes' formulas (what ORTModule ran)
+    in place of the model's. Raises what the steps raise."""
     import torch
 
     from ortlab.engine.parity import parity
@@ -71,28 +90,77 @@ def burst(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, ste
     from ortlab.workload import to_device
 
     initial.restore(workload.model)
-    model = model64(workload.model)
+    model = model64(workload.model) if float64 else copy.deepcopy(workload.model)
     model.train()
+    if nudge is not None:
+        nudged(model, nudge, ulps)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     opt, scheduler = workload.make_optimizer(model, optimizer, lr, device)
     if initial.optimizer is not None:
         with contextlib.suppress(ValueError, KeyError):
             opt.load_state_dict(initial.optimizer)  # floating state is cast to the parameters' dtype
     _fused(opt)
+    cast = double if float64 else (lambda v: v)
+    noise = torch.Generator().manual_seed(nudge or 0)
     losses, first = [], None
-    try:
-        with parity(model, True, seed):
-            for t in range(steps):
-                batches = [to_device(b, device) for b in workload.micro_batches(feed.batch, t)]
-                loss = workload.backward(model, batches, double)
-                if t == 0:
-                    first = Step(loss, {n: None if p.grad is None else p.grad.detach().clone()
-                                        for n, p in model.named_parameters() if p.requires_grad})
-                workload.optimizer_step(model, opt, scheduler)
-                losses.append(loss)
-    except Exception as e:
-        raise NoFloat64(f"the model does not train in float64: {type(e).__name__}: {_first_line(e)}") from e
+    with parity(model, True, seed), formulas(model, fixes):
+        for t in range(steps):
+            batches = [to_device(b, device) for b in workload.micro_batches(feed.batch, t)]
+            loss = workload.backward(model, batches, cast)
+            if t == 0:
+                first = Step(loss, {n: None if p.grad is None else p.grad.detach().clone()
+                                    for n, p in model.named_parameters() if p.requires_grad})
+            if jitter:
+                _jittered(model, jitter, noise)
+            workload.optimizer_step(model, opt, scheduler)
+            losses.append(loss)
     return {"losses": losses, "state": state.summarize(model)}, first
+
+
+def nudged(model: Any, seed: int, ulps: int = 1) -> Any:
+    """`model` with every floating parameter moved by `ulps` ulps (up or down, as a generator seeded with `seed`
+    draws): a start PyTorch fp32 cannot tell from the original (one ulp), whose rounding then differs."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                up = (torch.rand(p.shape, generator=g) < 0.5).to(p.device)
+                if ulps == 1:
+                    p.copy_(torch.nextafter(p, torch.where(up, math.inf, -math.inf).to(p.dtype)))
+                else:
+                    ulp = torch.nextafter(p, torch.full_like(p, math.inf)) - p
+                    p.add_(torch.where(up, ulp, -ulp) * ulps)
+    return model
+
+
+def _jittered(model: Any, sizes: dict[str, float], generator: Any) -> None:
+    """Each parameter's gradient plus noise of its size (RMS) per element, uniform (named in `sizes`)."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.grad is not None and sizes.get(name):
+                noise = torch.rand(p.shape, generator=generator).to(p.device, p.dtype)
+                p.grad.add_(noise.sub_(0.5).mul_(math.sqrt(12) * sizes[name]))
+
+
+@contextlib.contextmanager
+def formulas(model: Any, fixes: tuple[str, ...] | list[str]) -> Iterator[None]:
+    """The module-kind fixes among `fixes` (those that rewrite the model's arithmetic: the formula ORTModule ran)
+    applied to PyTorch for the block."""
+    from ortlab.compat import registry
+
+    with registry.applied(model, rewriting(fixes)):
+        yield
+
+
+def rewriting(fixes: tuple[str, ...] | list[str]) -> list[str]:
+    """The fixes among `fixes` that rewrite the model's arithmetic (module-kind: a formula in place of torch's)."""
+    from ortlab.compat import registry
+
+    return [f for f in fixes if registry.get(f).kind == registry.FixKind.MODULE]
 
 
 def _fused(opt: Any) -> None:

@@ -10,8 +10,10 @@ rounding level flips an update's sign), and the ratio of two such random errors 
 torchvision ResNet-18 after 3 steps with pytorch-buffers (2026-11-25): per tensor ORT's error over PyTorch fp32's
 has median 0.98, but 16% of the parameters and 18% of the float buffers exceed 3x (the worst 28x and 67x); taken
 together the ratio is 0.91 (parameters) and 0.63 (buffers). A parameter's own evidence without chaos is its first
-step's gradient (ortlab.verdict.gradients). Without a float64 run, float tensors are judged one by one against the
-spread of a PyTorch pair from a perturbed start."""
+step's gradient (ortlab.verdict.gradients). Where one PyTorch fp32 run does not settle it, the fp32 ensemble's end
+states widen what is allowed (ortlab.verdict.ensemble), and a kind whose spread is a large share of its tensors
+(chaotic) is no evidence. Without a float64 run, float tensors are judged one by one against the spread of a
+PyTorch pair from a perturbed start."""
 
 from __future__ import annotations
 
@@ -76,12 +78,12 @@ def whole(entry: dict[str, Any]) -> bool:
     return entry["kind"] == FROZEN or not entry["dtype"].startswith(("float", "bfloat", "complex"))
 
 
-def differing(pytorch: dict, other: dict, noise: dict | None = None, exact: dict | None = None
-              ) -> list[dict[str, Any]]:
+def differing(pytorch: dict, other: dict, noise: dict | None = None, exact: dict | None = None,
+              members: list[dict] | None = None) -> list[dict[str, Any]]:
     """The tensors whose end states differ: whole-number ones when not equal; float ones, with a float64 run
-    (`exact`), where their kind diverges together (`judged`) and, of those, each one further off than allowed (or
-    the worst); without one, beyond what the noise pair shows (PyTorch against PyTorch from a perturbed start).
-    Float tensors are not judged without either."""
+    (`exact`), where their kind diverges together (`judged`, against the ensemble's `members` when they ran) and,
+    of those, each one further off than allowed (or the worst); without one, beyond what the noise pair shows
+    (PyTorch against PyTorch from a perturbed start). Float tensors are not judged without either."""
     out = []
     for name, pt in pytorch.items():
         ort = other.get(name)
@@ -98,7 +100,7 @@ def differing(pytorch: dict, other: dict, noise: dict | None = None, exact: dict
         if gap > max(NOISE_FACTOR * spread, FLOOR):
             out.append(_row(name, pt, ort, gap, spread))
     if exact is not None:
-        for group in judged(pytorch, other, exact).values():
+        for group in judged(pytorch, other, exact, members).values():
             if group["diverged"]:
                 rows = sorted(group["rows"], key=lambda r: -r["excess"])
                 for r in [r for r in rows if r["excess"] > 1] or rows[:1]:
@@ -108,9 +110,12 @@ def differing(pytorch: dict, other: dict, noise: dict | None = None, exact: dict
     return sorted(out, key=lambda r: (r["kind"] != "buffer", -r["distance"]))
 
 
-def judged(pytorch: dict, other: dict, exact: dict) -> dict[str, dict[str, Any]]:
+def judged(pytorch: dict, other: dict, exact: dict, members: list[dict] | None = None) -> dict[str, dict[str, Any]]:
     """Per kind of float tensor ("parameter", "buffer"): both backends' relative distances to float64, together
-    (`to_float64`, `pytorch_to_float64`, `allowed`, `tensors`, `diverged`) and per tensor (`rows`)."""
+    (`to_float64`, `pytorch_to_float64`, `allowed`, `tensors`, `diverged`) and per tensor (`rows`); with the
+    ensemble's end states (`members`), its largest distance (`spread`), and whether that spread makes the kind
+    chaotic (`chaotic`: beyond what is allowed is then `no_evidence`, not `diverged`)."""
+    from ortlab.verdict.ensemble import chaotic, no_evidence
     from ortlab.verdict.exact import FACTOR, RELATIVE_FLOOR
 
     groups: dict[str, dict[str, Any]] = {}
@@ -128,10 +133,28 @@ def judged(pytorch: dict, other: dict, exact: dict) -> dict[str, dict[str, Any]]
         rows = group["rows"]
         a = math.sqrt(sum(r["to_float64"] ** 2 for r in rows))
         b = math.sqrt(sum(r["pytorch_to_float64"] ** 2 for r in rows))
-        allowed = FACTOR * b + RELATIVE_FLOOR * math.sqrt(len(rows))
+        spread = [_together(m, exact, [r["name"] for r in rows]) for m in members or []]
+        spread = [s for s in spread if math.isfinite(s)]
+        noise = max([b, *spread])
+        allowed = FACTOR * noise + RELATIVE_FLOOR * math.sqrt(len(rows))
+        beyond = not math.isfinite(a) or a > allowed
+        excused = beyond and no_evidence(a, noise, math.sqrt(len(rows)))  # relative: each tensor's norm is 1
         group.update(to_float64=a, pytorch_to_float64=b, allowed=allowed, tensors=len(rows),
-                     diverged=not math.isfinite(a) or a > allowed)
+                     diverged=beyond and not excused, members=len(spread), chaotic=chaotic(noise, math.sqrt(len(rows))),
+                     no_evidence=excused, **({"spread": max(spread)} if spread else {}))
     return groups
+
+
+def _together(member: dict, exact: dict, names: list[str]) -> float:
+    """A member's relative distance to float64 over the tensors `names`, together (as `judged` takes them)."""
+    total = 0.0
+    for name in names:
+        if name not in member:
+            continue
+        v64, vm = vector(exact[name]), vector(member[name])
+        norm = math.hypot(*v64) or 1.0
+        total += (math.hypot(vm[0] - v64[0], vm[1] - v64[1]) / norm) ** 2
+    return math.sqrt(total)
 
 
 def vector(entry: dict[str, Any]) -> list[float]:

@@ -1,7 +1,8 @@
 """Classifiers no one at ortlab wrote, as a new user would train them: torchvision 0.21 and timm 1.0.31 (the zoo side
 folder, $ORTLAB_ZOO_PACKAGES, first on PYTHONPATH), random weights, stochastic depth off (a random op parity mode
 does not know), batch 2 of 64x64 images (32x32 for the heavier ones), 10 classes, cross-entropy; and two small
-conv nets with BatchNorm and InstanceNorm. The verdict's zoo (tests/test_verdict_zoo.py, docs/convergence.md)."""
+conv nets with BatchNorm and InstanceNorm. A factory with `seed` starts from another initialization. The verdict's
+zoo (tests/test_verdict_zoo.py, docs/convergence.md)."""
 import torch
 import torch.nn.functional as F
 
@@ -26,6 +27,16 @@ def resnet18():
     from torchvision.models import resnet18
 
     return _classifier(resnet18(num_classes=CLASSES), "torchvision ResNet-18")
+
+
+def mnasnet0_5(seed: int | None = None):
+    """`seed`: another start (torch seeded with it before the model is made; `--model-arg seed=7`)."""
+    from torchvision.models import mnasnet0_5
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    return _classifier(mnasnet0_5(num_classes=CLASSES), "torchvision MNASNet 0.5" + (
+        f" (start {seed})" if seed is not None else ""))
 
 
 def efficientnet_b0():
