@@ -9,6 +9,7 @@ import pytest
 
 from ortlab import Session
 from ortlab.run import RunWriter, load_run, new_run_dir
+from ortlab.speed import relative_noise, spread
 from ortlab.tuning import TuneError, search
 from ortlab.tuning.goals import BETTER, MISSES, SAME, WORSE, decide, parse_goals
 from ortlab.tuning.space import Candidate, combined, singles
@@ -171,12 +172,16 @@ def test_time_goal_one_knob_at_a_time_then_the_winners_combined(tmp_path, clock)
                                                 "deepcopy_before_model_export"], on_progress=events.append)
     table = t.table.set_index("candidate")
     # the baseline is the defaults, three times, and once more before each gain is confirmed back to back: its
-    # noise is their range over their median
+    # noise is ortlab.speed's (the one `ortlab compare` uses): here the spread of its repeats' medians (every step
+    # of a scripted burst takes the same time, on a machine without load), 5 steps timed per burst
     assert table.loc["baseline", "repeats"] == 3 + 3 and table.loc["baseline", "median_step_ms"] == 100.0
-    assert t.noise["time"] == pytest.approx(0.03) and "noise over 6 repeats" in table.loc["baseline", "reasons"]
+    repeats = spread([[ms] * 5 for ms in (100.0, 103.0, 101.0, 100.0, 100.0, 100.0)], warmup=0)
+    assert t.noise["time"] == pytest.approx(relative_noise(repeats)) and 0.05 < t.noise["time"] < 0.07
+    assert "noise over 6 repeats" in table.loc["baseline", "reasons"]
     assert "confirmed back to back" in table.loc["enable_compute_optimizer=False", "reasons"]
-    assert table.loc["deepcopy_before_model_export=False", "outcome"] == SAME  # -3%: within the noise
-    assert table.loc["deepcopy_before_model_export=False", "time_change_pct"] == 0
+    deepcopy = table.loc["deepcopy_before_model_export=False"]
+    assert deepcopy["outcome"] == SAME and "within the baseline's noise" in deepcopy["reasons"]  # -2%
+    assert deepcopy["time_change_pct"] == pytest.approx(-2.0) and deepcopy["inside_noise"] == "time"  # as measured
     combo = "enable_compute_optimizer=False + enable_mem_efficient_grad_mgmt=True"
     assert table.loc[combo, "outcome"] == BETTER and t.best_name == combo
     assert t.best.to_dict() == {"enable_compute_optimizer": False, "enable_mem_efficient_grad_mgmt": True}
@@ -233,13 +238,34 @@ def test_the_budget_decides_what_runs_and_a_stop_keeps_what_was_measured(tmp_pat
     assert json.loads((t.path / "tune.json").read_text())["stopped"]
 
 
+def test_steps_too_few_to_tell_a_time_change_are_said_up_front_and_a_noisy_baseline_after_it(tmp_path, clock):
+    from ortlab.tuning import Tuner
+
+    # memory needs no timed steps: the account is exact
+    assert Tuner(Scripted(tmp_path), "memory", 10, steps=4, warmup=2).warnings == []
+    few = Tuner(Scripted(tmp_path), "time", 10, steps=6, warmup=2)
+    assert len(few.warnings) == 1 and "a time change under about" in few.warnings[0]
+    assert Tuner(Scripted(tmp_path), "time", 10, steps=20, warmup=3).warnings == []
+    # a baseline whose repeats differ by 2x: said before any candidate runs, as a progress line and a note
+    s = clock(Scripted(tmp_path, noise=(100.0, 200.0, 100.0)))
+    events = []
+    t = search.tune(s, "time", budget=60, only=["enable_compute_optimizer"], on_progress=events.append)
+    warned = [e["text"] for e in events if e["phase"] == "warning"]
+    assert len(warned) == 1 and "the baseline's step time noise is" in warned[0] and warned[0] in [
+        f"warning: {n}" for n in t.notes]
+    assert [e["phase"] for e in events].index("warning") < [e["phase"] for e in events].index("candidate")
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
     from ortlab.cli import main
 
     for argv, text in ((["--goal", "fast"], "ortlab tune: goal 'fast' is not allowed"),
                        (["--budget", "0"], "ortlab tune: argument --budget: '0' is not a finite number > 0"),
                        (["--only", "log_level"], "ortlab tune: option 'log_level' is not searched by tune"),
-                       (["--steps", "3"], "ortlab tune: steps 3 is not allowed; allowed: a whole number >= warmup")):
+                       (["--steps", "3"], "ortlab tune: steps 3 is not allowed; allowed: a whole number >= warmup"),
+                       (["--steps", "5", "--warmup", "3"], "ortlab tune: steps 5 with warm-up 3 leave 2 timed steps: "
+                                                           "too few to tell any time change; allowed: steps >= warmup "
+                                                           "+ 3 (6) for a time goal")):
         try:
             code = main(["tune", *argv, "--out", str(tmp_path)])
         except SystemExit as e:  # argparse's own errors
@@ -307,7 +333,7 @@ def test_memory_goal_on_the_demo_finds_a_recompute_setting_that_agrees_and_repro
 def test_a_candidate_that_changes_the_model_is_rejected_with_its_cause(tmp_path):
     from ortlab.tuning import tune
 
-    t = tune("tests.factories.tune:flipped", "time", 60, steps=4, warmup=2, repeats=2, guard_steps=2,
+    t = tune("tests.factories.tune:flipped", "time", 60, steps=5, warmup=2, repeats=2, guard_steps=2,
              only=["deepcopy_before_model_export"], out=tmp_path, in_process=True)
     row = t.table.set_index("candidate").loc["deepcopy_before_model_export=False"]
     assert t.baseline_verdict["verdict"] == "agree"
@@ -323,7 +349,7 @@ def test_a_model_that_does_not_run_on_ortmodule_points_to_check(tmp_path):
 
     with pytest.raises(TuneError, match=r"does not run on ORTModule .*see `ortlab check --model ortlab.demo:gpt "
                                         r"--model-arg attention=\"mha\"`.*what was measured is kept in") as e:
-        tune("ortlab.demo:gpt", "time", 10, model_kwargs={"attention": "mha"}, steps=4, warmup=2, repeats=1,
+        tune("ortlab.demo:gpt", "time", 10, model_kwargs={"attention": "mha"}, steps=5, warmup=2, repeats=1,
              out=tmp_path, in_process=True)
     assert "\n" not in str(e.value)
 
@@ -340,7 +366,7 @@ def test_stop_during_a_candidate_keeps_what_was_measured(tmp_path):
         if phase.get("now") == "candidate" and row["step"] == 1:
             tuner.stop()
 
-    tuner = Tuner(None, "time", 30, steps=4, warmup=2, repeats=1, guard_steps=2, out=tmp_path, in_process=True,
+    tuner = Tuner(None, "time", 30, steps=5, warmup=2, repeats=1, guard_steps=2, out=tmp_path, in_process=True,
                   only=["enable_compute_optimizer", "deepcopy_before_model_export"], on_step=on_step,
                   on_progress=lambda e: phase.update(now=e["phase"]))
     t = tuner.run()
