@@ -82,6 +82,8 @@ class Lab(W.Tab):
 
     def close(self) -> None:
         """Stop the worker and whatever the panels run (a netron server, a burst thread)."""
+        if "extra_panels" not in self.__dict__:  # __init__ failed (a bad model): nothing was started
+            return
         for panel in (self.burst_panel, *self.extra_panels.values()):
             if getattr(panel, "running", False):
                 panel.stop()
