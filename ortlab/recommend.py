@@ -43,7 +43,8 @@ class Recommendation:
             action = CANT_TELL
         else:
             action = "stay on PyTorch" if has(self.backend, "reference") else f"train with {name}"
-        caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy else ""
+        said = not self.told and self.more_steps is None and "busy" in self.reason  # the reason says it already
+        caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy and not said else ""
         return f"recommendation: {action}: {self.reason}{caveat}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,8 +105,8 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
         backend, r = min(unclear, key=lambda u: u[1].value)
         name = NAMES.get(backend, backend)
         others = f"; {'; '.join(reasons)}" if reasons else ""
-        return Recommendation("pytorch", f"{name} is {r.value:.2f}x PyTorch's step time ({_per_step(r)}), inside "
-                              f"the noise; {_more(r)} (until then PyTorch, which costs no start-up){others}",
+        return Recommendation("pytorch", f"{name} is {r.value:.2f}x PyTorch's step time, inside the noise "
+                              f"({_per_step(r)}); {_more(r)}; until then PyTorch, which costs no start-up{others}",
                               busy=busy, told=False, more_steps=r.more_steps, ratios=shown)
     return Recommendation("pytorch", "; ".join(reasons) or "no other backend was compared", busy=busy, ratios=shown)
 
@@ -156,4 +157,7 @@ def _more(r: Ratio) -> str:
         return f"about {r.more_steps} more steps per backend would tell"
     if 0.98 <= r.value <= 1.02:
         return "they run at the same speed for any purpose"
+    if "busy" in r.fixed_by:
+        return "more steps would not tell while other work takes the cores: the machine is busy, measure again on a " \
+            "quiet one"
     return f"more steps would not tell while {r.fixed_by}"

@@ -138,7 +138,7 @@ class Ratio:
         return self.told and self.low > 1.0
 
     def interval_text(self) -> str:
-        return f"{LEVEL}% interval {self.low:.2f}x-{self.high:.2f}x"
+        return f"{LEVEL}% interval {times(self.low)}-{times(self.high)}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,6 +188,11 @@ def relative_noise(reference: Spread, one: Spread | None = None) -> float:
                         reference.load)
     error = math.sqrt(reference.error ** 2 + one.error ** 2)
     return math.exp(quantile(one.steps - 1) * error) - 1.0 if math.isfinite(error) else math.inf
+
+
+def times(value: float) -> str:
+    """A ratio as a person reads it: "0.82x", "<0.01x", ">100x"."""
+    return "<0.01x" if value < 0.01 else ">100x" if value > 100 else f"{value:.2f}x"
 
 
 def _round(n: int) -> int:

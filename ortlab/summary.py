@@ -135,7 +135,7 @@ class Comparison:
         import pandas as pd
 
         from ortlab.recommend import spreads_of
-        from ortlab.speed import ratio
+        from ortlab.speed import ratio, times
 
         spreads = spreads_of(self.runs, earlier)
         base = spreads.get(REFERENCE)
@@ -151,7 +151,7 @@ class Comparison:
             if r is None:
                 even = vs = None
             else:
-                vs = f"{r.value:.2f}x ({r.low:.2f}-{r.high:.2f})"
+                vs = f"{times(r.value)} ({times(r.low)}-{times(r.high)})"
                 gain = base.median_s - mine.median_s
                 even = ("can't tell" if not r.told else "never (slower)" if gain <= 0 or r.slower
                         else f"{math.ceil(startup / gain):d}")

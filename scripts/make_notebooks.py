@@ -586,7 +586,7 @@ def lora_trainer(wrap=False, callbacks=None, steps=6):
     args = TrainingArguments(tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=2,
                              gradient_accumulation_steps=2, max_grad_norm=1.0, warmup_steps=2, learning_rate=1e-3,
                              logging_steps=1, seed=0, report_to="none", save_strategy="no", use_cpu=True,
-                             disable_tqdm=True)
+                             disable_tqdm=True, label_names=["labels"])  # PEFT hides them from the Trainer
     return Trainer(model=ortlab.wrap(model) if wrap else model, args=args, train_dataset=Tokens(),
                    data_collator=default_data_collator, callbacks=callbacks)
 """),
