@@ -375,3 +375,26 @@ def test_stop_during_a_candidate_keeps_what_was_measured(tmp_path):
     assert t.rows[0]["median_step_ms"] > 0 and not t.improved
     saved = json.loads((t.path / "tune.json").read_text())
     assert saved["stopped"] and len(saved["rows"]) == 2
+
+
+def test_pareto_names_never_overlap_nor_leave_the_axes():
+    """Twelve settings, several close together and at the edges: every name is inside the axes and overlaps no
+    other (a name with no free place is numbered and listed under the axes)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from ortlab.tuning.figures import pareto_figure
+
+    rows = [("baseline", "baseline", 100.0, 8.0)] + [
+        (f"enable_some_long_option_name_{i}=False", "no change" if i % 3 else "rejected", 100.0 + (i % 4) * 0.3,
+         8.0 + (i // 4) * 0.02) for i in range(11)]
+    frame = pd.DataFrame(rows, columns=["candidate", "outcome", "median_step_ms", "activation_mb"])
+    fig = pareto_figure(frame, best="enable_some_long_option_name_1=False")
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    box = ax.get_window_extent(renderer)
+    texts = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(texts) == len(set(zip(frame["median_step_ms"], frame["activation_mb"], strict=True)))  # one per point
+    for i, t in enumerate(texts):
+        assert box.x0 - 1 <= t.x0 and t.x1 <= box.x1 + 1 and box.y0 - 1 <= t.y0 and t.y1 <= box.y1 + 1
+        assert not any(t.overlaps(other) for other in texts[i + 1:])
