@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ortlab.engine.backends import has
+
 _SHOWN = ("steps", "parity", "optimizer", "precision", "seed", "lr", "nproc", "fixes", "device")
 
 
@@ -34,12 +36,12 @@ def labels(runs: Sequence[Any], backend: bool = True) -> list[str]:
     for run, s in zip(runs, sets, strict=True):
         parts = [run.backend] if backend else []
         parts += [_words(k, s.get(k)) for k in differing if not k.startswith("option:")]
-        if options:
+        if options and has(run.backend, "onnx_stages"):  # ORT's options: only what runs ORT reads them
             set_here = [f"{k.removeprefix('option:')}={s[k]}" for k in options if k in s]
             parts.append(", ".join(set_here) or "default options")
         out.append(" · ".join(p for p in parts if p))
     counts = {label: out.count(label) for label in out}
-    return [f"{label} · {_time(run)}" if counts[label] > 1 or not label else label
+    return [_time(run) if not label else f"{label} · {_time(run)}" if counts[label] > 1 else label
             for label, run in zip(out, runs, strict=True)]
 
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 
-def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per step"):
-    """One line per backend (or run): {label: [loss at step 0, 1, ...]}."""
+def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per step",
+                earlier: Mapping[str, Sequence[float]] | None = None):
+    """One line per backend (or run): {label: [loss at step 0, 1, ...]}; `earlier` runs' curves thin and faint
+    beneath them (overlaid for comparison)."""
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
 
     fig = Figure(figsize=(6, 3), dpi=100, layout="constrained")
     ax = fig.add_subplot()
+    for label, values in (earlier or {}).items():
+        ax.plot(range(len(values)), list(values), linewidth=1.0, alpha=0.55, label=label)
     styles = ["-", "--", ":", "-."]  # identical curves (parity mode) stay visible on top of each other
     for i, (label, values) in enumerate(series.items()):
         ax.plot(range(len(values)), list(values), styles[i % len(styles)], marker="." if len(values) < 40 else None,
@@ -19,8 +23,8 @@ def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per st
     ax.set_ylabel("loss")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    if series:
-        ax.legend()
+    if series or earlier:
+        ax.legend(fontsize=8 if earlier else None)
     return fig
 
 

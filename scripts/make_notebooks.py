@@ -382,13 +382,23 @@ print("verdicts:", {b: cmp.verdict_of(b).status for b in cmp.others})
 print("torch.compile's losses within 1e-5 of PyTorch's:", cmp.versus("compile")["max_loss_diff"] <= 1e-5)
 """),
     md("""
-The decision, per backend. *start-up* is ORT's export and session creation, or torch.compile's compilation (its
-first step; any step that re-compiles adds to it); *steps to break even* is the start-up divided by the time a
-step saves against PyTorch, or "never" when the backend's steps are not faster. On a model this small, on two CPU
-cores, neither pays back; on your model and device the table says.
+The decision, per backend. *median step after warm-up* leaves the first steps out (they export, compile, warm up);
+*step time vs PyTorch* is the ratio with its 99 % interval, from the spread of the steps and the machine's load;
+*start-up* is ORT's export and session creation, or torch.compile's compilation (its first step; any step that
+re-compiles adds to it); *steps to break even* is the start-up divided by the time a step saves against PyTorch,
+"never (slower)", or "can't tell" while the interval holds 1. On a model this small, on two CPU cores, neither pays
+back; on your model and device the table says.
 """),
     code("""
 cmp.decision()
+"""),
+    md("""
+The recommendation follows from the same figures: a backend only when it is faster beyond the noise and trains the
+same model; "can't tell at this length" otherwise, with about how many more steps would tell (the CLI's
+`ortlab compare` and the Lab's Burst panel say the same).
+"""),
+    code("""
+print(cmp.recommendation().line)
 """),
     code("""
 print(cmp)
@@ -434,12 +444,12 @@ memory = ortlab.tune(session, goal="memory", budget=10, only=["memory_opt_level"
     md("""
 The table: one row per setting, the baseline first. `activation_mb` is the activation peak from ortlab's memory
 account of the execution graph ORT ran (exact at the burst's shapes: its noise over the repeats is 0);
-`median_step_ms` the median step after the warm-up; `rss_mb` the process's peak resident set. Changes within the
-baseline's noise show as 0.
+`median_step_ms` the median step after the warm-up; `rss_mb` the process's peak resident set. Changes are shown as
+measured; `inside_noise` names the metrics whose change the baseline's noise covers (they count as no change).
 """),
     code("""
 memory.table[["candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",
-              "memory_change_pct", "rss_mb"]]
+              "memory_change_pct", "rss_mb", "inside_noise"]]
 """),
     code("""
 print(memory.strategy.name, "-", memory.strategy.reason)
@@ -525,7 +535,7 @@ def flipped():
 
 
 with ortlab.Session(flipped, out="runs") as flipped_session:
-    guarded = ortlab.tune(flipped_session, goal="time", budget=10, only=["deepcopy_before_model_export"], steps=4,
+    guarded = ortlab.tune(flipped_session, goal="time", budget=10, only=["deepcopy_before_model_export"], steps=5,
                           warmup=2, repeats=2, guard_steps=2)
 """),
     code("""

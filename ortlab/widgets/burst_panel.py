@@ -255,6 +255,8 @@ class BurstPanel(W.VBox):
             first_line = f"{type(e).__name__}: {e}".splitlines()[0]
             self.status.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
         finally:
+            if self._earlier and runs:  # named against the new runs too ("steps 20" beside this burst's 50)
+                self._earlier = self._earlier_curves(runs)
             if any(self._curves.values()):  # the steps after the last throttled draw (a stopped burst)
                 self._draw()
             self.last_runs = runs
@@ -289,14 +291,16 @@ class BurstPanel(W.VBox):
 
         curves = {label: values for label, values in self._curves.items() if values}
         if curves:
-            self.plot.value = figure_png(loss_figure({**self._earlier, **curves}))
+            self.plot.value = figure_png(loss_figure(curves, earlier=self._earlier))
 
-    def _earlier_curves(self) -> dict[str, list[float]]:
-        """This session's earlier bursts' losses, each named by what sets it apart (ortlab.labels), the last 6."""
+    def _earlier_curves(self, new: list | tuple = ()) -> dict[str, list[float]]:
+        """This session's earlier bursts' losses (the last 6 before `new`), each named by what sets it apart from
+        the others and from the `new` runs once they exist (ortlab.labels)."""
         from ortlab.labels import labels
 
-        runs = [r for r in self.session.runs if len(r.metrics) and not r.ranks][-6:]
-        return {f"earlier: {label}": r.losses for label, r in zip(labels(runs), runs, strict=True)}
+        runs = [r for r in self.session.runs if len(r.metrics) and not r.ranks and r not in new][-6:]
+        named = labels([*runs, *new])[:len(runs)]
+        return {f"earlier: {label}": r.losses for label, r in zip(named, runs, strict=True)}
 
     def _set_rank_curves(self, backend: str, losses: dict[int, list[float]]) -> None:
         """One curve per rank ("pytorch rank 1"), in place of the backend's single curve, order kept."""
@@ -364,7 +368,9 @@ class BurstPanel(W.VBox):
                              "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical")}
                             if s.get("ranks") else {})})
         self.results_frame = pd.DataFrame(rows)
-        self.results.value = table(self.results_frame)
+        # one row per figure, one column per backend (as the CLI prints it): as narrow as the backends are few
+        shown = self.results_frame.set_index("backend").T if len(rows) else self.results_frame
+        self.results.value = table(shown, index=True)
         transitions = self.session.transitions
         shown = transitions[["run", "action", "reason", "ort_exported"]] if len(transitions) else transitions
         self.transitions.value = table(shown, headers={"ort_exported": "ORT exported"})

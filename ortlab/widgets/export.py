@@ -20,7 +20,7 @@ def save(out: str | Path, name: str, data: Any) -> Path:
     folder = Path(out).expanduser().resolve() / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    if isinstance(data, bytes | bytearray):
+    if isinstance(data, bytes | bytearray | memoryview):
         path = _free(folder, f"{stamp}-{name}", ".png")
         path.write_bytes(bytes(data))
     else:
@@ -51,8 +51,7 @@ class SaveButton(W.HBox):
 
     def save(self) -> Path | None:
         data = self.what()
-        if data is None or (isinstance(data, bytes | bytearray) and not data) or (hasattr(data, "__len__")
-                                                                                and not len(data)):
+        if data is None or (hasattr(data, "__len__") and not len(data)):
             self.said.value = "<span style='color:#666'>nothing to save yet</span>"
             return None
         try:

@@ -13,6 +13,7 @@ from typing import Any
 import ipywidgets as W
 
 MISSING = "—"  # a value that is not there, in every table of the Lab
+LONG = 40  # characters beyond which a table cell's text wraps in a column of its own width
 MB = 2**20  # ortlab's MB (memory.md): what the memory account and the process figures count in
 STOPPED = ("interrupted", "stopped")  # a user's Stop
 COLORS = {"ok": "#080", "fallback": "#d35400", "interrupted": "#666", "stopped": "#666", "running": "#666"}
@@ -22,14 +23,18 @@ _UNITS = {"ms": "ms", "s": "s", "mb": "MB", "pct": "%", "bytes": "MB"}
 _WORDS = {"rss": "resident set", "mb": "MB", "ms": "ms", "pct": "%", "ort": "ORT", "id": "id", "expr": "expression"}
 
 # The Lab's stylesheet (scoped to the Lab): rows wrap, a control is never wider than its row, figures and preformatted
-# text fit the panel. ipywidgets' HTML widgets set a line height of one control row (28 px) for their content, which
-# makes every table row as tall: tables get a text line height.
+# text fit the panel, the tabs wrap onto a second line rather than shrink to unreadable stubs. ipywidgets' HTML
+# widgets set a line height of one control row (28 px) for their content, which makes every table row as tall:
+# their content gets a text line height.
 STYLE = """<style>
 .ortlab-lab .widget-hbox, .ortlab-lab .jupyter-widget-hbox { flex-wrap: wrap; row-gap: 2px; }
 .ortlab-lab .widget-inline-hbox, .ortlab-lab .jupyter-widget-inline-hbox { max-width: 100%; min-width: 0; }
-.ortlab-lab img.widget-image, .ortlab-lab img.jupyter-widget-image { max-width: 100%; height: auto; }
+.ortlab-lab img.widget-image, .ortlab-lab img.jupyter-widget-image { max-width: 100%; height: auto; margin: 2px 0; }
 .ortlab-lab .widget-html-content pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+.ortlab-lab .widget-html-content { line-height: 1.4; }
 .ortlab-lab .widget-html-content table { line-height: 1.35; }
+.ortlab-lab > .lm-TabBar .lm-TabBar-content { flex-wrap: wrap; }
+.ortlab-lab > .lm-TabBar .lm-TabBar-tab { min-width: fit-content; }
 .ortlab-lab .widget-toggle-buttons .widget-toggle-button { width: auto; }
 </style>"""
 
@@ -112,11 +117,16 @@ def table(df: Any, index: bool = False, digits: int = 4, headers: dict[str, str]
             if str(column).endswith("_bytes") and isinstance(value, int | float) and not isinstance(value, bool):
                 value = value / MB
             number = isinstance(value, int | float) and not isinstance(value, bool)
-            style = "text-align:right;white-space:nowrap" if number else "text-align:left;overflow-wrap:anywhere"
-            tds.append(f"<td style='{style};padding:1px 8px;vertical-align:top'>{html.escape(cell(value, digits))}"
-                       "</td>")
+            text = html.escape(cell(value, digits))
+            # numbers whole; an identifier or path (one long token) may break anywhere, words stay whole
+            style = ("text-align:right;white-space:nowrap" if number else "text-align:left;overflow-wrap:anywhere"
+                     if len(text) > 10 and " " not in text else "text-align:left")
+            if len(text) > LONG:  # a sentence or a path: a bounded column that wraps, not one that squeezes the others
+                text = f"<div style='max-width:22em;min-width:6em;overflow-wrap:anywhere'>{text}</div>"
+            tds.append(f"<td style='{style};padding:1px 6px;vertical-align:top'>{text}</td>")
         rows.append(f"<tr>{''.join(tds)}</tr>")
-    ths = "".join(f"<th style='text-align:left;padding:2px 8px;vertical-align:bottom;font-weight:600'>"
+    ths = "".join(f"<th style='text-align:left;padding:2px 6px;vertical-align:bottom;font-weight:600;"
+                  "overflow-wrap:anywhere'>"
                   f"{html.escape(h)}</th>" for h in heads)
     return ("<div style='max-width:100%;overflow-x:auto'><table style='border-collapse:collapse;font-size:12px;"
             f"line-height:1.35;max-width:100%'><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody>"

@@ -149,7 +149,7 @@ class MemoryPanel(W.VBox):
         head = (f"<b>{html.escape(label)}</b>: peak {a.peak_activation_bytes / MB:.2f} MB{html.escape(lower)} at "
                 f"step {a.peak_index} of {a.nodes} ({a.peak_phase}), {html.escape(a.peak_node)} "
                 f"[{html.escape(a.peak_op)}]{stash}; order {html.escape(a.order)}")
-        return f"<p style='line-height:1.4'>{head}</p>{found}"
+        return f"<p style='line-height:1.4;overflow-wrap:anywhere'>{head}</p>{found}"
 
     def _backends(self, runs: list) -> str:
         """The last PyTorch burst followed by an ORTModule burst (what a comparison runs), side by side."""

@@ -185,9 +185,9 @@ def _shown(frame):
     shown = frame[_COLUMNS].copy()
     inside = frame["inside_noise"] if "inside_noise" in frame else [""] * len(frame)
     for column, metric in (("time_change_pct", "time"), ("memory_change_pct", "memory")):
-        shown[column] = [MISSING if value is None or value != value else
+        shown[column] = [MISSING if value is None or value != value or name == "baseline" else
                          f"{value:+.1f}%" + (" (in noise)" if metric in (noise or "").split(", ") else "")
-                         for value, noise in zip(frame[column], inside, strict=True)]
+                         for value, noise, name in zip(frame[column], inside, frame["candidate"], strict=True)]
     return shown
 
 
