@@ -46,7 +46,8 @@ def jupyterlab(tmp_path_factory):
         '{"fetchNews": "false", "checkForUpdates": false}')
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JUPYTER_PLATFORM_DIRS="1",
-               JUPYTERLAB_SETTINGS_DIR=str(settings))
+               JUPYTERLAB_SETTINGS_DIR=str(settings),  # and a layout of its own: not one an earlier run left
+               JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}",
@@ -102,14 +103,15 @@ def run_all_cells(jupyterlab, page, notebook: str) -> None:
     """Open `notebook` in JupyterLab, start its kernel and run every cell."""
     page.goto(f"{jupyterlab}/lab/tree/{notebook}?token={TOKEN}")
     page.locator(".jp-Notebook .jp-Cell >> visible=true").first.wait_for()  # JupyterLab may restore other tabs
-    select = page.locator(".jp-Dialog button", has_text="Select")
-    try:  # JupyterLab may ask which kernel to start
-        select.wait_for(timeout=10_000)
-        select.click()
-    except Exception:
-        pass
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true").first.wait_for(
-        timeout=120_000)
+    select = page.locator(".jp-Dialog button >> visible=true", has_text="Select")
+    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true")
+    deadline = time.monotonic() + 300  # a loaded machine starts a kernel slowly, and may ask which one late
+    while not idle.count():
+        if select.count():  # JupyterLab asks which kernel to start
+            select.first.click()
+        if time.monotonic() > deadline:
+            idle.first.wait_for(timeout=1)  # fails, saying what it waited for
+        time.sleep(0.5)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 

@@ -24,7 +24,7 @@ def test_a_table_reads_the_same_in_every_panel():
     assert table(frame.iloc[0:0]) == ""
     assert header("time_change_pct") == "time change (%)" and header("peak resident set (MB)") == \
         "peak resident set (MB)"
-    assert cell(float("nan")) == cell(None) == cell("None") == MISSING and cell(4.2e-07) == "4.20e-07"
+    assert cell(float("nan")) == cell(None) == cell("None") == cell(pd.NA) == MISSING and cell(4.2e-07) == "4.20e-07"
 
 
 class _Run:

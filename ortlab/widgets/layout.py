@@ -31,7 +31,7 @@ STYLE = """<style>
 .ortlab-lab .widget-inline-hbox, .ortlab-lab .jupyter-widget-inline-hbox { max-width: 100%; min-width: 0; }
 .ortlab-lab img.widget-image, .ortlab-lab img.jupyter-widget-image { max-width: 100%; height: auto; margin: 2px 0; }
 .ortlab-lab .widget-html-content pre { white-space: pre-wrap; overflow-wrap: anywhere; }
-.ortlab-lab .widget-html-content { line-height: 1.4; }
+.ortlab-lab .widget-html-content { line-height: 1.4; min-width: 0; max-width: 100%; }
 .ortlab-lab .widget-html-content table { line-height: 1.35; }
 .ortlab-lab > .lm-TabBar .lm-TabBar-content { flex-wrap: wrap; }
 .ortlab-lab > .lm-TabBar .lm-TabBar-tab { min-width: fit-content; }
@@ -75,8 +75,8 @@ def header(name: Any) -> str:
 def cell(value: Any, digits: int = 4) -> str:
     """A value as a table shows it: MISSING for None and NaN, yes/no, numbers to `digits` significant figures
     (whole numbers of 10,000 and more in full, never 1.049e+06), lists joined."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return MISSING
+    if value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NAType":
+        return MISSING  # None, NaN and pandas' NA alike
     if isinstance(value, bool):
         return "yes" if value else "no"
     if hasattr(value, "item") and not isinstance(value, str | bytes):  # a numpy scalar
@@ -118,11 +118,13 @@ def table(df: Any, index: bool = False, digits: int = 4, headers: dict[str, str]
                 value = value / MB
             number = isinstance(value, int | float) and not isinstance(value, bool)
             text = html.escape(cell(value, digits))
-            # numbers whole; an identifier or path (one long token) may break anywhere, words stay whole
-            style = ("text-align:right;white-space:nowrap" if number else "text-align:left;overflow-wrap:anywhere"
-                     if len(text) > 10 and " " not in text else "text-align:left")
-            if len(text) > LONG:  # a sentence or a path: a bounded column that wraps, not one that squeezes the others
+            # numbers whole; words whole; an identifier or a path (one long token) breaks anywhere, but never into a
+            # column of one letter; a sentence wraps in a bounded column rather than squeeze the others
+            style = "text-align:right;white-space:nowrap" if number else "text-align:left"
+            if len(text) > LONG:
                 text = f"<div style='max-width:22em;min-width:6em;overflow-wrap:anywhere'>{text}</div>"
+            elif len(text) > 10 and " " not in text:
+                text = f"<div style='min-width:4.5em;overflow-wrap:anywhere'>{text}</div>"
             tds.append(f"<td style='{style};padding:1px 6px;vertical-align:top'>{text}</td>")
         rows.append(f"<tr>{''.join(tds)}</tr>")
     ths = "".join(f"<th style='text-align:left;padding:2px 6px;vertical-align:bottom;font-weight:600;"

@@ -15,7 +15,7 @@ from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import MISSING, flexible, row, table
 
 _COLUMNS = ["candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",
-            "memory_change_pct", "rss_mb", "reasons"]
+            "memory_change_pct", "rss_mb"]  # the reasons, sentences, go in a list under the table
 HEADERS = {"median_step_ms": "median step after warm-up (ms)", "time_change_pct": "step time change",
            "activation_mb": "activation peak (MB)", "memory_change_pct": "activation change",
            "rss_mb": "resident set (MB)"}
@@ -153,7 +153,12 @@ class TunePanel(W.VBox):
             stopped = " (stopped by you: what was measured is kept)" if result.stopped else ""
             self.status.value = f"<span style='color:{color}'>{html.escape(result.headline() + stopped)}</span>"
         if result.rows:
-            self.table.value = table(_shown(result.table), headers=HEADERS)
+            frame = result.table
+            why = "".join(f"<li><b>{html.escape(str(name))}</b>: {html.escape(str(reasons))}</li>"
+                          for name, reasons in zip(frame["candidate"], frame["reasons"], strict=True)
+                          if name != "baseline" and reasons)
+            self.table.value = table(_shown(frame), headers=HEADERS) + (f"<ul style='margin:4px 0'>{why}</ul>"
+                                                                       if why else "")
             self.plot.value = figure_png(result.pareto())
         pruned = "".join(f"<li>{html.escape(p.name)}: {html.escape(p.reason)}</li>" for p in result.pruned)
         strategy = (f"<p><b>Strategy</b>: {html.escape(result.strategy.name)} "
