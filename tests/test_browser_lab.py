@@ -8,11 +8,10 @@ ORTLAB_UPDATE_SCREENSHOTS=1."""
 import json
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tests.test_browser import TOKEN, jupyterlab, page, run_all_cells  # noqa: F401  (the same real JupyterLab and Chromium)
+from tests.test_browser import TOKEN, jupyterlab, lab_shot, page, run_all_cells  # noqa: F401  (the same JupyterLab, Chromium)
 
 pytestmark = pytest.mark.slow
 
@@ -102,19 +101,6 @@ def _fits(lab, strict: bool = True, timeout_s: float = 60.0) -> None:
     assert not problems, (f"{title} at {width} px", problems[:8])
 
 
-def _shot(browser_page, lab, path: Path) -> None:
-    """The Lab as far as the notebook shows it (an element screenshot of a panel taller than the notebook's
-    scrolling area is grey below it), as a 64-colour PNG: a fraction of the size, as readable."""
-    from PIL import Image
-
-    box = lab.bounding_box()
-    shown = browser_page.locator(".jp-NotebookPanel-notebook >> visible=true").first.bounding_box()
-    bottom = min(box["y"] + box["height"], shown["y"] + shown["height"])
-    browser_page.screenshot(path=str(path), clip={"x": box["x"], "y": box["y"], "width": box["width"],
-                                          "height": max(1, bottom - box["y"])})
-    Image.open(path).convert("RGB").quantize(colors=64).save(path, optimize=True)
-
-
 def _file_browser(browser_page, width_px: int = SIDEBAR) -> None:
     """JupyterLab's file browser open at `width_px` (its usual width; Lumino scales a resized window's panels by
     their share, so after a resize the sidebar can take most of the window): its split handle dragged there."""
@@ -194,10 +180,9 @@ def test_every_tab_fits_at_three_widths_after_a_burst_and_a_stopped_tuning(jupyt
             for title in TABS:
                 _tab(lab, title)
                 _fits(lab, strict=width > NARROW)
-                lab.evaluate("e => e.scrollIntoView({block: 'start'})")
-                _shot(page, lab, artifacts / f"{width}-{title.lower()}.png")
+                lab_shot(page, lab, artifacts / f"{width}-{title.lower()}.png")
                 if title in DOCS and width == (800 if title == "Burst" else 960):
-                    _shot(page, lab, shots_dir / f"{DOCS[title]}.png")
+                    lab_shot(page, lab, shots_dir / f"{DOCS[title]}.png")
     except Exception:
         page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
         print(f"browser state at the failure: {tmp_path / 'failure.png'}")

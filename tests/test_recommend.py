@@ -4,6 +4,8 @@ reason."""
 
 import random
 
+import pytest
+
 from ortlab.recommend import recommend
 from ortlab.speed import spread
 
@@ -108,3 +110,22 @@ def test_a_faster_backend_whose_numerics_were_not_judged_or_that_fell_back_is_no
     assert r.backend == "pytorch" and "ORTModule's numerics were not judged" in r.reason
     r = recommend({"pytorch": _ok(0.1), "ortmodule": {"status": "fallback", "median_step_s": 0.05}}, {})
     assert r.backend == "pytorch" and r.reason == "ORTModule fell back to PyTorch"
+
+
+@pytest.mark.slow
+def test_compare_on_the_demo_gives_the_recommendation_with_its_interval(tmp_path, capsys):
+    """`ortlab compare --steps 10`: the decision table's step-time ratio with its interval and the recommendation from
+    the same figures, in the JSON as in the text; a winner only when the interval leaves 1."""
+    import json
+
+    from ortlab.cli import main
+
+    main(["compare", "--steps", "10", "--backends", "both", "--in-process", "--out", str(tmp_path), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    r, ratio = data["recommendation"], data["recommendation"]["ratios"]["ortmodule"]
+    assert ratio["low"] <= ratio["value"] <= ratio["high"] and ratio["steps"] == 8  # 10 steps, 2 of warm-up
+    assert r["told"] == ratio["told"] and r["backend"] == ("ortmodule" if ratio["high"] < 1 else "pytorch")
+    assert r["line"].startswith("recommendation: " + ("can't tell at this length: " if not r["told"] else ""))
+    ortmodule = next(row for row in data["decision"] if row["backend"] == "ortmodule")
+    assert ortmodule["step time vs PyTorch (99% interval)"].startswith(f"{ratio['value']:.2f}x (")
+    assert ortmodule["steps to break even"] == ("can't tell" if not r["told"] else ortmodule["steps to break even"])

@@ -398,3 +398,19 @@ def test_pareto_names_never_overlap_nor_leave_the_axes():
     for i, t in enumerate(texts):
         assert box.x0 - 1 <= t.x0 and t.x1 <= box.x1 + 1 and box.y0 - 1 <= t.y0 and t.y1 <= box.y1 + 1
         assert not any(t.overlaps(other) for other in texts[i + 1:])
+
+
+def test_the_panel_shows_each_change_as_measured_and_says_when_the_noise_covers_it(tmp_path, clock):
+    from ortlab.widgets.tune import TunePanel
+
+    s = clock(Scripted(tmp_path, times={"enable_compute_optimizer=False": 80.0,
+                                        "deepcopy_before_model_export=False": 98.0}))
+    panel = TunePanel(s)
+    panel.run(wait=True, only=["enable_compute_optimizer", "deepcopy_before_model_export"])
+    shown = panel.table.value
+    row = panel.result.table.set_index("candidate").loc["deepcopy_before_model_export=False"]
+    change = f"{row['time_change_pct']:+.1f}%"
+    assert row["time_change_pct"] < -1 and f">{change} (in noise)<" in shown  # not a 0 beside the reason's change
+    assert f"({change}) (within the baseline&#x27;s noise" in shown
+    assert "None" not in shown and "NaN" not in shown and "median_step_ms" not in shown
+    assert "median step after warm-up (ms)" in shown and "step time change" in shown

@@ -59,11 +59,12 @@ class SaveButton(W.HBox):
         except OSError as e:  # a folder that cannot be written: said here
             self.said.value = f"<span style='color:#c00'>{html.escape(str(e))}</span>"
             return None
-        self.said.value = f"<span style='color:#666'>saved <code>{html.escape(_shown(self.last))}</code></span>"
+        self.said.value = f"<span style='color:#666'>saved <code>{html.escape(shown_path(self.last))}</code></span>"
         return self.last
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
+    """A path as a person reads it: relative to the working folder when inside it, else absolute."""
     try:
         return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd().resolve()) else str(path)
     except ValueError:

@@ -11,7 +11,7 @@ import ipywidgets as W
 from ortlab.engine.backends import has
 from ortlab.options import Options
 from ortlab.widgets.burst_panel import BurstPanel
-from ortlab.widgets.export import _shown
+from ortlab.widgets.export import shown_path
 from ortlab.widgets.layout import STYLE
 from ortlab.widgets.log_panel import LogPanel
 from ortlab.widgets.options_panel import OptionsPanel
@@ -91,7 +91,7 @@ class Lab(W.Tab):
                  f"{model['parameters']:,} parameters" if model.get("parameters") else "",
                  f"batch {model['batch_size']}" if model.get("batch_size") else "",
                  "" if model else "its size once a burst has built it",
-                 f"runs in {_shown(Path(self.session.out))}"]
+                 f"runs in {shown_path(Path(self.session.out))}"]
         return (STYLE + "<div style='line-height:1.4;margin:2px 0 6px'><b>model</b> " + html.escape(name)
                 + "<span style='color:#666'> · " + html.escape(" · ".join(f for f in facts if f)) + "</span></div>")
 

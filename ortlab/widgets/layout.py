@@ -34,7 +34,7 @@ STYLE = """<style>
 .ortlab-lab .widget-html-content { line-height: 1.4; min-width: 0; max-width: 100%; }
 .ortlab-lab .widget-html-content table { line-height: 1.35; }
 .ortlab-lab > .lm-TabBar .lm-TabBar-content { flex-wrap: wrap; }
-.ortlab-lab > .lm-TabBar .lm-TabBar-tab { min-width: fit-content; }
+.ortlab-lab > .lm-TabBar .lm-TabBar-tab { flex: 0 1 auto !important; min-width: fit-content !important; }
 .ortlab-lab .widget-toggle-buttons .widget-toggle-button { width: auto; }
 </style>"""
 
@@ -125,10 +125,11 @@ def table(df: Any, index: bool = False, digits: int = 4, headers: dict[str, str]
                 text = f"<div style='max-width:22em;min-width:6em;overflow-wrap:anywhere'>{text}</div>"
             elif len(text) > 10 and " " not in text:
                 text = f"<div style='min-width:4.5em;overflow-wrap:anywhere'>{text}</div>"
-            tds.append(f"<td style='{style};padding:1px 6px;vertical-align:top'>{text}</td>")
+            tds.append(f"<td style='{style};padding:1px 4px;vertical-align:top'>{text}</td>")
         rows.append(f"<tr>{''.join(tds)}</tr>")
-    ths = "".join(f"<th style='text-align:left;padding:2px 6px;vertical-align:bottom;font-weight:600;"
-                  "overflow-wrap:anywhere'>"
+    # a header's words stay whole up to 7 letters ("verdict", "outcome"); longer ones break where the panel is narrow
+    ths = "".join(f"<th style='text-align:left;padding:2px 4px;vertical-align:bottom;font-weight:600;"
+                  f"overflow-wrap:anywhere;min-width:{0.62 * min(7, max(map(len, h.split()), default=1)):.1f}em'>"
                   f"{html.escape(h)}</th>" for h in heads)
     return ("<div style='max-width:100%;overflow-x:auto'><table style='border-collapse:collapse;font-size:12px;"
             f"line-height:1.35;max-width:100%'><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody>"

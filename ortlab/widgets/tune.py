@@ -10,7 +10,7 @@ import threading
 import ipywidgets as W
 
 from ortlab.engine.progress import Pace, duration
-from ortlab.widgets.export import SaveButton
+from ortlab.widgets.export import SaveButton, shown_path
 from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import MISSING, flexible, row, table
 
@@ -168,7 +168,7 @@ class TunePanel(W.VBox):
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
         self.best.value = (strategy + best + (f"<b>Pruned</b><ul>{pruned}</ul>" if pruned else "")
                            + (f"<b>Notes</b><ul>{notes}</ul>" if notes else "")
-                           + f"<p>folder: <code>{html.escape(str(result.path))}</code></p>")
+                           + f"<p>folder: <code>{html.escape(shown_path(result.path))}</code></p>")
 
     def stop(self) -> None:
         if self.tuner is not None and self.running:
