@@ -159,6 +159,12 @@ def test_every_tab_fits_at_three_widths_after_a_burst_and_a_stopped_tuning(jupyt
         assert "step 8/8" in lab.inner_text()  # the progress line: step count, time
         _fits(lab)
 
+        # the memory optimizer's plans of the model: the Recompute tab's tables (bytes in MB) and figure
+        _tab(lab, "Recompute")
+        lab.locator("button.widget-button >> visible=true", has_text="Find plans").first.click()
+        lab.locator(".widget-html >> visible=true", has_text="plans from run").first.wait_for(timeout=600_000)
+        lab.locator("table >> visible=true", has_text="what-if").first.wait_for()
+
         # a tuning, stopped by the user once its first candidate runs: the stop reads as one, the table fits
         _tab(lab, "Tune")
         lab.locator(".widget-dropdown >> visible=true", has_text="goal").locator("select").first.select_option(

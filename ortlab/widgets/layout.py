@@ -36,6 +36,8 @@ STYLE = """<style>
 .ortlab-lab > .lm-TabBar .lm-TabBar-content { flex-wrap: wrap; }
 .ortlab-lab > .lm-TabBar .lm-TabBar-tab { flex: 0 1 auto !important; min-width: fit-content !important; }
 .ortlab-lab .widget-toggle-buttons .widget-toggle-button { width: auto; }
+.ortlab-lab .widget-checkbox { height: auto; min-height: var(--jp-widgets-inline-height); }
+.ortlab-lab .widget-checkbox label > span { white-space: normal; overflow-wrap: anywhere; line-height: 1.3; }
 </style>"""
 
 
