@@ -311,11 +311,11 @@ FAILURE_STAGES = (
 
 
 def is_ortmodule(model: Any) -> bool:
-    try:
-        from onnxruntime.training.ortmodule import ORTModule
-    except ImportError:
-        return False
-    return isinstance(model, ORTModule)
+    """Whether `model` is an ORTModule, without importing ORT where nothing did (no model can be one then)."""
+    import sys
+
+    module = sys.modules.get("onnxruntime.training.ortmodule")
+    return module is not None and isinstance(model, getattr(module, "ORTModule", ()))
 
 
 def inner_module(ort_module: Any) -> Any:

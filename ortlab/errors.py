@@ -1,5 +1,7 @@
 """ortlab's error classes: one base for bad input, so that every front end treats it the same way."""
 
+import os
+
 
 class OrtlabError(Exception):
     """Base of ortlab's own errors."""
@@ -13,6 +15,15 @@ class InputError(OrtlabError, ValueError):
     def __init__(self, *args, cli: str | None = None):
         super().__init__(*args)
         self.cli = cli
+
+    @property
+    def _render_traceback_(self):
+        """How IPython shows this error in a notebook: one line, the class and the message, no frames of ortlab's
+        (IPython calls `_render_traceback_()` when an exception has one). ORTLAB_TRACEBACK=1 shows the traceback."""
+        if os.environ.get("ORTLAB_TRACEBACK"):
+            raise AttributeError("_render_traceback_")  # hasattr() is False: IPython's usual traceback
+        return lambda: [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}".splitlines()[0] if str(self) else
+                        type(self).__name__]
 
 
 class OrtlabWarning(UserWarning):

@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 
-def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per step"):
-    """One line per backend (or run): {label: [loss at step 0, 1, ...]}."""
+def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per step",
+                earlier: Mapping[str, Sequence[float]] | None = None):
+    """One line per backend (or run): {label: [loss at step 0, 1, ...]}; `earlier` runs' curves thin and faint
+    beneath them (overlaid for comparison)."""
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
 
     fig = Figure(figsize=(6, 3), dpi=100, layout="constrained")
     ax = fig.add_subplot()
+    for label, values in (earlier or {}).items():
+        ax.plot(range(len(values)), list(values), linewidth=1.0, alpha=0.55, label=label)
     styles = ["-", "--", ":", "-."]  # identical curves (parity mode) stay visible on top of each other
     for i, (label, values) in enumerate(series.items()):
         ax.plot(range(len(values)), list(values), styles[i % len(styles)], marker="." if len(values) < 40 else None,
@@ -19,8 +23,8 @@ def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per st
     ax.set_ylabel("loss")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    if series:
-        ax.legend()
+    if series or earlier:
+        ax.legend(fontsize=8 if earlier else None)
     return fig
 
 
@@ -80,3 +84,52 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
             front.append((x, y))
             best = y
     return front
+
+
+def label_points(ax, points: Sequence[tuple[float, float]], texts: Sequence[str], colors: Sequence[str],
+                 fontsize: float = 7) -> list:
+    """Name each point beside it where the name overlaps no other name, no point and stays inside the axes: the
+    nearest free place of eight around it, farther out when those are taken; a name with no free place is numbered
+    at its point and listed under the axes. The Text artists placed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = ax.figure
+    if fig.canvas is None or not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    renderer = fig.canvas.get_renderer()
+    fig.draw_without_rendering()  # the layout (constrained) settles the axes' box first
+    inside = ax.get_window_extent(renderer)
+    taken = [ax.transData.transform(p) for p in points]  # every point, as a 6-pixel square
+    boxes = [(x - 3, y - 3, x + 3, y + 3) for x, y in taken]
+    placed, listed = [], []
+    directions = [(1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1)]
+    for (x, y), text, color in zip(points, texts, colors, strict=True):
+        artist = None
+        for radius in (6, 14, 26, 40):
+            for dx, dy in directions:
+                candidate = ax.annotate(text, (x, y), xytext=(dx * radius, dy * radius), textcoords="offset points",
+                                        fontsize=fontsize, color=color, ha="left" if dx > 0 else "right" if dx < 0
+                                        else "center", va="bottom" if dy > 0 else "top" if dy < 0 else "center")
+                box = candidate.get_window_extent(renderer)
+                edges = (box.x0, box.y0, box.x1, box.y1)
+                fits = (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0 and box.y1 <= inside.y1
+                        and not any(_overlap(edges, other) for other in boxes))
+                if fits:
+                    artist = candidate
+                    boxes.append(edges)
+                    break
+                candidate.remove()
+            if artist is not None:
+                break
+        if artist is None:  # no free place: a number at the point, the name under the axes
+            listed.append(text)
+            artist = ax.annotate(str(len(listed)), (x, y), xytext=(3, 3), textcoords="offset points",
+                                 fontsize=fontsize, color=color, annotation_clip=True)
+        placed.append(artist)
+    if listed:
+        ax.set_xlabel(ax.get_xlabel() + "\n" + "; ".join(f"{i}: {t}" for i, t in enumerate(listed, 1)))
+    return placed
+
+
+def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]

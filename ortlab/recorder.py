@@ -12,7 +12,6 @@ exports.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import shutil
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortlab import _ort
+from ortlab import _ort, held
 from ortlab.errors import InputError
 from ortlab.options import Options
 from ortlab.wrapping import info_of
@@ -120,9 +119,9 @@ class Recorder:
                       "parameters": params, "batch_size": self.batch_size},
             "device": str(device), "versions": versions(), "pid": os.getpid(), **self.extra_meta,
         })
-        self._log = logging.FileHandler(self.path / "log.txt", encoding="utf-8")
-        self._log.setFormatter(logging.Formatter("%(asctime)s %(name)s [%(levelname)s] - %(message)s"))
-        logging.getLogger("orttraining").addHandler(self._log)
+        # ORT's loggers into the run's log.txt, with what ortlab.wrap held back from the notebook before it
+        self._log_context = held.run_log(self.path / "log.txt")
+        self._log_context.__enter__()
         self.memory = PeakMemory(device)
         self.memory.reset()
         self.transitions: list[dict[str, Any]] = []
@@ -171,8 +170,7 @@ class Recorder:
                 c.finish(self._host(), self.cfg, self.path, status)
             except Exception as e:  # a collector must not lose the run
                 extra.setdefault("collector_errors", []).append(f"{type(c).__name__}: {e}")
-        logging.getLogger("orttraining").removeHandler(self._log)
-        self._log.close()
+        self._log_context.__exit__(None, None, None)
         if self.ortmodule:
             self._write_ort_files()
             wrapped = info_of(self.model)

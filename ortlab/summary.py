@@ -3,6 +3,7 @@ person compares first, the verdict on each, and which backend to train with."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,27 +127,38 @@ class Comparison:
                 out.setdefault("problems", []).append(f"{run.backend}: {run.error or run.meta['warning']}")
         return out
 
-    def decision(self):
-        """Which backend to train with, as a table: per backend its status, speed after start-up (median step),
-        start-up cost, the steps after which it has made its start-up back against PyTorch, memory, numerics
-        (the verdict) and what failed."""
+    def decision(self, earlier=()):
+        """Which backend to train with, as a table: per backend its status, speed after warm-up (median step, and
+        the step time against PyTorch's with its 99 % interval: `ortlab.speed`), start-up cost, the steps after
+        which it has made its start-up back against PyTorch ("can't tell" while the difference is inside the
+        noise), memory, numerics (the verdict) and what failed. `earlier`: identical runs pooled with these."""
         import pandas as pd
 
-        pt = self.pytorch.summary()
+        from ortlab.recommend import spreads_of
+        from ortlab.speed import ratio, times
+
+        spreads = spreads_of(self.runs, earlier)
+        base = spreads.get(REFERENCE)
         rows = []
         for backend in self.backends:
             run = self.run(backend)
             s = run.summary() if run is not None else {"status": "not run"}
             reference = has(backend, "reference")
             verdict = self.verdict_of(backend) if not reference else None
-            step, startup = s.get("median_step_s"), s.get("startup_s") or 0.0
-            if reference or run is None or s.get("status") != "ok" or not step:
-                even = None
+            mine, startup = spreads.get(backend), s.get("startup_s") or 0.0
+            compared = not reference and run is not None and s.get("status") == "ok" and mine and base
+            r = ratio(mine, base) if compared else None
+            if r is None:
+                even = vs = None
             else:
-                gain = (pt.get("median_step_s") or 0) - step
-                even = "never (slower)" if gain <= 0 else f"{startup / gain:.0f}"
+                vs = f"{times(r.value)} ({times(r.low)}-{times(r.high)})"
+                gain = base.median_s - mine.median_s
+                even = ("can't tell" if not r.told else "never (slower)" if gain <= 0 or r.slower
+                        else f"{math.ceil(startup / gain):d}")
             rows.append({"backend": backend, "status": s.get("status"),
-                         "median step (ms)": None if not step or s.get("status") == "fallback" else step * 1000,
+                         "median step after warm-up (ms)": None if mine is None or s.get("status") == "fallback"
+                         else mine.median_s * 1000,
+                         "step time vs PyTorch (99% interval)": vs,
                          "start-up (s)": s.get("startup_s"), "steps to break even": even,
                          "kept for backward (MB)": s.get("saved_for_backward_mb"),
                          "peak resident set (MB)": s.get("peak_mem_mb"),
@@ -155,14 +167,16 @@ class Comparison:
                          "failed": (run.error if run is not None and s.get("status") != "ok" else None)})
         return pd.DataFrame(rows)
 
-    def recommendation(self):
-        """Which backend to train with and why (ortlab.recommend.Recommendation): faster after N steps with the
-        same numerics, or stay on PyTorch with each other backend's reason."""
-        from ortlab.recommend import recommend
+    def recommendation(self, earlier=()):
+        """Which backend to train with and why (ortlab.recommend.Recommendation): faster beyond the noise after N
+        steps with the same numerics, "can't tell at this length" with the steps that would tell, or stay on
+        PyTorch with each other backend's reason. `earlier`: identical runs (a session's) pooled with these."""
+        from ortlab.recommend import recommend, spreads_of
 
         summaries = {b: (r.summary() if (r := self.run(b)) is not None else {"status": "not run"})
                      for b in self.backends}
-        return recommend(summaries, {b: v.status if (v := self.verdict_of(b)) else None for b in self.others})
+        return recommend(summaries, {b: v.status if (v := self.verdict_of(b)) else None for b in self.others},
+                         spreads_of(self.runs, earlier))
 
     def __str__(self) -> str:
         d = self.to_dict()

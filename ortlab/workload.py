@@ -276,7 +276,9 @@ class ModelRef:
             if module.endswith(".py"):
                 path = Path(module).expanduser().resolve()
                 if not path.is_file():
-                    raise WorkloadError(f"model file {module!r} does not exist (from --model {factory!r})")
+                    raise WorkloadError(f"model file {module!r} does not exist (looked for {path}); a model is "
+                                        "'path/to/file.py:callable' or 'module:callable'",
+                                        cli=f"model file {module!r} does not exist (from --model {factory!r})")
                 return cls("file", f"{path}:{name}", frozen, factory)
             return cls("import", factory, frozen, factory)
         if callable(factory):

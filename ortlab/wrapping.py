@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortlab import _ort
+from ortlab import _ort, held
 from ortlab.compat import registry
 from ortlab.errors import InputError, OrtlabError
 from ortlab.options import SPECS, Options, ReadAt
@@ -78,6 +78,8 @@ def wrap(model: Any, options: Options | Mapping[str, Any] | list[str] | str | No
     # where ORT saves the stage graphs when asked (a recorder copies them into its run folder)
     onnx_dir = Path(chosen["save_onnx_path"] or (tempfile.mkdtemp(prefix="ortlab-onnx-") if chosen["save_onnx"]
                                                  else tempfile.gettempdir()))
+    with held.held(streams=True, show=_shows_ort(chosen)):  # torch's CUDA search on ORT's import: the run's log
+        import onnxruntime.training.ortmodule  # noqa: F401
     with chosen.applied():
         try:
             wrapped = build_ortmodule(model, chosen, onnx_dir)
@@ -205,14 +207,16 @@ def _guarded(wrapped: Any, forward: Any, info: WrapInfo, *args: Any, **kwargs: A
     import torch
 
     module = _ort.inner_module(wrapped)
+    quiet = held.held(show=_shows_ort(info.options))  # ORT's export messages: the run's log, not the cell
     if info.pending:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             raise WrapError("fixes=\"auto\" without example= runs ortlab check on the first forward, which a "
                             "distributed run must not do inside DDP: pass example= (or fix names) to ortlab.wrap")
-        with _streams_with_descriptors():
+        with _streams_with_descriptors(), held.held(show=_shows_ort(info.options)):
             _resolve(module, info, args, kwargs)
     passing = bool(set(registry.PYTORCH_PASS) & set(info.fixes)) and module.training and torch.is_grad_enabled()
-    with _export_environment(info.options), registry.applied(module, info.fixes), _streams_with_descriptors():
+    with _export_environment(info.options), registry.applied(module, info.fixes), _streams_with_descriptors(), \
+            quiet:
         kept = [(b, b.detach().clone()) for b in module.buffers()] if passing else None
         try:
             out = forward(*args, **kwargs)
@@ -270,6 +274,12 @@ def _streams_with_descriptors() -> contextlib.ExitStack:
             if real is not None:
                 stack.enter_context(redirect(real))
     return stack
+
+
+def _shows_ort(options: Options) -> bool:
+    """ORT's messages were asked for: its log level below WARNING (ortlab.held keeps them out of the cell
+    otherwise)."""
+    return options["log_level"] in ("INFO", "DEVINFO", "VERBOSE")
 
 
 def _reason(error: BaseException, stage: str) -> str:

@@ -384,13 +384,23 @@ print("every verdict agree:", all(cmp.verdict_of(b).status == "agree" for b in c
 print("torch.compile's losses within 1e-5 of PyTorch's:", cmp.versus("compile")["max_loss_diff"] <= 1e-5)
 """),
     md("""
-The decision, per backend. *start-up* is ORT's export and session creation, or torch.compile's compilation (its
-first step; any step that re-compiles adds to it); *steps to break even* is the start-up divided by the time a
-step saves against PyTorch, or "never" when the backend's steps are not faster. On a model this small, on two CPU
-cores, neither pays back; on your model and device the table says.
+The decision, per backend. *median step after warm-up* leaves the first steps out (they export, compile, warm up);
+*step time vs PyTorch* is the ratio with its 99 % interval, from the spread of the steps and the machine's load;
+*start-up* is ORT's export and session creation, or torch.compile's compilation (its first step; any step that
+re-compiles adds to it); *steps to break even* is the start-up divided by the time a step saves against PyTorch,
+"never (slower)", or "can't tell" while the interval holds 1. On a model this small, on two CPU cores, neither pays
+back; on your model and device the table says.
 """),
     code("""
 cmp.decision()
+"""),
+    md("""
+The recommendation follows from the same figures: a backend only when it is faster beyond the noise and trains the
+same model; "can't tell at this length" otherwise, with about how many more steps would tell (the CLI's
+`ortlab compare` and the Lab's Burst panel say the same).
+"""),
+    code("""
+print(cmp.recommendation().line)
 """),
     code("""
 print(cmp)
@@ -436,12 +446,12 @@ memory = ortlab.tune(session, goal="memory", budget=10, only=["memory_opt_level"
     md("""
 The table: one row per setting, the baseline first. `activation_mb` is the activation peak from ortlab's memory
 account of the execution graph ORT ran (exact at the burst's shapes: its noise over the repeats is 0);
-`median_step_ms` the median step after the warm-up; `rss_mb` the process's peak resident set. Changes within the
-baseline's noise show as 0.
+`median_step_ms` the median step after the warm-up; `rss_mb` the process's peak resident set. Changes are shown as
+measured; `inside_noise` names the metrics whose change the baseline's noise covers (they count as no change).
 """),
     code("""
 memory.table[["candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",
-              "memory_change_pct", "rss_mb"]]
+              "memory_change_pct", "rss_mb", "inside_noise"]]
 """),
     code("""
 print(memory.strategy.name, "-", memory.strategy.reason)
@@ -527,7 +537,7 @@ def flipped():
 
 
 with ortlab.Session(flipped, out="runs") as flipped_session:
-    guarded = ortlab.tune(flipped_session, goal="time", budget=10, only=["deepcopy_before_model_export"], steps=4,
+    guarded = ortlab.tune(flipped_session, goal="time", budget=10, only=["deepcopy_before_model_export"], steps=5,
                           warmup=2, repeats=2, guard_steps=2)
 """),
     code("""
@@ -588,7 +598,7 @@ def lora_trainer(wrap=False, callbacks=None, steps=6):
     args = TrainingArguments(tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=2,
                              gradient_accumulation_steps=2, max_grad_norm=1.0, warmup_steps=2, learning_rate=1e-3,
                              logging_steps=1, seed=0, report_to="none", save_strategy="no", use_cpu=True,
-                             disable_tqdm=True)
+                             disable_tqdm=True, label_names=["labels"])  # PEFT hides them from the Trainer
     return Trainer(model=ortlab.wrap(model) if wrap else model, args=args, train_dataset=Tokens(),
                    data_collator=default_data_collator, callbacks=callbacks)
 """),

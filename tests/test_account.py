@@ -228,7 +228,11 @@ def test_timeline_figure_overlays_two_accounts(tmp_path):
     ax = fig.axes[0]
     assert len([line for line in ax.lines if len(line.get_xdata()) > 2]) == 2  # not the yield and peak marks
     assert any("MatMul" in text.get_text() or "h" in text.get_text() for text in ax.texts)
-    assert "file order: peak" in ax.get_legend().get_texts()[0].get_text()
+    assert "file order: peak" in fig.legends[0].get_texts()[0].get_text()
+    # each peak's words sit above every curve, inside the axes: they never cover a curve
+    highest = max(max(line.get_ydata()) for line in ax.lines if len(line.get_xdata()) != 2)  # not the yield
+    for text in ax.texts:
+        assert highest < text.xyann[1] <= ax.get_ylim()[1]
     with pytest.raises(AccountError):
         timeline_figure(a, labels=["one", "two"])
 

@@ -47,7 +47,7 @@ def test_panel_compares_and_highlights_the_first_divergence(runs):
     assert bytes(panel.tensor_plot.value).startswith(b"\x89PNG")
     before = bytes(panel.tensor_plot.value)
     panel.tensor.value = ("backward", "head")
-    assert bytes(panel.tensor_plot.value) != before and "mean_a" in panel.tensor_stats.value
+    assert bytes(panel.tensor_plot.value) != before and "mean of a" in panel.tensor_stats.value
     assert repr(panel) == "ActivationsPanel(runs=3, first divergence: 'blocks.1.mlp.0' at step 1)"
 
 

@@ -37,16 +37,17 @@ def jupyterlab(tmp_path_factory):
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nbformat.write(nb, root / "01_quickstart.ipynb")
-    settings = root / ".settings"  # render every cell (no windowing), no news pop-up
+    settings = root / ".settings"  # render every cell (no windowing), the notebook's kernel started, no news pop-up
     (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
     tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
-    tracker.write_text('{"windowingMode": "none"}')
+    tracker.write_text('{"windowingMode": "none", "autoStartDefaultKernel": true}')  # no "Select Kernel" dialog
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         '{"fetchNews": "false", "checkForUpdates": false}')
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JUPYTER_PLATFORM_DIRS="1",
-               JUPYTERLAB_SETTINGS_DIR=str(settings))
+               JUPYTERLAB_SETTINGS_DIR=str(settings),  # and a layout of its own: not one an earlier run left
+               JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}",
@@ -99,18 +100,43 @@ def test_quickstart_lab_in_chromium(jupyterlab, page, tmp_path, shots_dir):
         raise
 
 
+def small_png(path) -> None:
+    """A screenshot as a 64-colour PNG: a fraction of the size, as readable (docs/img keeps them)."""
+    from PIL import Image
+
+    Image.open(path).convert("RGB").quantize(colors=64).save(path, optimize=True)
+
+
+def lab_shot(page, lab, path) -> None:
+    """The Lab as far as the notebook shows it, from its top (an element screenshot of a panel taller than the
+    notebook's scrolling area is grey below it), as a small PNG."""
+    lab.evaluate("e => e.scrollIntoView({block: 'start'})")
+    box = lab.bounding_box()
+    shown = page.locator(".jp-NotebookPanel-notebook >> visible=true").first.bounding_box()
+    bottom = min(box["y"] + box["height"], shown["y"] + shown["height"])
+    page.screenshot(path=str(path), clip={"x": box["x"], "y": box["y"], "width": box["width"],
+                                          "height": max(1, bottom - box["y"])})
+    small_png(path)
+
+
 def run_all_cells(jupyterlab, page, notebook: str) -> None:
     """Open `notebook` in JupyterLab, start its kernel and run every cell."""
     page.goto(f"{jupyterlab}/lab/tree/{notebook}?token={TOKEN}")
     page.locator(".jp-Notebook .jp-Cell >> visible=true").first.wait_for()  # JupyterLab may restore other tabs
-    select = page.locator(".jp-Dialog button", has_text="Select")
+    select = page.locator(".jp-Dialog button >> visible=true", has_text="Select")
     try:  # JupyterLab may ask which kernel to start
-        select.wait_for(timeout=10_000)
-        select.click()
+        select.first.wait_for(timeout=15_000)
+        select.first.click()
     except Exception:
         pass
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true").first.wait_for(
-        timeout=120_000)
+    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true")
+    deadline = time.monotonic() + 300  # a loaded machine starts a kernel slowly, and may ask which one late
+    while select.count() or not idle.count():
+        if select.count():
+            select.first.click()
+        if time.monotonic() > deadline:
+            idle.first.wait_for(timeout=1)  # fails, saying what it waited for
+        time.sleep(0.5)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 
@@ -139,7 +165,7 @@ def _drive(jupyterlab, page, shots):
     assert lab.locator("img >> visible=true").count() == 1  # the loss curve
     assert "first export" in lab.inner_text() or "reuse" in lab.inner_text()
     lab.scroll_into_view_if_needed()
-    lab.screenshot(path=str(shots / "lab-burst.png"))
+    lab_shot(page, lab, shots / "lab-burst.png")
 
     lab.locator(".lm-TabBar-tab", has_text="Options").first.click()
     lab.locator(".jupyter-widget-Collapse-header, .p-Collapse-header, .lm-Collapse-header",
@@ -150,11 +176,11 @@ def _drive(jupyterlab, page, shots):
     notice.wait_for()
     assert "memory_opt_level" in notice.inner_text()
     assert "export ORTMODULE_MEMORY_OPT_LEVEL=1" in lab.inner_text()
-    lab.screenshot(path=str(shots / "lab-options.png"))
+    lab_shot(page, lab, shots / "lab-options.png")
 
     lab.locator(".lm-TabBar-tab", has_text="Log").first.click()
     lab.locator(".widget-html pre >> visible=true", has_text="ORTModule is enabled").first.wait_for()
-    lab.screenshot(path=str(shots / "lab-log.png"))
+    lab_shot(page, lab, shots / "lab-log.png")
 
     # save the graphs of the next burst, run it on ORTModule only, and look at them in the Graphs tab
     lab.locator(".lm-TabBar-tab", has_text="Options").first.click()
@@ -174,3 +200,4 @@ def _drive(jupyterlab, page, shots):
     assert "recompute" in lab.inner_text()  # memory_opt_level=1 adds recompute nodes
     lab.locator(".lm-TabBar-tab", has_text="Graphs").first.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "lab-graphs.png"))  # the viewport: the whole panel is taller than a screen
+    small_png(shots / "lab-graphs.png")

@@ -174,6 +174,17 @@ def test_saved_notebook_outputs_hold_no_machine_paths():
     assert not found, "machine paths in saved outputs (re-run the notebook):\n" + "\n".join(found[:20])
 
 
+def test_the_trainer_notebook_shows_no_stderr():
+    """Notebook 12 trains a Trainer in its own kernel with ortlab.wrap: ORTModule's import and exports print (torch's
+    CUDA search, shape inference, ORT's banner) into the run's log, not into the cells (ortlab.held)."""
+    import json
+
+    cells = json.loads((ROOT / "notebooks" / "12_trainer.ipynb").read_text(encoding="utf-8"))["cells"]
+    stderr = [f"cell {n}: {''.join(o['text'])[:100]!r}" for n, cell in enumerate(cells)
+              for o in cell.get("outputs", []) if o.get("name") == "stderr"]
+    assert not stderr, "stderr in notebook 12's saved outputs (re-run it):\n" + "\n".join(stderr)
+
+
 @pytest.mark.slow
 def test_the_lock_install_check_installs_and_fails_on_an_unpinned_dependency(tmp_path):
     """What .ci/run does for the lock bin/test does not build, on a lock of one package: installed for real with

@@ -88,8 +88,11 @@ def test_stop_button_stops_a_running_burst(lab):
     finally:
         panel.progress.unobserve(watch, "value")
     assert not panel.running
-    assert "interrupted" in panel.status.value
+    assert lab.runs[-1].status in ("interrupted", "stopped")
+    # the user's own Stop reads as one, in grey, not as a failure in red
+    assert "stopped by you after step" in panel.status.value and "#c00" not in panel.status.value
     assert 3 <= len(lab.runs[-1].metrics) < 100_000
+    assert "step " in panel.pace.value and "/100000" in panel.pace.value
 
 
 def test_errors_stay_inside_the_panel(lab, capsys):
@@ -122,6 +125,20 @@ def test_log_panel_filters(lab):
 
 def test_lab_repr_is_short_and_deterministic(lab):
     assert repr(lab).startswith("Lab(model='ortlab.demo:gpt', tabs=[Options, Burst, Log")
+
+
+def test_every_tab_starts_with_the_models_name_and_its_rows_wrap(lab):
+    import ipywidgets as W
+
+    assert "ortlab.demo:gpt" in lab.header.value and "ortlab-lab" in lab._dom_classes
+    for panel in lab.children:
+        if isinstance(panel, W.Box):
+            assert panel.children[0] is lab.header
+    rows = [c for c in lab.burst_panel.children if isinstance(c, W.HBox)]
+    assert rows and all(r.layout.flex_flow == "row wrap" for r in rows)
+    boxes = [c for r in rows for c in r.children if isinstance(c, W.Checkbox)]
+    assert {b.description for b in boxes} >= {"profile where the time goes", "overlay earlier runs"}
+    assert all(b.layout.width == "auto" and not b.indent for b in boxes)  # as wide as its label
 
 
 @pytest.mark.slow
@@ -187,3 +204,19 @@ def test_the_check_button_and_a_fallback_that_is_not_green(tmp_path):
     panel.run(wait=True)
     assert panel.last_runs[0].ok and "diff, cumsum-int64" in panel.results.value
     lab.close()
+
+
+@pytest.mark.slow
+def test_earlier_runs_are_overlaid_and_named_by_what_sets_them_apart(lab):
+    panel = lab.burst_panel
+    panel.backend.value, panel.steps.value = "pytorch", 3
+    panel.run(wait=True)
+    panel.steps.value, panel.overlay.value = 4, True
+    try:
+        panel.run(wait=True)
+    finally:
+        panel.overlay.value = False
+    assert panel.last_runs[0].ok
+    earlier = [label for label in panel._earlier if label.startswith("earlier: pytorch")]
+    assert any(label.startswith("earlier: pytorch · steps 3") for label in earlier), earlier  # named by its steps
+    assert panel.plot.value[:4] == b"\x89PNG" and panel.save_plot.save().suffix == ".png"

@@ -30,8 +30,13 @@ def timeline_figure(*accounts: MemoryAccount, labels: Sequence[str] | None = Non
     labels = list(labels) if labels is not None else [a.run or a.source.rsplit("/", 1)[-1] for a in accounts]
     if len(labels) != len(accounts):
         raise AccountError(f"{len(labels)} labels for {len(accounts)} accounts")
-    fig = Figure(figsize=(8, 3.6), dpi=100, layout="constrained")
+    fig = Figure(figsize=(8, 3.6 + 0.4 * len(accounts)), dpi=100, layout="constrained")
     ax = fig.add_subplot()
+    # each peak's words go in a band above every curve (the axis is raised to make room), one band per account,
+    # an arrow to its peak: never over a curve, never outside the axes
+    band = 0.08 * (1 + top)  # of the axis height, per account's label
+    highest = max(a.peak_activation_bytes / MB for a in accounts) or 1.0
+    ceiling = highest / max(0.2, 1 - band * len(accounts) - 0.04)
     for i, (a, label) in enumerate(zip(accounts, labels, strict=True)):
         live = [v / MB for v in a.steps["live"]]
         peak_mb = a.peak_activation_bytes / MB
@@ -41,12 +46,15 @@ def timeline_figure(*accounts: MemoryAccount, labels: Sequence[str] | None = Non
             ax.axvline(a.yield_index, color=color, linestyle=":", linewidth=1)
         ax.plot([a.peak_index], [peak_mb], "o", color=color)
         names = "\n".join(_label(t) for t in a.top_tensors[:top])
+        left = a.peak_index < 0.5 * max(1, len(live))
         ax.annotate(f"peak ({a.peak_phase})\n{names}", (a.peak_index, peak_mb),
-                    xytext=(8, -14 - 34 * i), textcoords="offset points", fontsize=7, color=color, va="top")
+                    xytext=(a.peak_index, ceiling * (1 - 0.02 - band * i)), textcoords="data", fontsize=7,
+                    color=color, va="top", ha="left" if left else "right",
+                    arrowprops={"arrowstyle": "-", "color": color, "linewidth": 0.6, "alpha": 0.6})
     ax.set_xlabel("step of ORT's execution order (dotted: the yield between forward and backward)")
     ax.set_ylabel("live activations (MB)")
     ax.set_title(title)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, ceiling)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    fig.legend(fontsize=8, loc="outside lower center", ncols=min(2, len(accounts)))
     return fig

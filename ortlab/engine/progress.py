@@ -1,4 +1,5 @@
-"""A burst's progress as it runs: a tqdm bar per burst, and the step callbacks chained."""
+"""A burst's progress as it runs: a tqdm bar per burst, the step callbacks chained, and the line a panel shows
+("step 330/6000 · 12 s · ~40 s left")."""
 
 from __future__ import annotations
 
@@ -27,3 +28,53 @@ class Bar:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def duration(seconds: float) -> str:
+    """A duration as a person reads it: "12 s", "3.4 min", "1.2 h"."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Pace:
+    """Where a run of steps stands, as one line: "step 330/6000 · 12 s · ~40 s left". The time left is the steps
+    left times the median of the last steps (the first steps export, compile and warm up: not what the rest take)."""
+
+    RECENT = 20
+
+    def __init__(self, total: int, label: str = ""):
+        import time
+
+        self.total, self.label, self.done = total, label, 0
+        self._clock = time.monotonic
+        self._started = self._clock()
+        self._times: list[float] = []
+
+    def step(self, row: dict | None = None) -> None:
+        """One step ended (`row`: its metrics row; its step_time_s feeds the estimate)."""
+        self.done += 1
+        seconds = (row or {}).get("step_time_s")
+        if self.done > 1 and isinstance(seconds, int | float) and seconds > 0:  # the first step exports: left out
+            self._times = [*self._times[-(self.RECENT - 1):], float(seconds)]
+
+    @property
+    def elapsed(self) -> float:
+        return self._clock() - self._started
+
+    def left(self) -> float | None:
+        """Seconds left, from the recent steps (None before the second step: the first one exports)."""
+        if not self._times:
+            return None
+        import statistics
+
+        return statistics.median(self._times) * (self.total - self.done)
+
+    def line(self) -> str:
+        left = self.left()
+        parts = [f"{self.label + ': ' if self.label else ''}step {self.done}/{self.total}", duration(self.elapsed)]
+        if left is not None and self.done < self.total:
+            parts.append(f"~{duration(left)} left")
+        return " · ".join(parts)

@@ -19,7 +19,7 @@ def what_if_figure(table, top: int | None = 12):
         ax.barh([v + shift for v in y], rows[column] / 2**20, height=0.4, label=label)
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("predicted saving (MiB)")
+    ax.set_xlabel("predicted saving (MB)")  # MB = 2**20 bytes, as every figure and table of ortlab
     ax.set_title("recompute plans: saving at other shapes")
     ax.legend(fontsize=8)
     ax.grid(axis="x", alpha=0.3)

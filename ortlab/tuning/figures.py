@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ortlab.plots import pareto_front
+from ortlab.plots import label_points, pareto_front
 
 GREY = "#aaaaaa"
 
@@ -29,15 +29,15 @@ def pareto_figure(table, best: str | None = None):
     names: dict[tuple[float, float], list[tuple[str, bool]]] = {}  # settings at one point share a label
     for name, x, y, grey in zip(ok["candidate"], ok["median_step_ms"], ok["activation_mb"], rejected, strict=True):
         names.setdefault((x, y), []).append((name, grey))
-    for (x, y), group in names.items():
-        ax.annotate("\n".join(n for n, _ in group), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7,
-                    color=GREY if all(g for _, g in group) else "black")
     front = pareto_front(list(zip(ok[~rejected]["median_step_ms"], ok[~rejected]["activation_mb"], strict=True)))
     if len(front) > 1:
         ax.plot(*zip(*front, strict=True), linestyle="--", alpha=0.5, color="tab:blue", label="pareto front")
     ax.set_xlabel("median step time after warm-up (ms)")
     ax.set_ylabel("activation peak, accounted (MB)")
     ax.set_title("ortlab tune: step time vs activation memory", fontsize=10)
-    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    ax.margins(0.15)  # room around the outer points for their names
+    fig.legend(fontsize=7, loc="outside lower center", ncols=3)
+    label_points(ax, list(names), ["\n".join(n for n, _ in group) for group in names.values()],
+                 [GREY if all(g for _, g in group) else "black" for group in names.values()])
     return fig

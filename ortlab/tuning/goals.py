@@ -111,11 +111,17 @@ def parse_goal(text: str) -> Goal:
 
 
 def change(base: float | None, candidate: float | None, noise: float) -> float | None:
-    """The relative change (candidate - base) / base, 0.0 when it lies within the noise, None when unknown."""
+    """The relative change (candidate - base) / base as decisions count it: 0.0 when it lies within the noise, None
+    when unknown (`measured` gives the change as measured)."""
+    relative = measured(base, candidate)
+    return None if relative is None else 0.0 if abs(relative) <= noise else relative
+
+
+def measured(base: float | None, candidate: float | None) -> float | None:
+    """The relative change (candidate - base) / base as measured, None when unknown."""
     if base is None or candidate is None or not base or _nan(base) or _nan(candidate):
         return None
-    relative = (candidate - base) / base
-    return 0.0 if abs(relative) <= noise else relative
+    return (candidate - base) / base
 
 
 def decide(goals: Goals, base: Mapping[str, float | None], candidate: Mapping[str, float | None],
@@ -133,8 +139,8 @@ def decide(goals: Goals, base: Mapping[str, float | None], candidate: Mapping[st
     if reasons:
         return MISSES, reasons
     changes = {m: change(base.get(m), candidate.get(m), noise.get(m, 0.0)) for m in goals.objectives}
-    words = [_words(m, base.get(m), candidate.get(m)) + (" (within the baseline's noise)" if changes[m] == 0 else "")
-             for m in goals.objectives]
+    words = [_words(m, base.get(m), candidate.get(m)) + (f" (within the baseline's noise, {_percent(noise.get(m))})"
+                                                          if changes[m] == 0 else "") for m in goals.objectives]
     if any(v is None for v in changes.values()):
         return MISSES, [f"{m}: not measured" for m, v in changes.items() if v is None]
     if any(v > 0 for v in changes.values()):
@@ -156,6 +162,13 @@ def _words(metric: str, base: float | None, candidate: float | None) -> str:
         return f"{metric}: not measured"
     percent = f" ({100 * (candidate - base) / base:+.1f}%)" if base else ""
     return f"{metric} {base:.3g} -> {candidate:.3g} {unit}{percent}"
+
+
+def _percent(noise: float | None) -> str:
+    """A relative noise in words: "+-12.3%", or "more than 1000x" for a burst too short to measure."""
+    if noise is None or not math.isfinite(noise) or noise >= 1000:
+        return "beyond measure at this length"
+    return f"+-{100 * noise:.1f}%"
 
 
 def _nan(value: Any) -> bool:

@@ -10,15 +10,15 @@ from typing import Any
 
 from ortlab.options import Options
 from ortlab.tuning import measure
-from ortlab.tuning.goals import BETTER, METRICS, MISSES, SAME, WORSE, Goals, change, decide, score
+from ortlab.tuning.goals import BETTER, METRICS, MISSES, SAME, WORSE, Goals, decide, measured, score
 from ortlab.tuning.space import Candidate, Pruned
 
 BASELINE = "baseline"
 FILE = "tune.json"
 DECIDED = (BETTER, SAME, WORSE, MISSES)
 COLUMNS = ["candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",
-           "memory_change_pct", "stash_mb", "rss_mb", "rss_change_pct", "restart", "options", "reasons", "cause",
-           "status", "run"]
+           "memory_change_pct", "stash_mb", "rss_mb", "rss_change_pct", "inside_noise", "restart", "options",
+           "reasons", "cause", "status", "run"]
 
 
 @dataclass
@@ -111,16 +111,22 @@ class Tuning:
 
     @property
     def table(self):
-        """One row per setting measured, the baseline first, with its changes (percent; 0 within the noise)."""
+        """One row per setting measured, the baseline first, with its changes as measured (percent) and the metrics
+        whose change lies inside the baseline's noise (`inside_noise`: they count as no change)."""
         import pandas as pd
 
         rows = []
         for r in self.rows:
             row = {**r, "options": _text(r.get("options") or {}), "reasons": "; ".join(r.get("reasons") or [])}
+            row.pop("timed_ms", None)
+            inside = []
             for metric, name in (("time", "time_change_pct"), ("memory", "memory_change_pct"),
                                  ("rss", "rss_change_pct")):
-                value = change(self.base_values.get(metric), r.get(METRICS[metric][0]), self.noise.get(metric, 0))
+                value = measured(self.base_values.get(metric), r.get(METRICS[metric][0]))
                 row[name] = None if value is None else 100 * value
+                if value is not None and value != 0 and abs(value) <= self.noise.get(metric, 0):
+                    inside.append(metric)
+            row["inside_noise"] = ", ".join(inside) if r["candidate"] != BASELINE else ""
             rows.append(row)
         df = pd.DataFrame(rows)
         return df.reindex(columns=[*COLUMNS, *(c for c in df.columns if c not in COLUMNS)])
@@ -246,10 +252,15 @@ class Tuning:
         return next(r for r in self.rows if r["candidate"] == name)
 
     def _noise_words(self) -> str:
-        parts = [f"{m} {100 * v:.1f}%" for m, v in self.noise.items()]
+        parts = [f"{m} {_percent(v)}" for m, v in self.noise.items()]
         repeats = self.rows[0].get("repeats", 0) if self.rows else 0
-        return (f"the baseline's noise over {repeats} repeats (range / median): {', '.join(parts)}; a change "
-                "within it counts as none")
+        return (f"the baseline's noise over {repeats} repeats (time: its steps' spread after warm-up, its repeats' and "
+                f"the machine's load, 99 %; memory and rss: range / median): {', '.join(parts)}; a change within it "
+                "counts as none")
+
+
+def _percent(value: float) -> str:
+    return "beyond measure" if value >= 1000 else f"{100 * value:.1f}%"
 
 
 def _text(options: dict[str, Any]) -> str:

@@ -44,6 +44,7 @@ class Tuner:
 
         self.goals = parse_goals(goal)
         _check_numbers(budget, steps, warmup, repeats, guard_steps)
+        self.warnings = measure.steps_check(self.goals, steps, warmup, repeats)  # too few steps: said up front
         self.budget_s = float(budget) * 60
         self.steps, self.warmup, self.repeats, self.guard_steps = steps, warmup, repeats, guard_steps
         self.only, self.top_plans = only, top_plans
@@ -75,6 +76,8 @@ class Tuner:
         self.result = result = Tuning(goals=self.goals, path=folder, budget_min=self.budget_s / 60,
                                       base_options=self.base)
         self._started = _clock()
+        for text in self.warnings:
+            self._warn(result, text)
         try:
             self._search(result)
         except KeyboardInterrupt:  # Ctrl-C outside a burst (a verdict, the search's own work): a Stop there
@@ -148,6 +151,8 @@ class Tuner:
             result.save_baseline(rows)
         if self.stopped:
             return self._stop(result)
+        for text in measure.noise_check(self.goals, rows, result.noise):
+            self._warn(result, text)
         self._say("guard", "guard: a PyTorch burst in parity mode, the reference of every verdict")
         self._doing = "the guard (its PyTorch reference burst)"
         self.reference = self._burst("pytorch", self.guard_steps, self.base, "tune-reference", {}, parity=True)
@@ -318,6 +323,11 @@ class Tuner:
 
     def _elapsed(self) -> float:
         return _clock() - self._started
+
+    def _warn(self, result: Tuning, text: str) -> None:
+        """A warning: in the progress (phase "warning"), the log and the result's notes."""
+        result.notes.append(text)
+        self._say("warning", f"warning: {text}")
 
     def _say(self, phase: str, text: str, **extra: Any) -> None:
         if self.result is not None:

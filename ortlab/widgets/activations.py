@@ -11,6 +11,7 @@ import ipywidgets as W
 
 from ortlab.engine.backends import REFERENCE
 from ortlab.widgets.images import figure_area
+from ortlab.widgets.layout import table
 
 
 def _png(fig) -> bytes:
@@ -135,7 +136,7 @@ class ActivationsPanel(W.VBox):
             self.tensor_stats.value = f"<span style='color:#c00'>{html.escape(str(e))}</span>"
             return
         cols = [c for c in ("mean_a", "mean_b", "std_a", "std_b", "norm_a", "norm_b", "score") if c in t]
-        self.tensor_stats.value = t[cols].to_html(float_format=lambda v: f"{v:.4g}", border=0)
+        self.tensor_stats.value = table(t[cols], index=True, headers={c: c.replace("_", " of ") for c in cols})
 
     def _summary(self) -> str:
         d = self.diff

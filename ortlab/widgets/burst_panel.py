@@ -14,17 +14,15 @@ from pathlib import Path
 import ipywidgets as W
 
 from ortlab.engine.backends import BACKENDS, has
+from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
+from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
+from ortlab.widgets.layout import STOPPED, checkbox, flexible, row, status_color, table
 
 PLOT_INTERVAL_S = 0.5
-
-
-def _table(df) -> str:
-    if not len(df):
-        return ""
-    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True, na_rep="-")
+GREYED = "<div style='opacity:0.45'><i>the previous burst's, until this one ends</i>{}</div>"
 
 
 def _rank_losses(folder: Path) -> dict[int, list[float]]:
@@ -84,64 +82,75 @@ class BurstPanel(W.VBox):
         self.on_done = on_done
         self.backend = W.ToggleButtons(options=[*((r.label, r.name) for r in BACKENDS.values()), ("both", "both"),
                                                 ("all", "all")],
-                                       value="both", description="backend",
+                                       value="both", description="backend", style={"button_width": "auto"},
                                        tooltip="both: PyTorch and ORTModule; all: and torch.compile (its first "
-                                       "step compiles: tens of seconds)")
-        self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps")
-        self.seed = W.IntText(value=0, description="seed")
-        self.parity = W.Checkbox(value=True, description="parity mode",
-                                 tooltip="same seeds, dropout 0, compute optimizer off, deterministic")
-        self.optimizer = W.Dropdown(options=[str(o) for o in Optimizer if o is not Optimizer.ZERO1],  # zero1: ranks
-                                    value=Optimizer.AUTO.value, description="optimizer")
-        self.precision = W.Dropdown(options=[str(p) for p in Precision], value=Precision.FP32.value,
-                                    description="precision")
+                                       "step compiles: tens of seconds)", layout=W.Layout(max_width="100%"))
+        small = {"layout": W.Layout(width="170px")}
+        self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps", **small)
+        self.seed = W.IntText(value=0, description="seed", **small)
+        self.parity = checkbox("parity mode", True, "same seeds, dropout 0, compute optimizer off, deterministic")
+        self.optimizer = flexible(W.Dropdown(options=[str(o) for o in Optimizer if o is not Optimizer.ZERO1],
+                                             value=Optimizer.AUTO.value, description="optimizer"), "220px", "300px")
+        self.precision = flexible(W.Dropdown(options=[str(p) for p in Precision], value=Precision.FP32.value,
+                                             description="precision"), "200px", "300px")  # the engine's choices
         self.nproc = W.BoundedIntText(value=1, min=1, max=64, description="processes",
                                       tooltip="more than 1: each burst runs as that many ranks (DDP, gloo on the "
-                                      "CPU, one GPU per rank on CUDA); the plot shows every rank")
-        self.record_stats = W.Checkbox(value=False, description="record activation statistics",
-                                       tooltip="per-step statistics of every module's activations and gradients: "
-                                       "the Activations tab compares the two backends")
-        self.save_graphs = W.Checkbox(value=False, description="save exported graphs",
-                                      tooltip="ORTModule's stage graphs into the run (save_onnx): the Graphs tab")
-        self.account_memory = W.Checkbox(value=True, description="account activation memory",
-                                         tooltip="what autograd saves for backward (PyTorch) and ORT's execution "
-                                         "graph step by step (ORTModule; saves its graphs): the Memory tab")
-        self.profile_time = W.Checkbox(value=False, description="profile where the time goes",
-                                       tooltip="steps 2-4 profiled (ORT's profiler, torch.profiler): forward, "
-                                       "backward, optimizer, modules, operators, ORT nodes: the Time tab")
+                                      "CPU, one GPU per rank on CUDA); the plot shows every rank", **small)
+        self.record_stats = checkbox("record activation statistics", False, "per-step statistics of every module's "
+                                     "activations and gradients: the Activations tab compares the two backends")
+        self.save_graphs = checkbox("save exported graphs", False, "ORTModule's stage graphs into the run "
+                                    "(save_onnx): the Graphs tab")
+        self.account_memory = checkbox("account activation memory", True, "what autograd saves for backward "
+                                       "(PyTorch) and ORT's execution graph step by step (ORTModule; saves its "
+                                       "graphs): the Memory tab")
+        self.profile_time = checkbox("profile where the time goes", False, "steps 2-4 profiled (ORT's profiler, "
+                                     "torch.profiler): forward, backward, optimizer, modules, operators, ORT nodes: "
+                                     "the Time tab")
+        self.overlay = checkbox("overlay earlier runs", False, "the loss curves of this session's earlier bursts in "
+                                "the plot, each named by what sets it apart")
         from ortlab.compat.registry import FIXES
 
         choices = [("none", "none"), ("auto: what Check finds", "auto"), *((n, n) for n in FIXES)]
-        self.fixes = W.Dropdown(options=choices, value="none", description="fixes",
-                                tooltip="ortlab's compatibility fixes for the ORTModule burst (the PyTorch burst "
-                                "runs the model as written)")
+        self.fixes = flexible(W.Dropdown(options=choices, value="none", description="fixes",
+                                         tooltip="ortlab's compatibility fixes for the ORTModule burst (the PyTorch "
+                                         "burst runs the model as written)"), "260px", "360px")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.check_button = W.Button(description="Check", icon="stethoscope",
                                      tooltip="will the model train on ORTModule: every blocker with its source line "
                                      "and the fixes that remove it, then one ORTModule training step")
         self.check_result = W.HTML()
-        self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
-        self.progress = W.IntProgress(value=0, min=0, max=1, description="", layout=W.Layout(width="400px"))
+        self.stop_button = W.Button(description="Stop", button_style="warning", icon="stop", disabled=True,
+                                    tooltip="end the burst after the step it is in; what ran is kept")
+        self.progress = W.IntProgress(value=0, min=0, max=1, description="",
+                                      layout=W.Layout(width="260px", max_width="100%"))
+        self.pace = W.HTML()  # "pytorch: step 330/6000 · 12 s · ~40 s left"
         self.status = W.HTML()
-        self.plot = W.Image(format="png", layout=W.Layout(width="600px", display="none"))  # shown from the first step
+        self.plot = figure_area("600px")  # shown from the first step
         self.results = W.HTML()
+        self.results_frame = None  # the results table shown (a DataFrame: what "save CSV" writes)
         self.distances = figure_area("700px")  # the verdict's evidence: each backend's distance to float64
         self.transitions = W.HTML()
+        out = lambda: self.session.out  # noqa: E731
+        self.save_plot = SaveButton("loss curve", lambda: self.plot.value, out)
+        self.save_results = SaveButton("burst results", lambda: self.results_frame, out, kind="CSV")
         self.run_button.on_click(lambda _: self.run())
         self.check_button.on_click(lambda _: self.check())
         self.stop_button.on_click(lambda _: self.stop())
         self._thread: threading.Thread | None = None
         self._curves: dict[str, list[float]] = {}
+        self._earlier: dict[str, list[float]] = {}  # earlier runs' curves, overlaid when asked
+        self._pace: Pace | None = None
         self.last_runs: list = []
         self.last_check = None  # the CheckReport of the last Check
         self.last_verdicts: dict = {}  # backend -> the Verdict on its last burst against the PyTorch one
         super().__init__([
-            self.backend, W.HBox([self.steps, self.seed, self.parity]),
-            W.HBox([self.optimizer, self.precision, self.nproc]),
-            W.HBox([self.record_stats, self.save_graphs, self.account_memory, self.profile_time]),
-            W.HBox([self.fixes, self.check_button]),
-            self.check_result, W.HBox([self.run_button, self.stop_button, self.progress]), self.status,
-            self.plot, self.distances, W.HTML("<b>Results</b>"), self.results,
+            self.backend, row(self.steps, self.seed, self.parity),
+            row(self.optimizer, self.precision, self.nproc),
+            row(self.record_stats, self.save_graphs, self.account_memory, self.profile_time),
+            row(self.fixes, self.check_button),
+            self.check_result, row(self.run_button, self.stop_button, self.progress, self.pace), self.status,
+            self.plot, row(self.overlay, self.save_plot), self.distances,
+            row(W.HTML("<b>Results</b>"), self.save_results), self.results,
             W.HTML("<b>Why ORTModule exported (transitions)</b>"), self.transitions])
 
     @property
@@ -154,10 +163,17 @@ class BurstPanel(W.VBox):
         backends = {"both": ["pytorch", "ortmodule"], "all": list(BACKENDS)}.get(self.backend.value,
                                                                                  [self.backend.value])
         self._curves = {b: [] for b in backends}
+        self._earlier = self._earlier_curves() if self.overlay.value else {}
         self._rank_runs: dict[str, Path | None] = {}
         self._drawn = 0.0
+        self._pace = None
         self.progress.max, self.progress.value = self.steps.value * len(backends), 0
         self.run_button.disabled, self.check_button.disabled, self.stop_button.disabled = True, True, False
+        # what the last burst showed stays readable, greyed, until this one replaces it
+        self.results.value = GREYED.format(self.results.value) if self.results.value else ""
+        self.transitions.value = GREYED.format(self.transitions.value) if self.transitions.value else ""
+        self.distances.value, self.plot.value, self.pace.value = b"", b"", ""
+        self.last_verdicts = {}
         self.status.value = "starting (the first burst starts a worker process and exports the model)..."
         self._thread = threading.Thread(target=self._work, args=(backends,), daemon=True)
         self._thread.start()
@@ -180,10 +196,9 @@ class BurstPanel(W.VBox):
             report = self.session.check("auto", self.get_options())
             self.last_check = report
             color = {"ok": "#080", "fixed": "#d35400"}.get(report.status, "#c00")
-            table = report.table()
-            shown = table.drop(columns=["types"]) if len(table) else table
-            self.check_result.value = (f"<b style='color:{color}'>{html.escape(report.verdict)}</b>"
-                                       + (_table(shown) if len(shown) else ""))
+            found = report.table()
+            shown = found.drop(columns=["types"]) if len(found) else found
+            self.check_result.value = f"<b style='color:{color}'>{html.escape(report.verdict)}</b>" + table(shown)
             if report.status == "fixed" and self.fixes.value == "none":
                 self.fixes.value = "auto"
         except Exception as e:  # shown in the panel, never printed over the notebook
@@ -197,7 +212,7 @@ class BurstPanel(W.VBox):
             self._thread.join(timeout)
 
     def stop(self) -> None:
-        self.status.value = "stopping..."
+        self.status.value = "<span style='color:#666'>stopping after the step in progress...</span>"
         self.session.stop()
 
     def _work(self, backends: list[str]) -> None:
@@ -209,8 +224,10 @@ class BurstPanel(W.VBox):
             collect = {name: {} for name, on in (("stats", self.record_stats.value),
                                                  ("memory", self.account_memory.value),
                                                  ("time", self.profile_time.value)) if on} or None
-            for backend in backends:
-                self.status.value = f"running {backend}..."
+            for i, backend in enumerate(backends):
+                then = f" (then {', '.join(backends[i + 1:])})" if i + 1 < len(backends) else ""
+                self.status.value = html.escape(f"running {backend}{then}...")
+                self._pace = Pace(self.steps.value, backend)
                 run = self.session.burst(
                     backend, self.steps.value, options, seed=self.seed.value, parity=self.parity.value,
                     optimizer=self.optimizer.value, precision=self.precision.value, progress=False, collect=collect,
@@ -225,24 +242,23 @@ class BurstPanel(W.VBox):
             if len(runs) > 1 and has(runs[0].backend, "reference"):  # each other backend judged against PyTorch
                 self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, float64...</i>"
                 self.last_verdicts = {r.backend: self.session.judge(runs[0], r) for r in runs[1:]
-                                      if r.status not in ("interrupted", "stopped")}
+                                      if r.status not in STOPPED}
             self.status.value = self._summary(runs, self.last_verdicts)
             self._show_distances()
-            if self.last_verdicts:
-                from ortlab.recommend import recommend
+            if self.last_verdicts and all(r.status == "ok" for r in runs):
+                from ortlab.recommend import recommend_runs
 
-                line = recommend({r.backend: r.summary() for r in runs},
-                                 {b: v.status for b, v in self.last_verdicts.items()}).line
+                earlier = [r for r in self.session.runs if r not in runs]
+                line = recommend_runs(runs, {b: v.status for b, v in self.last_verdicts.items()}, earlier).line
                 self.status.value += f"<br><b>{html.escape(line)}</b>"
         except Exception as e:  # shown in the panel, never printed over the notebook
             first_line = f"{type(e).__name__}: {e}".splitlines()[0]
             self.status.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
         finally:
+            if self._earlier and runs:  # named against the new runs too ("steps 20" beside this burst's 50)
+                self._earlier = self._earlier_curves(runs)
             if any(self._curves.values()):  # the steps after the last throttled draw (a stopped burst)
-                from ortlab.plots import figure_png, loss_figure
-
-                self.plot.value = figure_png(loss_figure(self._curves))
-                self.plot.layout.display = None
+                self._draw()
             self.last_runs = runs
             self._show_results(runs)
             self.run_button.disabled, self.check_button.disabled, self.stop_button.disabled = False, False, True
@@ -250,11 +266,12 @@ class BurstPanel(W.VBox):
                 self.on_done(runs)
 
     def _step(self, backend: str, row: dict) -> None:
-        from ortlab.plots import figure_png, loss_figure
-
         if backend in self._curves:
             self._curves[backend].append(row["loss"])
         self.progress.value += 1
+        if self._pace is not None:
+            self._pace.step(row)
+            self.pace.value = f"<span style='color:#444'>{html.escape(self._pace.line())}</span>"
         # drawing takes ~50 ms: at most twice a second (in-process bursts call this from their training loop);
         # the final curve is drawn when the bursts end
         now = time.monotonic()
@@ -264,9 +281,26 @@ class BurstPanel(W.VBox):
                     self._rank_runs[backend] = _running_ranks_run(Path(self.session.out).expanduser(), backend)
                 if self._rank_runs[backend] is not None:
                     self._set_rank_curves(backend, _rank_losses(self._rank_runs[backend]))
-            self.plot.value = figure_png(loss_figure(self._curves))
-            self.plot.layout.display = None
+            self._draw()
             self._drawn = now
+
+    def _draw(self) -> None:
+        """The loss curves that have steps (a backend a Stop kept from running has no curve, nor a legend entry),
+        over the earlier runs' when overlaid."""
+        from ortlab.plots import figure_png, loss_figure
+
+        curves = {label: values for label, values in self._curves.items() if values}
+        if curves:
+            self.plot.value = figure_png(loss_figure(curves, earlier=self._earlier))
+
+    def _earlier_curves(self, new: list | tuple = ()) -> dict[str, list[float]]:
+        """This session's earlier bursts' losses (the last 6 before `new`), each named by what sets it apart from
+        the others and from the `new` runs once they exist (ortlab.labels)."""
+        from ortlab.labels import labels
+
+        runs = [r for r in self.session.runs if len(r.metrics) and not r.ranks and r not in new][-6:]
+        named = labels([*runs, *new])[:len(runs)]
+        return {f"earlier: {label}": r.losses for label, r in zip(named, runs, strict=True)}
 
     def _set_rank_curves(self, backend: str, losses: dict[int, list[float]]) -> None:
         """One curve per rank ("pytorch rank 1"), in place of the backend's single curve, order kept."""
@@ -297,11 +331,14 @@ class BurstPanel(W.VBox):
     def _summary(runs, verdicts=None) -> str:
         parts = []
         for run in runs:
-            text = f"{run.backend}: {run.status}"
-            if run.error:
-                text += f" ({run.error}; full log in the Log tab)"
-            color = {"ok": "#080", "fallback": "#d35400"}.get(run.status, "#c00")
-            parts.append(f"<span style='color:{color}'>{html.escape(text)}</span>")
+            if run.status in STOPPED:  # the user's own Stop: said as such, not as a failure
+                text = f"{run.backend}: stopped by you after step {len(run.metrics)} of " \
+                       f"{(run.meta.get('config') or {}).get('steps', '?')} (what ran is kept)"
+            else:
+                text = f"{run.backend}: {run.status}"
+                if run.error:
+                    text += f" ({run.error}; full log in the Log tab)"
+            parts.append(f"<span style='color:{status_color(run.status)}'>{html.escape(text)}</span>")
         for backend, verdict in (verdicts or {}).items():  # each against PyTorch: green only when they agree
             color = {"agree": "#080", "diverged": "#c00"}.get(verdict.status, "#666")
             lines = verdict.lines()
@@ -315,10 +352,12 @@ class BurstPanel(W.VBox):
         rows = []
         for run in runs:
             s = run.summary()
-            rows.append({"backend": run.backend, "status": run.status, "fixes": ", ".join(s.get("fixes") or []) or "-",
+            rows.append({"backend": run.backend, "status": "stopped" if run.status in STOPPED else run.status,
+                         "fixes": ", ".join(s.get("fixes") or []) or None,
                          "steps": s.get("steps"),
                          "final loss": s.get("final_loss"),
-                         "median step (ms)": None if run.status == "fallback" else (s.get("median_step_s") or 0) * 1000,
+                         "median step (ms)": None if run.status == "fallback" or s.get("median_step_s") is None
+                         else s["median_step_s"] * 1000,
                          _process_label(run): s.get("peak_mem_mb"),
                          "kept for backward (MB)": s.get("saved_for_backward_mb"),
                          "activation peak (MB)": s.get("activation_peak_mb"),
@@ -326,12 +365,15 @@ class BurstPanel(W.VBox):
                          **({"graph breaks": s.get("graph_breaks"), "recompiles": s.get("recompiles")}
                             if "graph_breaks" in s else {}),
                          **({"ranks": len(s["ranks"]), "in sync": s.get("in_sync"),
-                             "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical", "-")}
+                             "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical")}
                             if s.get("ranks") else {})})
-        self.results.value = _table(pd.DataFrame(rows))
+        self.results_frame = pd.DataFrame(rows)
+        # one row per figure, one column per backend (as the CLI prints it): as narrow as the backends are few
+        shown = self.results_frame.set_index("backend").T if len(rows) else self.results_frame
+        self.results.value = table(shown, index=True)
         transitions = self.session.transitions
         shown = transitions[["run", "action", "reason", "ort_exported"]] if len(transitions) else transitions
-        self.transitions.value = _table(shown)
+        self.transitions.value = table(shown, headers={"ort_exported": "ORT exported"})
 
     def __repr__(self) -> str:
         return (f"BurstPanel(backend={self.backend.value!r}, steps={self.steps.value}, parity={self.parity.value}, "

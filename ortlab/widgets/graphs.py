@@ -14,6 +14,7 @@ from ortlab.graphs import Graphs, GraphsError, NetronError, find_stage_files, lo
 from ortlab.graphs.collection import run_stage_folders
 from ortlab.graphs.ranks import describe
 from ortlab.widgets.images import figure_area
+from ortlab.widgets.layout import table
 
 _TABS = ("Summary", "Stage diff", "Search", "Re-exports", "netron")
 
@@ -25,7 +26,7 @@ def _table(df, max_rows: int | None = None) -> str:
     if max_rows is not None and len(df) > max_rows:
         more = f"<div style='color:#666'>... {len(df) - max_rows} more rows</div>"
         df = df.head(max_rows)
-    return df.to_html(index=False, border=0, escape=True, na_rep="") + more
+    return table(df) + more  # the Lab's tables: readable headers, one spelling for what is missing
 
 
 def _runs_on_disk() -> list:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ipywidgets as W
 
 
-def figure_area(width: str | None = None, max_width: str | None = "900px") -> W.Image:
-    """A PNG image widget, hidden while its value is empty, shown as soon as a figure is set."""
+def figure_area(width: str | None = None, max_width: str | None = "100%") -> W.Image:
+    """A PNG image widget, hidden while its value is empty, shown as soon as a figure is set; never wider than its
+    panel (`width` is what it takes where there is room)."""
     image = W.Image(format="png", layout=W.Layout(width=width, max_width=max_width, display="none"))
 
     def toggle(change) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as W
@@ -10,6 +11,8 @@ import ipywidgets as W
 from ortlab.engine.backends import has
 from ortlab.options import Options
 from ortlab.widgets.burst_panel import BurstPanel
+from ortlab.widgets.export import shown_path
+from ortlab.widgets.layout import STYLE
 from ortlab.widgets.log_panel import LogPanel
 from ortlab.widgets.options_panel import OptionsPanel
 
@@ -51,7 +54,13 @@ class Lab(W.Tab):
                 panels[title] = _broken_view(title, module, e)
                 continue
             self.extra_panels[title] = panels[title] = panel
+        # the model's name atop every tab (one widget shown in each), with the Lab's stylesheet (ortlab.widgets.layout)
+        self.header = W.HTML(self._header())
+        for panel in panels.values():
+            if isinstance(panel, W.Box):
+                panel.children = (self.header, *panel.children)
         super().__init__(children=list(panels.values()), titles=tuple(panels))
+        self.add_class("ortlab-lab")
         self.selected_index = 1
 
     @property
@@ -72,7 +81,23 @@ class Lab(W.Tab):
         self._after_burst([run])
         return run
 
+    def _header(self) -> str:
+        """The model the Lab trains, by name (its class and arguments, size and batch once a burst has built it)."""
+        import html
+
+        model = next((r.meta.get("model") for r in reversed(self.session.runs) if r.meta.get("model")), None) or {}
+        ref = self.session.ref.describe()
+        name = model.get("name") or ref
+        facts = [f"{ref}" if name != ref else "",
+                 f"{model['parameters']:,} parameters" if model.get("parameters") else "",
+                 f"batch {model['batch_size']}" if model.get("batch_size") else "",
+                 "" if model else "its size once a burst has built it",
+                 f"runs in {shown_path(Path(self.session.out))}"]
+        return (STYLE + "<div style='line-height:1.4;margin:2px 0 6px'><b>model</b> " + html.escape(name)
+                + "<span style='color:#666'> · " + html.escape(" · ".join(f for f in facts if f)) + "</span></div>")
+
     def _after_burst(self, runs: list) -> None:
+        self.header.value = self._header()
         if any(has(r.backend, "onnx_stages") for r in runs):  # a burst that ran ORTModule's options
             self.options_panel.reference = self.options_panel.options
             self.options_panel._refresh()
@@ -83,6 +108,8 @@ class Lab(W.Tab):
 
     def close(self) -> None:
         """Stop the worker and whatever the panels run (a netron server, a burst thread)."""
+        if "extra_panels" not in self.__dict__:  # __init__ failed (a bad model): nothing was started
+            return
         for panel in (self.burst_panel, *self.extra_panels.values()):
             if getattr(panel, "running", False):
                 panel.stop()

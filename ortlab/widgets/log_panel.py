@@ -9,6 +9,7 @@ from collections.abc import Callable
 import ipywidgets as W
 
 from ortlab.capture import log_records
+from ortlab.widgets.layout import flexible, row
 
 LEVELS = ["all", "WARNING and above", "ERROR and above"]
 _RANK = {"VERBOSE": 0, "DEBUG": 0, "OUTPUT": 1, "INFO": 1, "WARNING": 2, "ERROR": 3, "CRITICAL": 3, "FATAL": 3}
@@ -17,18 +18,19 @@ _RANK = {"VERBOSE": 0, "DEBUG": 0, "OUTPUT": 1, "INFO": 1, "WARNING": 2, "ERROR"
 class LogPanel(W.VBox):
     def __init__(self, runs: Callable[[], list]):
         self.get_runs = runs
-        self.run = W.Dropdown(description="run", options=[], layout=W.Layout(width="520px"))
+        self.run = flexible(W.Dropdown(description="run", options=[]), "360px", "520px")
         self.rank = W.Dropdown(description="log of", options=[], layout=W.Layout(width="220px", display="none"))
-        self.level = W.Dropdown(description="level", options=LEVELS, value="all")
-        self.source = W.Dropdown(description="source", options=["all", "ortmodule", "ortlab", "output"], value="all")
-        self.search = W.Text(description="contains", continuous_update=False)
+        self.level = flexible(W.Dropdown(description="level", options=LEVELS, value="all"), "220px", "300px")
+        self.source = flexible(W.Dropdown(description="source", options=["all", "ortmodule", "ortlab", "output"],
+                                          value="all"), "200px", "300px")
+        self.search = flexible(W.Text(description="contains", continuous_update=False), "220px", "300px")
         self.view = W.HTML()
         self._quiet = False  # set while the panel itself fills the rank picker
         self.run.observe(lambda _: self._show_ranks(), names="value")
         self.rank.observe(lambda _: None if self._quiet else self.render(), names="value")
         for control in (self.level, self.source, self.search):
             control.observe(lambda _: self.render(), names="value")
-        super().__init__([W.HBox([self.run, self.rank]), W.HBox([self.level, self.source, self.search]), self.view])
+        super().__init__([row(self.run, self.rank), row(self.level, self.source, self.search), self.view])
         self.refresh()
 
     def refresh(self) -> None:

@@ -12,21 +12,13 @@ import ipywidgets as W
 
 from ortlab.account.record import GRAPH, MB, summary_fields
 from ortlab.engine.backends import has
+from ortlab.labels import labels
+from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
+from ortlab.widgets.layout import flexible, row, table
 
 HOW = ("burst with 'account activation memory' on (the Burst tab; in code collect={'memory': {}}, and "
        "options={'save_onnx': True} for ORTModule)")
-_QUIET_OPTIONS = ("save_onnx", "save_onnx_path", "onnx_prefix", "log_level")  # no bearing on the memory held
-
-
-def _hint(run) -> str:
-    """The options that set this run apart, shortly: `memory_opt_level=1`, or `default options`."""
-    options = {k: v for k, v in (run.meta.get("effective_options") or {}).items() if k not in _QUIET_OPTIONS}
-    return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or "default options"
-
-
-def _mb(value: Any) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 def _process_peak(run) -> float | None:
@@ -46,19 +38,20 @@ class MemoryPanel(W.VBox):
         self._runs: dict[str, Any] = {}
         self._known: set[str] = set()  # the runs with an account seen by the last refresh
         self._quiet = False  # set while refresh() fills the pickers: their observers wait for it
-        self.a = W.Dropdown(description="run", options=[], layout=W.Layout(width="460px"))
-        self.b = W.Dropdown(description="beside", options=[("(none)", "")], value="",
-                            layout=W.Layout(width="460px"))
+        self.a = flexible(W.Dropdown(description="run", options=[]), "320px", "460px")
+        self.b = flexible(W.Dropdown(description="beside", options=[("(none)", "")], value=""), "320px", "460px")
         self.top_n = W.BoundedIntText(value=8, min=1, max=200, description="top tensors",
                                       layout=W.Layout(width="180px"))
+        self._labels: dict[str, str] = {}  # run folder -> what sets it apart from the other runs listed
         self.backends = W.HTML()
         self.status = W.HTML()
         self.timeline = figure_area()
         self.peak = W.HTML()
         for control in (self.a, self.b, self.top_n):
             control.observe(lambda change: None if self._quiet else self.show(), names="value")
-        super().__init__([self.backends, W.HBox([self.a, self.b, self.top_n]), self.status, self.timeline,
-                          self.peak])
+        self.save_figure = SaveButton("memory timeline", lambda: self.timeline.value, self._out)
+        super().__init__([self.backends, row(self.a, self.b, self.top_n), self.status, self.timeline,
+                          row(self.save_figure), self.peak])
         self.refresh()
 
     # -- state
@@ -80,7 +73,10 @@ class MemoryPanel(W.VBox):
         self._runs = {str(r.path): r for r in runs}
         graph = [r for r in reversed(runs) if self.memory_of(r).get("kind") == GRAPH
                  and not self.memory_of(r).get("missing")]
-        options = [(f"{r.path.name} ({_hint(r)})", str(r.path)) for r in graph]
+        named = labels(graph, backend=False)  # what sets each apart: an option set, steps, parity
+        self._labels = {str(r.path): label for r, label in zip(graph, named, strict=True)}
+        options = [(f"{label} ({r.path.name})" if label else r.path.name, str(r.path))
+                   for r, label in zip(graph, named, strict=True)]
         paths = [p for _, p in options]
         new = [p for p in paths if p not in self._known]  # newest first
         self._known.update(paths)
@@ -104,9 +100,10 @@ class MemoryPanel(W.VBox):
 
         picked = [p for p in (self.a.value, self.b.value) if p]
         runs = [self._runs[p] for p in picked if p in self._runs]
-        hints = [_hint(r) for r in runs]
-        labels = hints if len(set(hints)) == len(hints) else [r.path.name for r in runs]
-        return [(label, MemoryAccount.from_dict(self.memory_of(r))) for label, r in zip(labels, runs, strict=True)]
+        names = [self._labels.get(str(r.path)) or r.path.name for r in runs]
+        if len(set(names)) < len(names):
+            names = [r.path.name for r in runs]
+        return [(name, MemoryAccount.from_dict(self.memory_of(r))) for name, r in zip(names, runs, strict=True)]
 
     def show(self) -> None:
         """Draw the picked runs' timelines and their peaks (what changing a picker does)."""
@@ -141,18 +138,18 @@ class MemoryPanel(W.VBox):
 
     def _peak(self, label: str, a) -> str:
         top = a.top(self.top_n.value)
-        table = "<i>no activation buffer alive at the peak</i>"
+        found = "<i>no activation buffer alive at the peak</i>"
         if len(top):
-            top = top.assign(MB=(top["bytes"] / MB).round(3),
-                             shape=top["shape"].map(lambda s: "?" if s is None else "x".join(map(str, s))))
-            table = top[["MB", "shape", "dtype", "module", "op", "born", "name"]].to_html(
-                index=False, border=0, escape=True, na_rep="")
+            top = top.assign(size_mb=top["bytes"] / MB,
+                             shape=top["shape"].map(lambda s: None if s is None else "x".join(map(str, s))))
+            found = table(top[["size_mb", "shape", "dtype", "module", "op", "born", "name"]],
+                          headers={"born": "made at step"})
         lower = f", at least: {a.uncertain_at_peak} buffers of unknown size alive" if a.uncertain_at_peak else ""
         stash = "" if a.stashed_bytes is None else f"; kept for backward {a.stashed_bytes / MB:.2f} MB"
         head = (f"<b>{html.escape(label)}</b>: peak {a.peak_activation_bytes / MB:.2f} MB{html.escape(lower)} at "
                 f"step {a.peak_index} of {a.nodes} ({a.peak_phase}), {html.escape(a.peak_node)} "
                 f"[{html.escape(a.peak_op)}]{stash}; order {html.escape(a.order)}")
-        return f"<p>{head}</p>{table}"
+        return f"<p style='line-height:1.4;overflow-wrap:anywhere'>{head}</p>{found}"
 
     def _backends(self, runs: list) -> str:
         """The last PyTorch burst followed by an ORTModule burst (what a comparison runs), side by side."""
@@ -165,18 +162,23 @@ class MemoryPanel(W.VBox):
             s = summary_fields(self.memory_of(run))
             process = _process_peak(run)
             counted = s.get("memory_missing") or s.get("memory_counts") or ""
-            rows.append(f"<tr><td>{run.backend}</td><td>{_mb(s.get('saved_for_backward_mb'))}</td>"
-                        f"<td>{_mb(s.get('activation_peak_mb'))}</td><td>{_mb(process)}</td>"
-                        f"<td style='text-align:left'>{html.escape(counted)}</td></tr>")
+            rows.append([run.backend, s.get("saved_for_backward_mb"), s.get("activation_peak_mb"), process,
+                         counted or None])
         pt, ort = (summary_fields(self.memory_of(r)).get("saved_for_backward_mb") for r in pair)
         if pt and ort is not None:
             notes.append(f"ORTModule keeps {ort / pt:.2f}x the bytes PyTorch keeps for backward")
         process = "peak CUDA allocated" if pair[0].meta.get("device") == "cuda" else "peak resident set"
         head = ("<b>PyTorch vs ORTModule activation memory</b> (the last comparison: "
                 f"{html.escape(pair[0].path.name)}, {html.escape(pair[1].path.name)})")
-        table = ("<table><tr><th>backend</th><th>kept for backward (MB)</th><th>activation peak (MB)</th>"
-                 f"<th>{process} (MB, the whole process)</th><th>what is counted</th></tr>{''.join(rows)}</table>")
-        return head + table + "".join(f"<div>{html.escape(n)}</div>" for n in notes)
+        import pandas as pd
+
+        shown = table(pd.DataFrame(rows, columns=["backend", "kept for backward (MB)", "activation peak (MB)",
+                                                  f"{process} (MB, the whole process)", "what is counted"]))
+        return head + shown + "".join(f"<div>{html.escape(n)}</div>" for n in notes)
+
+    def _out(self):
+        runs = list(self._runs.values())
+        return runs[-1].path.parent if runs else "runs"
 
     def __repr__(self) -> str:
         picked = [self._runs[p].path.name for p in (self.a.value, self.b.value) if p in self._runs]

@@ -12,10 +12,14 @@ from ortlab.options import REGISTRY, SPECS, Kind, OptionError, Options, OptionSp
 
 def _control(spec: OptionSpec) -> W.Widget:
     label = spec.env or f"{spec.name} (DebugOptions)"
-    common = {"description": label, "style": {"description_width": "360px"}, "layout": W.Layout(width="620px"),
+    # as wide as the panel allows, up to 620 px; the name takes at most 360 px and half of that (its tooltip and the
+    # export lines below say it whole)
+    common = {"description": label, "style": {"description_width": "min(360px, 55%)"},
+              "layout": W.Layout(width="100%", max_width="620px", min_width="0"),
               "tooltip": f"{spec.description}. {spec.restart_note[0].upper()}{spec.restart_note[1:]}."}
     if spec.kind is Kind.BOOL:  # label on the right, full width (an indented one is cut at 360px)
         common["style"] = {"description_width": "initial"}
+        common["layout"] = W.Layout(width="auto", max_width="100%")
         return W.Checkbox(value=bool(spec.default), indent=False, **common)
     if spec.choices:
         return W.Dropdown(options=list(spec.choices), value=spec.default, **common)

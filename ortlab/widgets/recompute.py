@@ -9,13 +9,15 @@ from pathlib import Path
 
 import ipywidgets as W
 
+from ortlab.widgets import layout
 from ortlab.widgets.images import figure_area
+
+_HEADERS = {"saving_expr": "saving (expression)", "ratio": "what-if / now", "set": "plan set",
+            "loss_equal": "same losses", "process_peak_mb": "process peak (MB)", "cluster_id": "cluster"}
 
 
 def _table(df) -> str:
-    if not len(df):
-        return ""
-    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, escape=True)
+    return layout.table(df, headers=_HEADERS)
 
 
 def _error(e: BaseException) -> str:
@@ -51,7 +53,8 @@ class RecomputePanel(W.VBox):
         self.last_sweep = None
         self._known: set[str] = set()  # the runs with plans seen by the last refresh
         self._thread: threading.Thread | None = None
-        self.steps = W.BoundedIntText(value=steps, min=2, max=100_000, description="steps")
+        self.steps = W.BoundedIntText(value=steps, min=2, max=100_000, description="steps",
+                                      layout=W.Layout(width="170px"))
         self.find_button = W.Button(description="Find plans", icon="search",
                                     tooltip="a short ORTModule burst that reads ORT's plans")
         self.apply_button = W.Button(description="Apply and run", button_style="primary", icon="play",
@@ -65,13 +68,12 @@ class RecomputePanel(W.VBox):
         self.what_if_plot = figure_area(width="650px")
         self.apply_result = W.HTML()
         self.sweep_table = W.HTML()
-        self.sweep_plots = W.HBox([figure_area(width="500px"),
-                                   figure_area(width="430px")])
+        self.sweep_plots = layout.row(figure_area(width="500px"), figure_area(width="430px"))
         self.find_button.on_click(lambda _: self.find())
         self.apply_button.on_click(lambda _: self.apply())
         self.sweep_button.on_click(lambda _: self.sweep())
         super().__init__([
-            W.HBox([self.find_button, self.steps, self.apply_button, self.sweep_button]), self.status,
+            layout.row(self.find_button, self.steps, self.apply_button, self.sweep_button), self.status,
             W.HTML("<b>Plans</b> (check the ones to apply)"), self.checkboxes,
             W.HTML("<b>What if</b> (symbolic dimensions)"), self.sliders, self.what_if_table,
             self.what_if_plot, W.HTML("<b>Apply and run</b>"), self.apply_result,
@@ -122,7 +124,7 @@ class RecomputePanel(W.VBox):
         boxes = []
         for row in table.itertuples():
             label = (f"{row.plan}: {row.cluster_id} (type {row.type}, x{row.frequency}) "
-                     f"{row.saving_mb:.3f} MiB")
+                     f"saves {row.saving_mb:.3f} MB")
             box = W.Checkbox(value=False, indent=False, description=label, layout=W.Layout(width="auto"))
             box.plan = int(row.plan)
             boxes.append(box)
@@ -147,7 +149,7 @@ class RecomputePanel(W.VBox):
             return
         try:
             table = what_if(self.table, **self.dims)
-            shown = table[["plan", "cluster_id", "saving_expr", "saving_bytes", "what_if_bytes", "ratio"]]
+            shown = table[["plan", "cluster_id", "saving_expr", "saving_bytes", "what_if_bytes", "ratio"]]  # MB
             self.what_if_table.value = _table(shown)
             self.what_if_plot.value = figure_png(what_if_figure(table))
         except Exception as e:

@@ -12,7 +12,14 @@ import ipywidgets as W
 
 from ortlab.engine.backends import BACKENDS
 from ortlab.timing.collector import FILE
+from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
+from ortlab.widgets.layout import row, table
+
+# the time tables' columns as the panel heads them (every figure is milliseconds per profiled step)
+HEADERS = {"ms": "time per step (ms)", "pytorch ms": "PyTorch (ms)", "difference ms": "difference (ms)",
+           "profiled median ms": "profiled steps' median (ms)", "unprofiled median ms": "later steps' median (ms)",
+           "ortlab_tap": "ortlab's tap", "phase": "phase", "s": "time per step (s)"}
 
 HOW = ("burst with 'profile where the time goes' on (the Burst tab; in code collect={'time': {}}; CLI "
        "--collect time)")
@@ -40,7 +47,12 @@ class TimePanel(W.VBox):
         self.tables = W.HTML()
         self.tables_of: Any = None  # the TimeTables shown
         self.top.observe(lambda change: self.refresh(), names="value")
-        super().__init__([self.top, self.status, self.figure, self.tables])
+        out = lambda: self._out  # noqa: E731
+        self._out = "runs"
+        self.save_figure = SaveButton("time by module", lambda: self.figure.value, out)
+        self.save_table = SaveButton("time by module", lambda: None if self.tables_of is None else
+                                     self.tables_of.modules.reset_index(), out, kind="CSV")
+        super().__init__([row(self.top, self.save_figure, self.save_table), self.status, self.figure, self.tables])
         self.refresh()
 
     def refresh(self) -> None:
@@ -59,9 +71,11 @@ class TimePanel(W.VBox):
             self.figure.value, self.tables.value, self.tables_of = b"", "", None
             return
         n = self.top.value
-        self.status.value = ("<p>milliseconds per profiled step: " + ", ".join(
-            f"<b>{html.escape(label)}</b> <code>{html.escape(path)}</code> (trace.json opens in Perfetto)"
-            for label, path in zip(t.labels, t.paths, strict=True)) + "</p>")
+        self._out = runs[-1].path.parent
+        self.status.value = ("<p style='line-height:1.4'>milliseconds per profiled step: " + ", ".join(
+            f"<b>{html.escape(label)}</b> <code style='overflow-wrap:anywhere'>{html.escape(path)}</code>"
+            for label, path in zip(t.labels, t.paths, strict=True)) + " (each run's trace.json opens in "
+            "Perfetto)</p>")
         self.figure.value = figure_png(t.figure(n))
         parts = [_section("The step, part by part", t.parts, KINDS),
                  _section(f"Modules (kernel time, forward + backward), top {n}", t.modules.head(n))]
@@ -74,10 +88,15 @@ class TimePanel(W.VBox):
         if len(t.python_ops):
             parts.append(_section("PythonOps", t.python_ops, index=False))
         parts.append(_section("What profiling cost (profiled steps' median against the steps after them)", t.cost))
-        parts += [f"<p>{html.escape(label)}: {html.escape(note)}</p>" for label, note in t.notes.items()]
+        parts += [_note(f"{label}: {note}") for label, note in t.notes.items()]
         self.tables.value = "".join(parts)
 
 
+def _note(text: str) -> str:
+    """A footnote that reads: the table's font size, wrapped at the panel's width."""
+    return f"<p style='font-size:12px;line-height:1.4;color:#444;overflow-wrap:anywhere'>{html.escape(text)}</p>"
+
+
 def _section(title: str, frame, note: str = "", index: bool = True) -> str:
-    table = frame.to_html(index=index, float_format=lambda v: f"{v:.3f}", na_rep="-", border=0)
-    return f"<h4>{html.escape(title)}</h4>{table}" + (f"<p><small>{html.escape(note)}</small></p>" if note else "")
+    return (f"<h4 style='margin:12px 0 4px'>{html.escape(title)}</h4>"
+            + table(frame, index=index, headers=HEADERS) + (_note(note) if note else ""))
