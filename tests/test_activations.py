@@ -428,6 +428,7 @@ def test_taps_run_in_orts_unsafe_mode_and_still_report(tmp_path):
     assert compare(pt, ort).first is None
 
 
+@pytest.mark.ort
 def test_a_conv_nets_shapes_are_numbers_on_both_backends_so_no_divergence_is_a_spelling(tmp_path):
     """ORT's export traces a conv net's dimensions as tensors: its run once recorded "tensor(2)xtensor(8)x..."
     where PyTorch's said "2x8x...", and the first divergence was that spelling at the first conv."""

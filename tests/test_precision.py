@@ -17,9 +17,9 @@ CPU = resolve_device("cpu")
 
 
 def test_each_precision_is_checked_against_the_device_and_backend():
-    assert BurstConfig(precision="bf16").precision == "bf16"
+    assert BurstConfig(backend="pytorch", precision="bf16").precision == "bf16"
     with pytest.raises(BurstError, match="precision 'fp8' is not allowed; allowed: fp32, fp16, bf16"):
-        BurstConfig(precision="fp8")
+        BurstConfig(backend="pytorch", precision="fp8")
     with pytest.raises(BurstError, match=r"precision 'fp16' needs CUDA .*use fp32 or bf16 on the CPU"):
         precision.check("fp16", CPU, "pytorch")
     with pytest.raises(BurstError, match=r"precision 'bf16' does not run on ORTModule on the CPU: ORT 1\.19\.2's CPU "
@@ -30,6 +30,7 @@ def test_each_precision_is_checked_against_the_device_and_backend():
     assert precision.scaler("bf16") is None and precision.note("fp32") is None
 
 
+@pytest.mark.ort
 def test_a_comparison_the_precision_rules_out_starts_no_burst(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--backend", "both", "--precision", "bf16",
                            "--steps", "1", "--out", str(tmp_path)], capture_output=True, text=True)

@@ -280,6 +280,7 @@ def test_the_cause_names_the_parameter_the_headline_names_and_the_operator_neare
 # --------------------------------------------------------------------------- a real chaotic run
 
 
+@pytest.mark.ort
 @pytest.mark.timeout(600)
 def test_a_batchnorm_cnn_at_a_high_learning_rate_agrees_within_fp32s_spread(tmp_path):
     """20 AdamW steps at lr 0.1 (2026-11-27): PyTorch fp32's losses 3e-3% of the loss from float64, ORT's 3e-2%

@@ -127,6 +127,27 @@ def test_lab_repr_is_short_and_deterministic(lab):
     assert repr(lab).startswith("Lab(model='ortlab.demo:gpt', tabs=[Options, Burst, Log")
 
 
+def test_the_backends_offered_are_the_ones_that_run_here(lab):
+    """On the ort stack: PyTorch, ORTModule, torch.compile, both (PyTorch and ORTModule) and all. On the current
+    stack ORTModule is not offered, both is PyTorch and torch.compile, and ORTModule's own tabs say why and where."""
+    import html
+
+    from ortlab.engine.backends import default_backends, unavailable
+
+    offered = [value for _, value in lab.burst_panel.backend.options]
+    assert lab.burst_panel.choices["both"] == list(default_backends())
+    if unavailable("ortmodule") is None:
+        assert offered == ["pytorch", "ortmodule", "compile", "both", "all"]
+        assert lab.burst_panel.choices["both"] == ["pytorch", "ortmodule"] and lab.ortmodule_missing is None
+    else:
+        assert offered == ["pytorch", "compile", "both"] and lab.burst_panel.choices["both"] == ["pytorch", "compile"]
+        for title in ("Recompute", "Tune"):
+            shown = html.unescape(lab.children[lab.titles.index(title)].children[-1].value)
+            assert f"The {title} tab is ORTModule's. ORTModule does not run here" in shown, shown
+            assert "ORTLAB_STACK=ort" in shown
+        assert "These options are ORTModule's" in html.unescape(lab.options_panel.children[1].value)
+
+
 def test_every_tab_starts_with_the_models_name_and_its_rows_wrap(lab):
     import ipywidgets as W
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import ipywidgets as W
 
-from ortlab.engine.backends import BACKENDS, has
+from ortlab.engine.backends import BACKENDS, default_backends, has, unavailable
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
@@ -80,11 +80,17 @@ class BurstPanel(W.VBox):
         self.session = session
         self.get_options = options
         self.on_done = on_done
-        self.backend = W.ToggleButtons(options=[*((r.label, r.name) for r in BACKENDS.values()), ("both", "both"),
-                                                ("all", "all")],
+        # what runs here (ORTModule only on the ort stack): "both" is the comparison a user gets when not asked
+        runnable = [r for r in BACKENDS.values() if unavailable(r.name) is None]
+        self.choices = {"both": list(default_backends()), "all": [r.name for r in runnable]}
+        both = " and ".join(BACKENDS[b].label for b in self.choices["both"])
+        others = [r.label for r in runnable if r.name not in self.choices["both"]]
+        self.backend = W.ToggleButtons(options=[*((r.label, r.name) for r in runnable), ("both", "both"),
+                                                *([("all", "all")] if others else [])],
                                        value="both", description="backend", style={"button_width": "auto"},
-                                       tooltip="both: PyTorch and ORTModule; all: and torch.compile (its first "
-                                       "step compiles: tens of seconds)", layout=W.Layout(max_width="100%"))
+                                       tooltip=f"both: {both}" + (f"; all: and {', '.join(others)} (torch.compile's "
+                                       "first step compiles: tens of seconds)" if others else ""),
+                                       layout=W.Layout(max_width="100%"))
         small = {"layout": W.Layout(width="170px")}
         self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps", **small)
         self.seed = W.IntText(value=0, description="seed", **small)
@@ -160,8 +166,7 @@ class BurstPanel(W.VBox):
     def run(self, wait: bool = False) -> None:
         if self.running:
             return
-        backends = {"both": ["pytorch", "ortmodule"], "all": list(BACKENDS)}.get(self.backend.value,
-                                                                                 [self.backend.value])
+        backends = self.choices.get(self.backend.value, [self.backend.value])
         self._curves = {b: [] for b in backends}
         self._earlier = self._earlier_curves() if self.overlay.value else {}
         self._rank_runs: dict[str, Path | None] = {}

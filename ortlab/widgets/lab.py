@@ -8,23 +8,25 @@ from typing import Any
 
 import ipywidgets as W
 
-from ortlab.engine.backends import has
+from ortlab.engine.backends import default_backends, has
 from ortlab.options import Options
+from ortlab.stacks import ortmodule_line
 from ortlab.widgets.burst_panel import BurstPanel
 from ortlab.widgets.export import shown_path
 from ortlab.widgets.layout import STYLE
 from ortlab.widgets.log_panel import LogPanel
 from ortlab.widgets.options_panel import OptionsPanel
 
-# The view tabs: title -> (module, class, how it is built). A view that fails to load shows its error in its tab.
+# The view tabs: title -> (module, class, how it is built, whether it is ORTModule's alone). A view that fails to
+# load shows its error in its tab; one that is ORTModule's alone says, where ORTModule does not run, why and where.
 _VIEW_TABS = (
-    ("Graphs", "ortlab.widgets.graphs", "GraphsPanel", "runs"),
-    ("Recompute", "ortlab.widgets.recompute", "RecomputePanel", "session"),
-    ("Activations", "ortlab.widgets.activations", "ActivationsPanel", "runs"),
-    ("Memory", "ortlab.widgets.memory", "MemoryPanel", "runs"),
-    ("Time", "ortlab.widgets.time", "TimePanel", "runs"),
-    ("Tune", "ortlab.widgets.tune", "TunePanel", "session"),
-    ("Report", "ortlab.widgets.report", "ReportPanel", "runs"),
+    ("Graphs", "ortlab.widgets.graphs", "GraphsPanel", "runs", False),
+    ("Recompute", "ortlab.widgets.recompute", "RecomputePanel", "session", True),
+    ("Activations", "ortlab.widgets.activations", "ActivationsPanel", "runs", False),
+    ("Memory", "ortlab.widgets.memory", "MemoryPanel", "runs", False),
+    ("Time", "ortlab.widgets.time", "TimePanel", "runs", False),
+    ("Tune", "ortlab.widgets.tune", "TunePanel", "session", True),
+    ("Report", "ortlab.widgets.report", "ReportPanel", "runs", False),
 )
 
 
@@ -42,11 +44,19 @@ class Lab(W.Tab):
         # The panel shows ORTMODULE_* variables set in the shell as its starting values, and owns them from then on.
         self.options_panel = OptionsPanel(cuda_available=cuda_available, start=self.session.shell_options)
         self.session.shell_options = Options()
+        self.ortmodule_missing = ortmodule_line()  # the current stack: ORTModule's own tabs say so instead
+        if self.ortmodule_missing:
+            note = _note(f"{self.ortmodule_missing}. These options are ORTModule's: set here, they are kept in the "
+                         "runs' settings and used on the ort stack.")
+            self.options_panel.children = (*note.children, *self.options_panel.children)
         self.burst_panel = BurstPanel(self.session, lambda: self.options_panel.options, on_done=self._after_burst)
         self.log_panel = LogPanel(lambda: self.session.runs)
         panels = {"Options": self.options_panel, "Burst": self.burst_panel, "Log": self.log_panel}
         self.extra_panels: dict[str, W.Widget] = {}
-        for title, module, cls, needs in _VIEW_TABS:
+        for title, module, cls, needs, ortmodule_only in _VIEW_TABS:
+            if ortmodule_only and self.ortmodule_missing:
+                panels[title] = _note(f"The {title} tab is ORTModule's. {self.ortmodule_missing}.")
+                continue
             try:
                 panel_cls = getattr(importlib.import_module(module), cls)
                 panel = panel_cls(self.session) if needs == "session" else panel_cls(lambda: self.session.runs)
@@ -69,15 +79,16 @@ class Lab(W.Tab):
         return self.session.runs
 
     def compare(self, steps: int = 20, **kwargs):
-        """A PyTorch and an ORTModule burst with the panel's current options (what the Run button does for
-        backend 'both'), returned as a Comparison."""
+        """A PyTorch burst beside an ORTModule one (on the current stack, torch.compile) with the panel's current
+        options (what the Run button does for backend 'both'), returned as a Comparison."""
         comparison = self.session.compare(steps, self.options_panel.options, **kwargs)
         self._after_burst(comparison.runs)
         return comparison
 
-    def burst(self, backend: str = "ortmodule", steps: int = 20, **kwargs):
-        """One burst with the Options tab's options, shown in the Lab's panels; returns the Run."""
-        run = self.session.burst(backend, steps, self.options_panel.options, **kwargs)
+    def burst(self, backend: str | None = None, steps: int = 20, **kwargs):
+        """One burst with the Options tab's options, shown in the Lab's panels; returns the Run. The backend by
+        default is the one a comparison sets beside PyTorch here: ORTModule, or torch.compile on the current stack."""
+        run = self.session.burst(backend or default_backends()[1], steps, self.options_panel.options, **kwargs)
         self._after_burst([run])
         return run
 
@@ -128,3 +139,10 @@ def _broken_view(title: str, module: str, error: Exception) -> W.HTML:
 
     return W.HTML(f"<p><b>The {html.escape(title)} view could not load</b> ({html.escape(module)}): "
                   f"<code>{html.escape(type(error).__name__)}: {html.escape(str(error))}</code></p>")
+
+
+def _note(text: str) -> W.VBox:
+    """A line where a tab's content would be (in a box: the model's name goes atop it as on every tab)."""
+    import html
+
+    return W.VBox([W.HTML(f"<p style='color:#555'>{html.escape(text)}</p>")])
