@@ -403,3 +403,28 @@ def test_graphs_of_one_stage_file_and_of_a_zero_byte_one(tmp_path):
     one_line_exit_2(cli("graphs", str(source / "m_execution_model_training.onnx")), "no graph")
     (tmp_path / "x.onnx").write_bytes(b"")
     one_line_exit_2(cli("graphs", str(tmp_path / "x.onnx")), "not an ORTModule stage file")
+
+
+@pytest.mark.parametrize("where", ["state.write", "backend"])
+def test_a_ctrl_c_at_either_end_of_a_burst_leaves_it_interrupted_never_running_nor_ok(tmp_path, monkeypatch, where):
+    """Ctrl-C lands where the burst's own handler does not reach: while its end state is written (after the last
+    step), or while the backend is made (the folder already says "running"). The run says interrupted either way."""
+    import ortlab.engine.loop as loop
+    from ortlab.verdict import state
+
+    def press(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "state.write":
+        monkeypatch.setattr(state, "write", press)
+    else:
+        monkeypatch.setattr(loop.Engine, "backend", press)
+    with Session(out=tmp_path, in_process=True) as s:
+        if where == "state.write":
+            run = s.burst("pytorch", 2, progress=False)
+            assert run.status == "interrupted" and "while the run's files were written" in run.error, run.error
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                s.burst("pytorch", 2, progress=False)
+    metas = [json.loads(p.read_text()) for p in tmp_path.glob("*/meta.json")]
+    assert [m["status"] for m in metas] == ["interrupted"], metas

@@ -213,6 +213,10 @@ class Engine:
                 from ortlab.verdict import state
 
                 state.write(self.model, b.path)
+        except KeyboardInterrupt:  # Ctrl-C while the burst's outputs were being entered or written: said, not "ok"
+            b.status = "interrupted"
+            b.extra.setdefault("error", f"interrupted by the user after step {b.steps_done} ({b.stage}), while "
+                                        "the run's files were written: some may be missing")
         finally:
             b.memory.close()
             b.extra["machine"] = {**b.writer.meta.get("machine", {}), "cpu_wait": contention.share()}
@@ -254,10 +258,17 @@ class Engine:
             "optimizer": type(optimizer).__name__,  # what "auto" became (the workload's own, else AdamW)
             "scheduler": type(scheduler).__name__ if scheduler is not None else None,
         })
-        scaler = precision.scaler(cfg.precision)
-        self.model.train()
-        timers = [c for c in collectors.values() if c.times_phases]
-        self.current = self.backend(cfg.backend)
+        try:  # from here the folder says "running": whatever ends the burst before it runs must say so too
+            scaler = precision.scaler(cfg.precision)
+            self.model.train()
+            timers = [c for c in collectors.values() if c.times_phases]
+            self.current = self.backend(cfg.backend)
+        except BaseException as e:
+            interrupted = isinstance(e, KeyboardInterrupt)
+            writer.finish("interrupted" if interrupted else "failed",
+                          error="interrupted by the user before its first step" if interrupted
+                          else f"the burst could not start: {type(e).__name__}: {e}")
+            raise
         return _Burst(cfg, options, device, path, writer, optimizer, scheduler, collectors, timers, PeakMemory(device),
                       feed, self.current, scaler, runner=self.model)
 
