@@ -2,6 +2,7 @@
 "can't tell at this length" inside the noise, with the steps that would tell; or PyTorch, with each other backend's
 reason."""
 
+import math
 import random
 
 import pytest
@@ -129,3 +130,20 @@ def test_compare_on_the_demo_gives_the_recommendation_with_its_interval(tmp_path
     ortmodule = next(row for row in data["decision"] if row["backend"] == "ortmodule")
     assert ortmodule["step time vs PyTorch (99% interval)"].startswith(f"{ratio['value']:.2f}x (")
     assert ortmodule["steps to break even"] == ("can't tell" if not r["told"] else ortmodule["steps to break even"])
+
+
+@pytest.mark.parametrize(("steps", "within", "load"), [(27, 0.12, 0.0), (8, 0.05, 0.0), (50, 0.2, 0.02), (10, 0.4, 0.0)])
+def test_the_steps_said_to_tell_are_the_fewest_that_tell_under_the_same_interval(steps, within, load):
+    """`more_steps` answers with the interval `ratio` draws (Student's t): that many more steps, each backend's
+    within-spread shrinking as 1/sqrt(steps), tell the difference, and one fewer (before rounding) does not."""
+    from ortlab.speed import Spread, ratio
+
+    def at(n):
+        shrink = math.sqrt(steps / n)
+        return ratio(Spread(0.08, n, within * shrink, load=load), Spread(0.10, n, within * shrink, load=load))
+
+    r = at(steps)
+    assert not r.told and r.more_steps, r
+    assert at(steps + r.more_steps).told, (r, at(steps + r.more_steps))
+    if r.more_steps < 100:  # below 100 the count is exact, not rounded up
+        assert r.more_steps == 1 or not at(steps + r.more_steps - 1).told
