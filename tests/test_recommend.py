@@ -132,7 +132,8 @@ def test_compare_on_the_demo_gives_the_recommendation_with_its_interval(tmp_path
     assert ortmodule["steps to break even"] == ("can't tell" if not r["told"] else ortmodule["steps to break even"])
 
 
-@pytest.mark.parametrize(("steps", "within", "load"), [(27, 0.12, 0.0), (8, 0.05, 0.0), (50, 0.2, 0.02), (10, 0.4, 0.0)])
+@pytest.mark.parametrize(("steps", "within", "load"),
+                         [(27, 0.12, 0.0), (8, 0.05, 0.0), (50, 0.2, 0.02), (10, 0.4, 0.0)])
 def test_the_steps_said_to_tell_are_the_fewest_that_tell_under_the_same_interval(steps, within, load):
     """`more_steps` answers with the interval `ratio` draws (Student's t): that many more steps, each backend's
     within-spread shrinking as 1/sqrt(steps), tell the difference, and one fewer (before rounding) does not."""

@@ -530,7 +530,8 @@ def test_ctrl_c_ends_the_cli_with_130_and_says_what_was_and_was_not_measured(tmp
     import threading
 
     proc = subprocess.Popen([sys.executable, "-m", "ortlab.cli", "tune", "--only", "enable_compute_optimizer",
-                             "--only", "deepcopy_before_model_export", *SMALL, "--repeats", "1", "--out",
+                             "--only", "deepcopy_before_model_export", *SMALL, "--steps", "5", "--repeats", "1",
+                             "--out",
                              str(tmp_path), *(["--in-process"] if in_process else [])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err: list[str] = []
