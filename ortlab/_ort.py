@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ortlab.errors import OrtlabError
+
 SUPPORTED = "onnxruntime-training 1.19.x (tested with 1.19.2)"
 
 
-class OrtInternalsError(RuntimeError):
+class OrtInternalsError(OrtlabError, RuntimeError):
     """ORTModule's private state is not where ortlab expects it (another onnxruntime-training version)."""
 
 
@@ -312,8 +315,6 @@ FAILURE_STAGES = (
 
 def is_ortmodule(model: Any) -> bool:
     """Whether `model` is an ORTModule, without importing ORT where nothing did (no model can be one then)."""
-    import sys
-
     module = sys.modules.get("onnxruntime.training.ortmodule")
     return module is not None and isinstance(model, getattr(module, "ORTModule", ()))
 
@@ -422,7 +423,7 @@ def register_export_symbolics(opset: int) -> None:
     _private("onnxruntime.training.ortmodule._custom_gradient_registry", "CustomGradientRegistry").register_all()
 
 
-class GradientBuildError(RuntimeError):
+class GradientBuildError(OrtlabError, RuntimeError):
     """ORT's graph builder loaded the model but could not build its gradient graph (ORT's message)."""
 
 

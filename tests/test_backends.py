@@ -58,6 +58,22 @@ def test_the_registry_is_data_and_its_names_a_closed_set():
         registered("jit")
 
 
+def test_a_mistyped_backend_name_gets_a_suggestion(capsys):
+    from ortlab.cli import main
+    from ortlab.engine.backends import parse_backends
+
+    with pytest.raises(BurstError, match=r"^backend 'ortmdule' is not allowed; allowed: .*; did you mean ortmodule\?$"):
+        parse_backends("ortmdule")
+    with pytest.raises(BurstError, match=r"; did you mean compile\?$"):
+        registered("compiel")
+    with pytest.raises(SystemExit) as e:
+        main(["burst", "--backend", "pytorch,ortmdule", "--steps", "1"])
+    line = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and "\n" not in line, line
+    assert line.startswith("ortlab burst: argument --backend: 'ortmdule' is not a backend") and \
+        "did you mean ortmodule?" in line, line
+
+
 def test_every_registered_backend_keeps_the_contract():
     import torch
 

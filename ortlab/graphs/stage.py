@@ -193,9 +193,9 @@ class Stage:
         try:
             return self.nodes_by_name[name]
         except KeyError:
-            import difflib
+            from ortlab.errors import close_names
 
-            close = difflib.get_close_matches(name, list(self.nodes_by_name), n=3, cutoff=0.6)
+            close = close_names(name, self.nodes_by_name)
             hint = (f"; close: {', '.join(close)}" if close
                     else "; search(text) finds nodes by name, op or module")
             raise GraphsError(f"no node named {name!r} in stage {self.label}{hint}") from None
