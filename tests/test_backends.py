@@ -50,6 +50,18 @@ def test_no_code_outside_the_backends_decides_by_a_backends_name():
     assert found == []
 
 
+def test_no_collector_reaches_into_the_backend_it_serves():
+    """What a collector reads of ORT's wrap goes through the contract (`ort_internals`, `graph_input_shapes`),
+    never `engine.current.wrapper`: a backend's insides stay its own."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "wrapper" and \
+                    isinstance(node.value, ast.Attribute) and node.value.attr == "current":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
 def test_the_registry_is_data_and_its_names_a_closed_set():
     assert [str(b) for b in BackendName] == list(BACKENDS) == ["pytorch", "ortmodule", "compile"]
     assert has("pytorch", "reference") and has("ortmodule", "onnx_stages") and not has("compile", "onnx_stages")

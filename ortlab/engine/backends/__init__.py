@@ -192,6 +192,15 @@ class Backend:
         initial snapshot, and whether building it exports a graph (None: the check builds a fresh ORTModule)."""
         return engine.model, False
 
+    def ort_internals(self) -> Any:
+        """ORT's state of the ORTModule this backend trains now (ortlab._ort.Wrap), what collectors read of ORT;
+        None: it trains none (or has not wrapped yet)."""
+        return None
+
+    def graph_input_shapes(self, inputs: Any) -> dict[str, list[int]]:
+        """The concrete shape of each input of the graph this backend runs, for these inputs ({}: no graph)."""
+        return {}
+
 
 def make(name: str, model: Any) -> Backend:
     """The backend `name` for the engine's model (one per Engine)."""
