@@ -78,6 +78,10 @@ def test_a_mistyped_backend_name_gets_a_suggestion(capsys):
         parse_backends("ortmdule")
     with pytest.raises(BurstError, match=r"; did you mean compile\?$"):
         registered("compiel")
+    from ortlab.engine.config import BurstConfig
+
+    with pytest.raises(BurstError, match=r"^collector 'stat' is not known; known: .*; did you mean stats\?$"):
+        BurstConfig(collect={"stat": {}})
     with pytest.raises(SystemExit) as e:
         main(["burst", "--backend", "pytorch,ortmdule", "--steps", "1"])
     line = capsys.readouterr().err.strip()
