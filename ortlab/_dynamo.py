@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ortlab.errors import OrtlabError
+
 # torch 2.6: "Graph break in user code at F:L\nReason: Unsupported: ..."; torch 2.7+: "Graph break (user stack
 # suppressed ...) in user code at F:L\nGraph Break Reason: Encountered graph break when ...:\n\n<what>\n
 #   Explanation: ..."
@@ -22,7 +24,7 @@ _OUTPUT_CODE = re.compile(r"Output code written to: (?P<path>\S+)")
 _COMPILE_METRICS = ("_compile.compile_inner", "compile_fx.<locals>.bw_compiler")
 
 
-class DynamoInternalsError(RuntimeError):
+class DynamoInternalsError(OrtlabError, RuntimeError):
     """torch.compile's internals are not where ortlab expects them (another torch version)."""
 
 

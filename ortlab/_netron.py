@@ -15,11 +15,13 @@ import re
 from pathlib import Path
 from types import ModuleType
 
+from ortlab.errors import OrtlabError
+
 SUPPORTED = "netron 9.x (tested with 9.3.3)"
 _NEEDED = ("_HTTPRequestHandler", "_ContentProvider")  # the handler ortlab subclasses, what serves a file
 
 
-class NetronInternalsError(RuntimeError):
+class NetronInternalsError(OrtlabError, RuntimeError):
     """netron is installed but its server is not built the way ortlab expects (another netron version)."""
 
 

@@ -9,16 +9,20 @@ something moved, `OrtInternalsError` names what is missing and which versions or
 from __future__ import annotations
 
 import functools
-import importlib
+import importlib.util
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ortlab.errors import OrtlabError
+
 SUPPORTED = "onnxruntime-training 1.19.x (tested with 1.19.2)"
+ORIGINAL_MODULE = "_original_module"  # ORTModule's name for the user's module: exported names start with it
 
 
-class OrtInternalsError(RuntimeError):
+class OrtInternalsError(OrtlabError, RuntimeError):
     """ORTModule's private state is not where ortlab expects it (another onnxruntime-training version)."""
 
 
@@ -79,10 +83,7 @@ class PostExportInfo:
     input_accessors: dict[str, Callable[[tuple, dict], Any]]  # user input name -> (args, kwargs) -> its tensor
 
     def to_dict(self) -> dict[str, Any]:
-        return {"graph_input_names": self.graph_input_names,
-                "graph_inputs_requiring_grad": self.graph_inputs_requiring_grad,
-                "user_inputs": self.user_inputs, "user_inputs_requiring_grad": self.user_inputs_requiring_grad,
-                "dynamic_axes": self.dynamic_axes, "output_schema": self.output_schema}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "input_accessors"}  # no functions
 
 
 @dataclass(frozen=True)
@@ -206,14 +207,11 @@ class Wrap:
                              int(s.freq), s.evaluated_saving)
                  for cluster_id, s in _get(observer, "cluster_id_combination_to_saving_symbolics_map",
                                            "memory observer plans").items()]
-        return MemoryObserver(
-            enabled=bool(observer.is_enabled()),
-            dims={str(k): int(v) for k, v in observer.symbolic_dim_name_to_value_map.items()},
-            plans=plans,
-            memory_opt_level=int(runtime.memory_optimization_level),
-            probe_config=str(runtime.recompute_probe_config),
-            config_path=runtime.memory_optimizer_config_file_path or "",
-        )
+        return MemoryObserver(enabled=bool(observer.is_enabled()), plans=plans,
+                              dims={str(k): int(v) for k, v in observer.symbolic_dim_name_to_value_map.items()},
+                              memory_opt_level=int(runtime.memory_optimization_level),
+                              probe_config=str(runtime.recompute_probe_config),
+                              config_path=runtime.memory_optimizer_config_file_path or "")
 
 
 # --------------------------------------------------------------------------- process-wide
@@ -307,13 +305,19 @@ FAILURE_STAGES = (
 )
 
 
-# --- recorder (a user's own ORTModule)
+# --- building one, and reading a user's own (the recorder)
+
+
+def new_ortmodule(module: Any, log_level: str = "WARNING", **debug: Any) -> Any:
+    """A new ORTModule over `module` (the one place ortlab builds one): DebugOptions(log_level, **debug)."""
+    from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
+
+    patch_label_hook_bug()
+    return ORTModule(module, DebugOptions(log_level=LogLevel[log_level], **debug))
 
 
 def is_ortmodule(model: Any) -> bool:
     """Whether `model` is an ORTModule, without importing ORT where nothing did (no model can be one then)."""
-    import sys
-
     module = sys.modules.get("onnxruntime.training.ortmodule")
     return module is not None and isinstance(model, getattr(module, "ORTModule", ()))
 
@@ -339,8 +343,6 @@ def onnx_save_settings(ort_module: Any) -> tuple[bool, str, str]:
 def load_balancing_samplers() -> tuple[type, type]:
     """ORT's `LoadBalancingDistributedSampler` and `LoadBalancingDistributedBatchSampler`, loaded from their file
     (the package's init would import ORTModule: seconds, and its import-time options, even in a PyTorch burst)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("onnxruntime")
     path = Path(spec.origin).parent / "training" / "utils" / "data" / "sampler.py" if spec and spec.origin else None
     if path is None or not path.is_file():
@@ -422,7 +424,7 @@ def register_export_symbolics(opset: int) -> None:
     _private("onnxruntime.training.ortmodule._custom_gradient_registry", "CustomGradientRegistry").register_all()
 
 
-class GradientBuildError(RuntimeError):
+class GradientBuildError(OrtlabError, RuntimeError):
     """ORT's graph builder loaded the model but could not build its gradient graph (ORT's message)."""
 
 

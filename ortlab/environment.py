@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ortlab.errors import OrtlabError
+
 # The CPU extensions ORTModule loads on every device; the CUDA ones only matter on a GPU.
 CPU_EXTENSIONS = ("aten_op_executor", "torch_interop_utils")
 CUDA_EXTENSIONS = ("fused_ops", "torch_gpu_allocator")
@@ -36,7 +38,7 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ortlab"
 
 
-class SetupError(RuntimeError):
+class SetupError(OrtlabError, RuntimeError):
     """The extension build failed; the message says what is missing and what to install."""
 
 

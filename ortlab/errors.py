@@ -1,6 +1,7 @@
 """ortlab's error classes: one base for bad input, so that every front end treats it the same way."""
 
 import os
+from collections.abc import Iterable
 
 
 class OrtlabError(Exception):
@@ -28,3 +29,17 @@ class InputError(OrtlabError, ValueError):
 
 class OrtlabWarning(UserWarning):
     """Something the user should know about a result that is still given (the CLI prints it on one line)."""
+
+
+def close_names(name: str, allowed: Iterable[str], cutoff: float = 0.6) -> list[str]:
+    """Up to three of `allowed` that look like a mistyped `name` (difflib's ratio), best first."""
+    import difflib
+
+    return difflib.get_close_matches(name, list(allowed), n=3, cutoff=cutoff)
+
+
+def did_you_mean(name: str, allowed: Iterable[str]) -> str:
+    """"; did you mean a, b?" naming what `name` was probably meant to be, or "" when nothing is close: the tail of
+    a bad-name message (an option, a backend), so every one suggests the same way."""
+    close = close_names(name, allowed)
+    return f"; did you mean {', '.join(close)}?" if close else ""

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
-from ortlab.errors import InputError
+from ortlab.errors import InputError, did_you_mean
 
 
 class OptionError(InputError):
@@ -262,10 +262,7 @@ def spec(key: str) -> OptionSpec:
     """The spec for a python name (`memory_opt_level`) or an environment variable (`ORTMODULE_MEMORY_OPT_LEVEL`)."""
     found = SPECS.get(key) or _BY_ENV.get(key) or SPECS.get(key.lower().removeprefix("ortmodule_"))
     if found is None:
-        import difflib
-
-        close = difflib.get_close_matches(key.lower().removeprefix("ortmodule_"), SPECS, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; see 'ortlab options' for the list"
+        hint = did_you_mean(key.lower().removeprefix("ortmodule_"), SPECS) or "; see 'ortlab options' for the list"
         raise OptionError(f"unknown option {key!r}{hint}")
     return found
 

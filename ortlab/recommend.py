@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ortlab.engine.backends import has
+from ortlab.engine.backends import has, label
 from ortlab.speed import Ratio, Spread, of_runs, ratio
 
-NAMES = {"pytorch": "PyTorch", "ortmodule": "ORTModule", "compile": "torch.compile"}
 CANT_TELL = "can't tell at this length"
 
 
@@ -38,7 +37,7 @@ class Recommendation:
     @property
     def line(self) -> str:
         """The recommendation as the one line a summary ends with."""
-        name = NAMES.get(self.backend, self.backend)
+        name = label(self.backend)
         if not self.told:
             action = CANT_TELL
         else:
@@ -69,7 +68,7 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
     for backend, summary in summaries.items():
         if has(backend, "reference"):
             continue
-        name, summary = NAMES.get(backend, backend), summary or {}
+        name, summary = label(backend), summary or {}
         verdict = verdicts.get(backend)
         mine = _spread(summary, spreads.get(backend))
         if summary.get("status") != "ok":
@@ -103,7 +102,7 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
             break_even_steps=steps, busy=busy, ratios=shown)
     if unclear:
         backend, r = min(unclear, key=lambda u: u[1].value)
-        name = NAMES.get(backend, backend)
+        name = label(backend)
         others = f"; {'; '.join(reasons)}" if reasons else ""
         return Recommendation("pytorch", f"{name} is {r.value:.2f}x PyTorch's step time, inside the noise "
                               f"({_per_step(r)}); {_more(r)}; until then PyTorch, which costs no start-up{others}",

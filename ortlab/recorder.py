@@ -34,20 +34,17 @@ class RecordError(InputError):
 
 
 @dataclass
-class _UsersWrap:
-    """The user's own ORTModule, read as collectors read a backend's ORT wrap (ortlab.engine.wrapper.Wrapper)."""
-
-    ort_module: Any
-
-    def internals(self) -> _ort.Wrap:
-        return _ort.Wrap(self.ort_module, True)
-
-
-@dataclass
 class _Trained:
-    """What collectors read of the backend that trains (an Engine's `current` backend): its ORT wrap, if any."""
+    """What collectors read of the backend that trains (an Engine's `current` backend, the contract's methods
+    ortlab.engine.types.Backend names for them): the user's own ORTModule, if the loop trains one."""
 
-    wrapper: _UsersWrap | None = None
+    ort_module: Any = None
+
+    def ort_internals(self) -> _ort.Wrap | None:
+        return None if self.ort_module is None else _ort.Wrap(self.ort_module, True)
+
+    def graph_input_shapes(self, inputs: Any) -> dict[str, list[int]]:
+        return {}  # read only by the memory account, which a recorded loop does not run
 
 
 @dataclass
@@ -137,7 +134,7 @@ class Recorder:
         return self
 
     def _host(self) -> _Host:
-        return _Host(self.inner, _Trained(_UsersWrap(self.model) if self.ortmodule else None))
+        return _Host(self.inner, _Trained(self.model if self.ortmodule else None))
 
     def step(self, loss: Any = None, **metrics: Any) -> None:
         """One training step ended: its loss (a tensor or a number) and any other numbers to keep."""

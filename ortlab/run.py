@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.enums import StrEnum
-from ortlab.errors import InputError
+from ortlab.errors import InputError, OrtlabError
 
 
 class RunStatus(StrEnum):
@@ -70,7 +70,7 @@ def invocation() -> dict[str, Any]:
     return {"command": command, "cwd": os.getcwd()} if command else {}
 
 
-class RunWriteError(OSError):
+class RunWriteError(OrtlabError, OSError):
     """A run file could not be written (a full disk, a file-size limit): names the file."""
 
     def __str__(self) -> str:

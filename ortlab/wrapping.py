@@ -29,6 +29,7 @@ from ortlab.options import SPECS, Options, ReadAt
 
 ATTRIBUTE = "ortlab_wrap"  # the WrapInfo a wrapped model carries (in its ORTModule's own __dict__)
 NOT_CARRIED = ("graph-per-value",)  # engine fixes a wrapped model cannot carry out: a graph per value is a burst's
+_ORT_FAILURES = (_ort.OrtInternalsError, _ort.GradientBuildError)  # ortlab's errors that are ORT failing
 
 
 class WrapError(InputError):
@@ -220,7 +221,9 @@ def _guarded(wrapped: Any, forward: Any, info: WrapInfo, *args: Any, **kwargs: A
         kept = [(b, b.detach().clone()) for b in module.buffers()] if passing else None
         try:
             out = forward(*args, **kwargs)
-        except OrtlabError:
+        except OrtlabError as e:
+            if isinstance(e, _ORT_FAILURES):  # ORT's own failure, though ortlab named it: ORTModule failed
+                raise OrtModuleFailed(_reason(e, "forward")) from e
             raise
         except Exception as e:
             raise OrtModuleFailed(_reason(e, "forward")) from e

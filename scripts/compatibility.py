@@ -104,17 +104,18 @@ def against_float64(workload, fixes: list[str]) -> dict:
 
     import torch
 
+    from ortlab import _ort
     from ortlab.compat import registry
     from ortlab.engine.parity import parity
     from ortlab.verdict.exact import judge
-    from ortlab.verdict.gradients import fresh_ortmodule, step
+    from ortlab.verdict.gradients import step
 
     inputs, target = workload.batch(0)
     workload.model.train()
     with parity(workload.model, True, 0):
         fp32 = step(workload, [(inputs, target)])
         with registry.applied(workload.model, fixes):
-            ort = step(workload, [(inputs, target)], fresh_ortmodule(workload.model))
+            ort = step(workload, [(inputs, target)], _ort.new_ortmodule(workload.model))
         wide = copy.copy(workload)
         wide.model = copy.deepcopy(workload.model).double()
         exact = step(wide, [(inputs.double(), target)])

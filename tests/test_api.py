@@ -33,6 +33,24 @@ def test_no_public_name_is_a_module_after_importing_everything():
                 assert not isinstance(value, types.ModuleType), f"{package.__name__}.{public} is shadowed by a module"
 
 
+def test_every_error_of_ortlab_derives_from_ortlab_error():
+    """One base: `except ortlab.OrtlabError` catches whatever ortlab raises of its own (warnings have theirs)."""
+    from ortlab.errors import OrtlabError
+
+    outside = []
+    for name in _all_modules():
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if (isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == name
+                    and not issubclass(value, Warning) and not issubclass(value, OrtlabError)):
+                outside.append(f"{name}.{value.__name__}")
+    assert outside == []
+    from ortlab._ort import OrtInternalsError
+    from ortlab.run import RunWriteError
+
+    assert issubclass(OrtInternalsError, RuntimeError) and issubclass(RunWriteError, OSError)  # what callers catch
+
+
 SCRIPT = """
 import sys
 {first}

@@ -50,12 +50,44 @@ def test_no_code_outside_the_backends_decides_by_a_backends_name():
     assert found == []
 
 
+def test_no_collector_reaches_into_the_backend_it_serves():
+    """What a collector reads of ORT's wrap goes through the contract (`ort_internals`, `graph_input_shapes`),
+    never `engine.current.wrapper`: a backend's insides stay its own."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "wrapper" and \
+                    isinstance(node.value, ast.Attribute) and node.value.attr == "current":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
 def test_the_registry_is_data_and_its_names_a_closed_set():
     assert [str(b) for b in BackendName] == list(BACKENDS) == ["pytorch", "ortmodule", "compile"]
     assert has("pytorch", "reference") and has("ortmodule", "onnx_stages") and not has("compile", "onnx_stages")
     assert not has("an old run's backend", "reference")
     with pytest.raises(BurstError, match=r"^backend 'jit' is not allowed; allowed: pytorch, ortmodule, compile$"):
         registered("jit")
+
+
+def test_a_mistyped_backend_name_gets_a_suggestion(capsys):
+    from ortlab.cli import main
+    from ortlab.engine.backends import parse_backends
+
+    with pytest.raises(BurstError, match=r"^backend 'ortmdule' is not allowed; allowed: .*; did you mean ortmodule\?$"):
+        parse_backends("ortmdule")
+    with pytest.raises(BurstError, match=r"; did you mean compile\?$"):
+        registered("compiel")
+    from ortlab.engine.config import BurstConfig
+
+    with pytest.raises(BurstError, match=r"^collector 'stat' is not known; known: .*; did you mean stats\?$"):
+        BurstConfig(collect={"stat": {}})
+    with pytest.raises(SystemExit) as e:
+        main(["burst", "--backend", "pytorch,ortmdule", "--steps", "1"])
+    line = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and "\n" not in line, line
+    assert line.startswith("ortlab burst: argument --backend: 'ortmdule' is not a backend") and \
+        "did you mean ortmodule?" in line, line
 
 
 def test_every_registered_backend_keeps_the_contract():

@@ -32,7 +32,8 @@ def test_compile_settings_are_data_checked_with_what_is_allowed():
     assert compiled.compile["dynamic"] is True
     with pytest.raises(BurstError, match="compile mode 'fast' is not allowed; allowed: 'default', 'reduce-overhead'"):
         BurstConfig(backend="compile", compile={"mode": "fast"})
-    with pytest.raises(BurstError, match="compile setting 'fullgraf' is not known; known: mode, dynamic"):
+    with pytest.raises(BurstError, match=r"compile setting 'fullgraf' is not known; known: mode, dynamic.*; "
+                                         r"did you mean fullgraph\?$"):
         BurstConfig(backend="compile", compile={"fullgraf": True})
     with pytest.raises(BurstError, match="compile fullgraph 1 is not allowed"):
         BurstConfig(backend="compile", compile={"fullgraph": 1})

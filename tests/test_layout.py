@@ -83,3 +83,31 @@ def test_no_module_is_over_450_lines():
     long = {p.relative_to(ROOT).as_posix(): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def _code_strings_and_calls(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """The string constants of a module's code (not its docstrings) and the names it calls."""
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and id(n) not in docstrings}
+    calls = {n.func.id if isinstance(n.func, ast.Name) else n.func.attr for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))}
+    return strings, calls
+
+
+def test_ortmodule_is_built_and_its_module_name_spelled_in_the_ort_adapter_only():
+    """One home: ORTModule(...) is called in ortlab/_ort.py (new_ortmodule) and ORT's name for the user's module,
+    `_original_module`, is written there (ORIGINAL_MODULE). verdict/repro_script.py is exempt: `ortlab repro` copies
+    it out as a standalone script that needs only torch and onnxruntime-training."""
+    built, spelled = [], []
+    exempt = {PACKAGE / "_ort.py", PACKAGE / "verdict" / "repro_script.py"}
+    for path in sorted(set(PACKAGE.rglob("*.py")) - exempt):
+        strings, calls = _code_strings_and_calls(ast.parse(path.read_text(encoding="utf-8")))
+        relative = path.relative_to(ROOT).as_posix()
+        if "ORTModule" in calls:
+            built.append(relative)
+        if any("_original_module" in s and "ORTModule(" not in s for s in strings):
+            spelled.append(relative)
+    assert built == [] and spelled == []

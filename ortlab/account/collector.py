@@ -135,13 +135,13 @@ def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
 
     if not cfg.effective_options()["save_onnx"]:
         return missing(GRAPH, NO_SAVE_ONNX)
-    wrapper = engine.current.wrapper  # a backend whose memory account is its ORT wrap's graph
-    ort_module = wrapper.ort_module
-    if ort_module is None:
+    internals = engine.current.ort_internals()  # a backend whose memory account is its ORT wrap's graph
+    if internals is None:
         return missing(GRAPH, f"the burst ended ({status}) before ORTModule wrapped the model: no execution graph")
+    ort_module = internals.ort_module
     if status == "fallback":
         return missing(GRAPH, "ORTModule fell back to PyTorch: no ORT execution graph ran in this burst")
-    path = wrapper.internals().stage_path("execution_model")
+    path = internals.stage_path("execution_model")
     note = None
     if path is not None:
         _GRAPHS[ort_module] = path
@@ -154,8 +154,9 @@ def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
     try:
         with random_state_kept():
             inputs, _ = engine.feed.batch(0)  # this burst's first batch (its sampler's, its rank's)
-        account = account_of(path, load_run(run_dir), input_shapes=wrapper.input_shapes(inputs),
-                             user_inputs=wrapper.post_export().get("user_inputs"))
+        info = internals.post_export()
+        account = account_of(path, load_run(run_dir), input_shapes=engine.current.graph_input_shapes(inputs),
+                             user_inputs=None if info is None else info.user_inputs)
     except Exception as e:  # the account must not cost the burst
         return missing(GRAPH, f"the account of {path.name} failed: {type(e).__name__}: {root_message(e)}")
     data = {"kind": GRAPH, "counts": COUNTS[GRAPH], **account.to_dict(timeline=True)}

@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping
 from fractions import Fraction
 
+from ortlab.errors import OrtlabError
+
 _FUNCTIONS = {"floor": math.floor, "ceil": math.ceil, "ceiling": math.ceil, "Min": min, "Max": max,
               "min": min, "max": max, "Abs": abs, "abs": abs, "Mod": lambda a, b: a % b,
               "FloorDiv": lambda a, b: a // b}
@@ -20,7 +22,7 @@ _BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: l
            ast.Mod: lambda a, b: a % b, ast.Pow: lambda a, b: a**b}
 
 
-class _Unknown(Exception):
+class _Unknown(OrtlabError):
     """A name without a value, or text that is not arithmetic."""
 
 

@@ -210,12 +210,14 @@ def backend_list(text: str) -> str:
     import argparse
 
     from ortlab.engine.backends import BACKENDS
+    from ortlab.errors import did_you_mean
 
+    allowed = (*BACKENDS, "both", "all")
     names = [n.strip() for n in text.split(",")] if text not in ("both", "all") else [text]
-    bad = [n for n in names if n not in (*BACKENDS, "both", "all")]
+    bad = [n for n in names if n not in allowed]
     if bad:
         raise argparse.ArgumentTypeError(f"{bad[0]!r} is not a backend; allowed: {', '.join(BACKENDS)}, both, all, "
-                                         "or a comma list")
+                                         f"or a comma list{did_you_mean(bad[0], allowed)}")
     return text
 
 

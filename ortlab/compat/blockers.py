@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortlab._ort import ORIGINAL_MODULE
+
 # What kind of blocker, in the order ORTModule meets them.
 UNSUPPORTED_OP = "unsupported operator"  # the exporter has no ONNX symbolic for an ATen operator at this opset
 EXPORT_FAILED = "export failed"  # tracing or exporting failed for another reason
@@ -124,7 +126,7 @@ def module_path(node_name: str) -> str | None:
     out = []
     for before, part in zip(["", *parts], parts, strict=False):
         out.append(part.removeprefix(f"{before}.") if before else part)
-    if out and out[0] == "_original_module":
+    if out and out[0] == ORIGINAL_MODULE:
         out = out[1:]
     return ".".join(out)
 

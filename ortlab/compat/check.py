@@ -185,13 +185,13 @@ def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], export
     graph bakes in that later batches change, buffers forward mutates (ORT's graph does not carry them)."""
     from ortlab import _ort
     from ortlab.verdict import hazards as hz
-    from ortlab.verdict.gradients import first_step, fresh_ortmodule
+    from ortlab.verdict.gradients import first_step
     from ortlab.verdict.inputs import InputWatch
 
     model = workload.model
     found_hazards: list[dict[str, Any]] = []
     try:
-        wrapped = fresh_ortmodule(model)
+        wrapped = _ort.new_ortmodule(model)
         with hz.captured(model, 0, found_hazards):
             gradients = first_step(workload, fixes, log=log, runner=wrapped, batch=(inputs, target))
     except Exception as e:
@@ -270,9 +270,10 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
     fix would."""
     import torch
 
+    from ortlab import _ort
     from ortlab.compat import registry
     from ortlab.engine.parity import parity
-    from ortlab.verdict.gradients import fresh_ortmodule, kept
+    from ortlab.verdict.gradients import kept
     from ortlab.verdict.probe_outputs import outputs_differ
     from ortlab.workload import call_model, to_device
 
@@ -291,7 +292,7 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
             runner = wrapped
             if graphs is not None:
                 key = watch.key(inputs)
-                runner = graphs[key] if key in graphs else graphs.setdefault(key, fresh_ortmodule(model))
+                runner = graphs[key] if key in graphs else graphs.setdefault(key, _ort.new_ortmodule(model))
             with torch.enable_grad():
                 expected = forward(model, inputs, target)
                 got = forward(runner, inputs, target)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = "_original_module"  # ORTModule's name for the user's module: node names come out as ORT's own
+from ortlab._ort import ORIGINAL_MODULE  # the user's module's name: node names come out as ORT's own
+
 ATEN_DOMAIN = "org.pytorch.aten"  # unconverted ATen operators (and ORT's ATen fallback op, type "ATen")
 
 
@@ -121,10 +122,10 @@ def export(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) ->
     class Probe(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            setattr(self, ROOT, model)
+            setattr(self, ORIGINAL_MODULE, model)
 
         def forward(self, *tensors):
-            outputs = call_model(getattr(self, ROOT), flat.rebuild(tensors))
+            outputs = call_model(getattr(self, ORIGINAL_MODULE), flat.rebuild(tensors))
             unflattened[:] = unflattenable(outputs)
             return tuple(output_tensors(outputs))
 
@@ -140,7 +141,7 @@ def export(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) ->
             keep_initializers_as_inputs=True, dynamic_axes=dynamic, autograd_inlining=False,
             operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH)
     proto = onnx.load_model_from_string(buffer.getvalue())
-    trained = [f"{ROOT}.{n}" for n, p in model.named_parameters() if p.requires_grad]
+    trained = [f"{ORIGINAL_MODULE}.{n}" for n, p in model.named_parameters() if p.requires_grad]
     trained += [n for n, t in zip(names, flat.tensors, strict=True) if t.requires_grad and t.is_floating_point()]
     graph_inputs = {i.name for i in proto.graph.input}
     return Exported(proto, [n for n in trained if n in graph_inputs], list(caught), unflattened)

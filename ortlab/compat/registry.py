@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ortlab.enums import StrEnum
-from ortlab.errors import InputError
+from ortlab.errors import InputError, did_you_mean
 
 # name -> module defining FIX (loaded on first use)
 PYTORCH_PASS = ("pytorch-buffers", "embedding-max-norm")  # fixes that need a PyTorch forward after ORT's
@@ -86,7 +86,8 @@ def engine_side(model: Any) -> Iterator[None]:
 
 def get(name: str) -> Fix:
     if name not in FIXES:
-        raise FixError(f"fix {name!r} is not known; known: {', '.join(FIXES)} (or 'auto', 'none')")
+        raise FixError(f"fix {name!r} is not known; known: {', '.join(FIXES)} (or 'auto', 'none')"
+                       f"{did_you_mean(name, (*FIXES, 'auto', 'none'))}")
     return importlib.import_module(FIXES[name]).FIX
 
 

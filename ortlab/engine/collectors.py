@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ortlab.engine.types import BurstError, Collector, Config
+from ortlab.errors import did_you_mean
 
 __all__ = ["COLLECTORS", "Collector", "Registered", "check", "graph_key", "make_collectors"]
 
@@ -44,7 +45,8 @@ def check(cfg: Config) -> None:
 
     unknown = sorted(set(cfg.collect) - set(COLLECTORS))
     if unknown:
-        raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}")
+        raise BurstError(f"collector {unknown[0]!r} is not known; known: {', '.join(sorted(COLLECTORS))}"
+                         f"{did_you_mean(unknown[0], COLLECTORS)}")
     backend = registered(cfg.backend)
     for name, settings in sorted(cfg.collect.items()):
         entry = COLLECTORS[name]

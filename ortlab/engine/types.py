@@ -103,8 +103,11 @@ class Backend(Protocol):
     `where_failed` (when the burst failed), `outcome` (as the burst ends, before the collectors finish: what the
     run's status and record must say), `finish` (after the collectors, inside the run's captured output) and
     `write` (its own files). Outside a burst: `gradient_runner`, the module the verdict's first-step gradient
-    check runs through. What is data rather than behaviour (its time source, memory account, statistics taps,
-    ONNX stages, import-time options) is on its registry entry (ortlab.engine.backends.Registered)."""
+    check runs through. What collectors read of the ORTModule it trains (none: None and {}): `ort_internals`
+    (ORT's state of it, an `ortlab._ort.Wrap`: stage graphs, profiler, plans, input accessors) and
+    `graph_input_shapes` (the shape of each input of its graph for a batch): no collector reaches into a backend.
+    What is data rather than behaviour (its time source, memory account, statistics taps, ONNX stages,
+    import-time options) is on its registry entry (ortlab.engine.backends.Registered)."""
 
     name: str
 
@@ -126,6 +129,10 @@ class Backend(Protocol):
 
     def gradient_runner(self, engine: Engine, cfg: Config, fixes: tuple[str, ...],
                         batch: tuple[Any, Any]) -> tuple[Any, bool]: ...
+
+    def ort_internals(self) -> Any: ...
+
+    def graph_input_shapes(self, inputs: Any) -> dict[str, list[int]]: ...
 
 
 class Collector:

@@ -211,16 +211,12 @@ class Wrapper:
 def build_ortmodule(module: torch.nn.Module, options: Options, onnx_dir: Path) -> Any:
     """A new ORTModule over `module` with the DebugOptions these options name (its graphs saved into `onnx_dir`
     unless save_onnx_path names a folder); ORT reads the other options from the environment (the caller's)."""
-    from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
-
-    _ort.patch_label_hook_bug()
     save_onnx = bool(options["save_onnx"])
     save_path = options["save_onnx_path"] or str(onnx_dir)
     if save_onnx:
         Path(save_path).mkdir(parents=True, exist_ok=True)
-    debug = DebugOptions(log_level=LogLevel[options["log_level"]], save_onnx=save_onnx,
-                         onnx_prefix=options["onnx_prefix"], save_path=save_path)
-    return ORTModule(module, debug)
+    return _ort.new_ortmodule(module, options["log_level"], save_onnx=save_onnx, onnx_prefix=options["onnx_prefix"],
+                              save_path=save_path)
 
 
 def ort_checks_for_reexport(options: Options) -> bool:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 
+from ortlab._ort import ORIGINAL_MODULE
+
 PYTHON_OPS = ("PythonOp", "PythonOpGrad")  # ORT's nodes that call an autograd.Function back in PyTorch
 KINDS = ("forward", "gradient", "recompute", "yield")  # what a node of a training graph does
 # the autograd Function of ortlab's statistics taps (ortlab.activations.pythonop.Tap): a PythonOp's func_name
 TAP_FUNCTION = "ortlab.activations.pythonop.Tap"
-PARAM_PREFIX = "_original_module."  # ORTModule's flattened module names every parameter input like this
+PARAM_PREFIX = f"{ORIGINAL_MODULE}."  # ORTModule's flattened module names every parameter input like this
 _OP_PART = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(_Grad)?$")  # `MatMul_3`, `Add_Grad`: an op, not a module
 _GRAD_TENSOR = re.compile(r"_grad(_\d+)?$")
 
@@ -50,7 +52,7 @@ def module_scope(name: str) -> str:
         return ""
     parts: list[str] = []
     for part in name[at:].split("/")[1:-1]:
-        if not part or part == "_original_module":
+        if not part or part == ORIGINAL_MODULE:
             continue
         if _OP_PART.match(part):
             break
@@ -64,6 +66,6 @@ def module_scope(name: str) -> str:
 def short_name(name: str, width: int = 34) -> str:
     """The last two parts of a node or tensor name, at most `width` characters: a label for a drawing."""
     name = name.removeprefix(PARAM_PREFIX)
-    parts = [p for p in name.split("/") if p and p != "_original_module"]
+    parts = [p for p in name.split("/") if p and p != ORIGINAL_MODULE]
     text = "/".join(parts[-2:]) if parts else name
     return text if len(text) <= width else "\u2026" + text[-(width - 1):]

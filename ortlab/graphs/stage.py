@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ortlab._ort import ORIGINAL_MODULE
 from ortlab.graphs.errors import GraphsError
 from ortlab.graphs.names import KINDS, PARAM_PREFIX, is_gradient_tensor, is_tap, module_scope, node_kind, op_key
 
@@ -193,9 +194,9 @@ class Stage:
         try:
             return self.nodes_by_name[name]
         except KeyError:
-            import difflib
+            from ortlab.errors import close_names
 
-            close = difflib.get_close_matches(name, list(self.nodes_by_name), n=3, cutoff=0.6)
+            close = close_names(name, self.nodes_by_name)
             hint = (f"; close: {', '.join(close)}" if close
                     else "; search(text) finds nodes by name, op or module")
             raise GraphsError(f"no node named {name!r} in stage {self.label}{hint}") from None
@@ -282,7 +283,7 @@ class Stage:
         needle = text.strip().lower()
         if not needle:
             raise GraphsError("search text is empty; give part of a node name, an op type or a module scope")
-        scope = ".".join(p for p in re.split(r"[/.]", needle.replace("_original_module", "")) if p)
+        scope = ".".join(p for p in re.split(r"[/.]", needle.replace(ORIGINAL_MODULE, "")) if p)
         df = self.nodes
         hit = False
         if by in ("any", "name"):

@@ -51,13 +51,13 @@ class PlanCollector(Collector):
         write_json(self._run_dir / PLANS_FILE, data)  # now: a worker that dies later keeps the plans
 
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
-        wrapper = engine.current.wrapper
-        if wrapper.ort_module is None:
+        internals = engine.current.ort_internals()
+        if internals is None:
             return
         if self._data is None:
             self._collect()  # failed or stopped after ORT built its session, or before: then no plans
-        path = wrapper.internals().stage_path("execution_model")
-        ort_module = wrapper.ort_module
+        path = internals.stage_path("execution_model")
+        ort_module = internals.ort_module
         if path is not None:
             _GRAPHS[ort_module] = recompute_nodes(path)
         if ort_module in _GRAPHS:  # a reused wrap did not export: its graph is in the burst that exported it

@@ -26,7 +26,7 @@ def _burst_dims(engine) -> dict[str, int]:
 
     from ortlab.workload import call_arguments, to_device
 
-    info = engine.current.wrapper.internals().post_export()
+    info = engine.current.ort_internals().post_export()
     inputs, _ = engine.feed.batch(0)  # this burst's first batch (its sampler's, its rank's)
     device = next(engine.model.parameters()).device
     inputs = to_device(inputs, device)
@@ -46,7 +46,7 @@ def _burst_dims(engine) -> dict[str, int]:
 def read_plans(engine) -> dict[str, Any]:
     """Every plan ORT's memory observer holds for the current burst's ORTModule (`engine.current`: a backend
     with ONNX stages), evaluated at this burst's shapes."""
-    observer = engine.current.wrapper.internals().memory_observer()
+    observer = engine.current.ort_internals().memory_observer()
     config_path = observer.config_path
     config: list[str] = []
     if config_path:

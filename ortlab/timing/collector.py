@@ -172,7 +172,7 @@ class TimeCollector(Collector):
             self._profiler.__exit__(None, None, None)
             self._stopped, self._profiler = self._profiler, None
         elif self._source is TimeSource.ORT_PROFILER and self._ort_profile is None:
-            internals = self._engine.current.wrapper.internals()  # the burst's ORT wrap (a recorded loop: the user's)
+            internals = self._engine.current.ort_internals()  # the burst's ORT wrap (a recorded loop: the user's)
             if internals is not None:
                 self._ort_profile = internals.end_profiling()
                 self._python_ops = internals.python_ops()

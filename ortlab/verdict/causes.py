@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ortlab.engine.backends import has
+from ortlab.engine.backends import has, label
 from ortlab.verdict.state import FROZEN
 
-LABELS = {"ortmodule": "ORTModule", "compile": "torch.compile"}
 BATCH_NORM = ("running_mean", "running_var", "num_batches_tracked")
 BUFFER_FIX = "pytorch-buffers"
 SHOWN = 2  # module paths named as examples in a grouped cause
@@ -58,7 +57,7 @@ def causes(run: Any, state: dict[str, Any] | None, applied: list[str], measured:
 def _buffer_causes(rows: list[dict[str, Any]], backend: str, applied: list[str], measured: dict[str, bool]
                    ) -> list[dict[str, Any]]:
     """One cause for BatchNorm's running statistics, one per module type for other buffers."""
-    who = LABELS.get(backend, backend)
+    who = label(backend)
     weights_same = not measured["gradients"] and not measured["losses"]
     fix = has(backend, "compat") and BUFFER_FIX not in applied
     out = []

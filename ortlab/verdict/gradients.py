@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ortlab import _ort
+
 FLOOR = 1e-4  # of the norm of all gradients: what a "zero" gradient is measured against (without float64)
 AGREE = 1e-3  # without float64: the worst parameter's relative difference up to which the gradients agree
 FLOAT64, ALLCLOSE, FP32 = "float64", "allclose", "pytorch fp32"  # what judged the gradients
@@ -211,23 +213,11 @@ def step(workload: Any, batches: list[tuple[Any, Any]], runner: Any = None) -> S
         for p in model.parameters():
             p.grad = None
         loss = workload.backward(model if runner is None else runner, batches)
-        if runner is not None and runner is not model:
-            from ortlab import _ort
-
-            if _ort.is_ortmodule(runner) and (fell_back := _ort.Wrap(runner, True).fallback()) is not None:
-                raise fell_back
+        if runner is not None and runner is not model and _ort.is_ortmodule(runner) and \
+                (fell_back := _ort.Wrap(runner, True).fallback()) is not None:
+            raise fell_back
         return Step(loss, {n: None if p.grad is None else p.grad.detach().clone()
                            for n, p in model.named_parameters() if p.requires_grad})
-
-
-def fresh_ortmodule(model: Any) -> Any:
-    """A new ORTModule over `model` (its first forward exports), at ortlab's log level."""
-    from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
-
-    from ortlab import _ort
-
-    _ort.patch_label_hook_bug()
-    return ORTModule(model, DebugOptions(log_level=LogLevel.WARNING))
 
 
 @contextlib.contextmanager
@@ -272,7 +262,7 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
             pt = step(workload, batches)
         with parity(model, True, seed), registry.applied(model, list(fixes)), \
                 captured_output(log or Path("/dev/null")):
-            ort = step(workload, batches, runner if runner is not None else fresh_ortmodule(model))
+            ort = step(workload, batches, runner if runner is not None else _ort.new_ortmodule(model))
         if not exact or allclose(pt, ort):
             return typed(compare(pt, ort, tolerance, list(fixes)), model)
         from ortlab.verdict import reference

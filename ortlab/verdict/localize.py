@@ -286,17 +286,16 @@ class _Search:
         from ortlab import _ort
         from ortlab.capture import captured_output
         from ortlab.compat import registry
-        from ortlab.verdict.gradients import fresh_ortmodule
 
         with captured_output(self.log), registry.applied(self.model, list(self.fixes)):
             if not path:
-                runner = fresh_ortmodule(self.model)
+                runner = _ort.new_ortmodule(self.model)
                 result = self._pass(self.model, self.inputs, self.target, [], runner)
             else:
                 parent_path, _, name = path.rpartition(".")
                 parent = self._module(parent_path)
                 original = parent._modules[name]
-                runner = fresh_ortmodule(original)
+                runner = _ort.new_ortmodule(original)
                 parent._modules[name] = runner
                 try:
                     with _taps({path: runner}) as tap:

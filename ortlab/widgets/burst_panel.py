@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from ortlab.engine.backends import BACKENDS, default_backends, has, unavailable
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
+from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import STOPPED, checkbox, flexible, row, status_color, table
@@ -72,7 +72,7 @@ def _process_label(run) -> str:
     return "peak CUDA allocated (MB)" if run.meta.get("device") == "cuda" else "peak resident set (MB)"
 
 
-class BurstPanel(W.VBox):
+class BurstPanel(Background, W.VBox):
     """Thin over Session.burst: a background thread runs the bursts so the kernel stays responsive and Stop
     works; each step updates the progress bar and the loss curve."""
 
@@ -142,7 +142,6 @@ class BurstPanel(W.VBox):
         self.run_button.on_click(lambda _: self.run())
         self.check_button.on_click(lambda _: self.check())
         self.stop_button.on_click(lambda _: self.stop())
-        self._thread: threading.Thread | None = None
         self._curves: dict[str, list[float]] = {}
         self._earlier: dict[str, list[float]] = {}  # earlier runs' curves, overlaid when asked
         self._pace: Pace | None = None
@@ -158,10 +157,6 @@ class BurstPanel(W.VBox):
             self.plot, row(self.overlay, self.save_plot), self.distances,
             row(W.HTML("<b>Results</b>"), self.save_results), self.results,
             W.HTML("<b>Why ORTModule exported (transitions)</b>"), self.transitions])
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     def run(self, wait: bool = False) -> None:
         if self.running:
@@ -180,10 +175,7 @@ class BurstPanel(W.VBox):
         self.distances.value, self.plot.value, self.pace.value = b"", b"", ""
         self.last_verdicts = {}
         self.status.value = "starting (the first burst starts a worker process and exports the model)..."
-        self._thread = threading.Thread(target=self._work, args=(backends,), daemon=True)
-        self._thread.start()
-        if wait:
-            self.wait()
+        self._in_background(self._work, backends, wait=wait)
 
     def check(self, wait: bool = False) -> None:
         """Session.check on a background thread: the blockers as a table, the verdict in words."""
@@ -191,10 +183,7 @@ class BurstPanel(W.VBox):
             return
         self.run_button.disabled = self.check_button.disabled = True
         self.check_result.value = "<i>checking (export, every operator on ORT, one ORTModule step)...</i>"
-        self._thread = threading.Thread(target=self._check_work, daemon=True)
-        self._thread.start()
-        if wait:
-            self.wait()
+        self._in_background(self._check_work, wait=wait)
 
     def _check_work(self) -> None:
         try:
@@ -207,14 +196,9 @@ class BurstPanel(W.VBox):
             if report.status == "fixed" and self.fixes.value == "none":
                 self.fixes.value = "auto"
         except Exception as e:  # shown in the panel, never printed over the notebook
-            first_line = f"{type(e).__name__}: {e}".splitlines()[0]
-            self.check_result.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
+            self.check_result.value = error_html(e)
         finally:
             self.run_button.disabled = self.check_button.disabled = False
-
-    def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def stop(self) -> None:
         self.status.value = "<span style='color:#666'>stopping after the step in progress...</span>"
@@ -257,8 +241,7 @@ class BurstPanel(W.VBox):
                 line = recommend_runs(runs, {b: v.status for b, v in self.last_verdicts.items()}, earlier).line
                 self.status.value += f"<br><b>{html.escape(line)}</b>"
         except Exception as e:  # shown in the panel, never printed over the notebook
-            first_line = f"{type(e).__name__}: {e}".splitlines()[0]
-            self.status.value = f"<span style='color:#c00'>{html.escape(first_line)}</span>"
+            self.status.value = error_html(e)
         finally:
             if self._earlier and runs:  # named against the new runs too ("steps 20" beside this burst's 50)
                 self._earlier = self._earlier_curves(runs)

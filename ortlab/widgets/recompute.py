@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import html
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import ipywidgets as W
 
 from ortlab.widgets import layout
+from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.images import figure_area
 
 _HEADERS = {"saving_expr": "saving (expression)", "ratio": "what-if / now", "set": "plan set",
@@ -18,11 +18,6 @@ _HEADERS = {"saving_expr": "saving (expression)", "ratio": "what-if / now", "set
 
 def _table(df) -> str:
     return layout.table(df, headers=_HEADERS)
-
-
-def _error(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".splitlines()[0]
-    return f"<span style='color:#c00'>{html.escape(text)}</span>"
 
 
 def _accounted(run, reference) -> str:
@@ -40,7 +35,7 @@ def _accounted(run, reference) -> str:
     return text
 
 
-class RecomputePanel(W.VBox):
+class RecomputePanel(Background, W.VBox):
     """Thin over ortlab.recompute: Find plans runs a short ORTModule burst that collects them; the sliders
     re-evaluate every plan's saving for other dimension values; Apply and run trains with the checked plans
     (memory_opt_config); Sweep measures plan sets. Bursts run in a background thread (`wait=True` blocks)."""
@@ -52,7 +47,6 @@ class RecomputePanel(W.VBox):
         self.last_run = None
         self.last_sweep = None
         self._known: set[str] = set()  # the runs with plans seen by the last refresh
-        self._thread: threading.Thread | None = None
         self.steps = W.BoundedIntText(value=steps, min=2, max=100_000, description="steps",
                                       layout=W.Layout(width="170px"))
         self.find_button = W.Button(description="Find plans", icon="search",
@@ -90,10 +84,6 @@ class RecomputePanel(W.VBox):
         return self._session
 
     @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    @property
     def checked(self) -> list[int]:
         return [box.plan for box in self.checkboxes.children if box.value]
 
@@ -118,7 +108,7 @@ class RecomputePanel(W.VBox):
         try:
             table = plans(run)
         except Exception as e:
-            self.status.value = _error(e)
+            self.status.value = error_html(e)
             return
         self.table, self.plans_run = table, run
         boxes = []
@@ -153,11 +143,11 @@ class RecomputePanel(W.VBox):
             self.what_if_table.value = _table(shown)
             self.what_if_plot.value = figure_png(what_if_figure(table))
         except Exception as e:
-            self.status.value = _error(e)
+            self.status.value = error_html(e)
 
     def apply(self, wait: bool = False) -> None:
         if self.table is None:
-            self.status.value = _error(ValueError("no plans yet: click Find plans first"))
+            self.status.value = error_html(ValueError("no plans yet: click Find plans first"))
             return
         self._launch("running with the checked plans...", self._apply, wait)
 
@@ -224,13 +214,9 @@ class RecomputePanel(W.VBox):
         if with_plans and (new or self.table is None):
             self.load(with_plans[-1])
 
-    def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
     def _launch(self, message: str, work: Callable[[], None], wait: bool) -> None:
         if self.running:
-            self.status.value = _error(RuntimeError("a burst is already running"))
+            self.status.value = error_html(RuntimeError("a burst is already running"))
             return
         self.status.value = html.escape(message)
         buttons = (self.find_button, self.apply_button, self.sweep_button)
@@ -243,15 +229,12 @@ class RecomputePanel(W.VBox):
                 if self.status.value == html.escape(message):
                     self.status.value = "done"
             except Exception as e:  # shown in the panel, never printed over the notebook
-                self.status.value = _error(e)
+                self.status.value = error_html(e)
             finally:
                 for b in buttons:
                     b.disabled = False
 
-        self._thread = threading.Thread(target=target, daemon=True)
-        self._thread.start()
-        if wait:
-            self.wait()
+        self._in_background(target, wait=wait)
 
     def __repr__(self) -> str:
         n = 0 if self.table is None else len(self.table)

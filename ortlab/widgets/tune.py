@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import html
 import re
-import threading
 
 import ipywidgets as W
 
 from ortlab.engine.progress import Pace, duration
+from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.export import SaveButton, shown_path
 from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import MISSING, flexible, row, table
@@ -22,7 +22,7 @@ HEADERS = {"median_step_ms": "median step after warm-up (ms)", "time_change_pct"
 _WHERE = re.compile(r"candidate (\d+)/(\d+)")
 
 
-class TunePanel(W.VBox):
+class TunePanel(Background, W.VBox):
     """Thin over ortlab.tuning.Tuner: Run starts a tuning in a background thread (`wait=True` blocks), Stop ends it
     after the burst in progress and shows what was measured."""
 
@@ -30,7 +30,6 @@ class TunePanel(W.VBox):
         self._session = session
         self.tuner = None
         self.result = None
-        self._thread: threading.Thread | None = None
         self.goal = W.Dropdown(options=["time", "memory", "both"], value="time", description="goal",
                                layout=W.Layout(width="200px"))
         self.conditions = flexible(W.Text(value="", placeholder="e.g. memory: percent-max-degradation 10",
@@ -71,10 +70,6 @@ class TunePanel(W.VBox):
             self._session = Session()
         return self._session
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def goals(self) -> list[str]:
         return [self.goal.value, *(c for c in self.conditions.value.split(";") if c.strip())]
 
@@ -83,7 +78,7 @@ class TunePanel(W.VBox):
         from ortlab.tuning import Tuner
 
         if self.running:
-            self.status.value = _error(RuntimeError("a tuning is already running"))
+            self.status.value = error_html(RuntimeError("a tuning is already running"))
             return
         lines: list[str] = []
 
@@ -102,7 +97,7 @@ class TunePanel(W.VBox):
                                warmup=min(3, self.steps.value - 3), on_progress=progress,
                                on_step=self._step, **kwargs)
         except Exception as e:
-            self.status.value = _error(e)
+            self.status.value = error_html(e)
             return
         import time
 
@@ -111,11 +106,8 @@ class TunePanel(W.VBox):
         self.best.value = self.pace.value = ""
         self.table.value = _greyed(self.table.value)  # the last tuning's, until this one has rows
         self.plot.value = b""
-        self._thread = threading.Thread(target=self._work, daemon=True)
         self.run_button.disabled, self.stop_button.disabled = True, False
-        self._thread.start()
-        if wait:
-            self.wait()
+        self._in_background(self._work, wait=wait)
 
     def _step(self, row: dict) -> None:
         """A step of the burst in progress: "candidate 2/5 · step 3/8 · 1.2 min of 10 min"."""
@@ -137,7 +129,7 @@ class TunePanel(W.VBox):
         try:
             self.show(self.tuner.run())
         except Exception as e:  # shown in the panel, never printed over the notebook
-            self.status.value = _error(e)
+            self.status.value = error_html(e)
             if self.tuner is not None and self.tuner.result is not None:
                 self.show(self.tuner.result, status=False)
         finally:
@@ -175,10 +167,6 @@ class TunePanel(W.VBox):
             self.status.value = "stopping after the current burst..."
             self.tuner.stop()
 
-    def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
     def __repr__(self) -> str:
         best = self.result.best_name if self.result is not None else None
         return f"TunePanel(goal={self.goal.value!r}, budget={self.budget.value}, running={self.running}, best={best!r})"
@@ -198,8 +186,3 @@ def _shown(frame):
 
 def _greyed(text: str) -> str:
     return f"<div style='opacity:0.45'>{text}</div>" if text else ""
-
-
-def _error(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".splitlines()[0]
-    return f"<span style='color:#c00'>{html.escape(text)}</span>"

@@ -18,6 +18,7 @@ from typing import Any
 
 from ortlab.engine.types import Burst, BurstError, Config, Engine, MemoryAccount, StatsTaps, TimeSource
 from ortlab.enums import StrEnum
+from ortlab.errors import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ BackendName = StrEnum("BackendName", {name.upper(): name for name in BACKENDS})
 def registered(name: str) -> Registered:
     """The registry entry of a backend; an unknown name raises naming the known ones."""
     if name not in BACKENDS:
-        raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}")
+        raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}"
+                         f"{did_you_mean(name, BACKENDS)}")
     return BACKENDS[name]
 
 
@@ -137,7 +139,8 @@ def parse_backends(value: Any) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
     for name in names:
         if name not in BACKENDS:
-            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all")
+            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all"
+                             f"{did_you_mean(name, (*BACKENDS, 'both', 'all'))}")
         check_available(name)
     if len(names) < 2:
         raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
@@ -188,6 +191,15 @@ class Backend:
         """The module the verdict's first-step gradient check runs through (ortlab.verdict.gradients) from the
         initial snapshot, and whether building it exports a graph (None: the check builds a fresh ORTModule)."""
         return engine.model, False
+
+    def ort_internals(self) -> Any:
+        """ORT's state of the ORTModule this backend trains now (ortlab._ort.Wrap), what collectors read of ORT;
+        None: it trains none (or has not wrapped yet)."""
+        return None
+
+    def graph_input_shapes(self, inputs: Any) -> dict[str, list[int]]:
+        """The concrete shape of each input of the graph this backend runs, for these inputs ({}: no graph)."""
+        return {}
 
 
 def make(name: str, model: Any) -> Backend:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ortlab.engine.backends import Backend
 from ortlab.engine.types import Burst, BurstError, Engine, Transition
+from ortlab.errors import did_you_mean
 
 # Each setting and what it may be; the first is the default.
 SETTINGS: dict[str, tuple[Any, ...]] = {
@@ -32,7 +33,8 @@ def settings(given: dict[str, Any] | None) -> dict[str, Any]:
     given = dict(given or {})
     unknown = sorted(set(given) - set(SETTINGS))
     if unknown:
-        raise BurstError(f"compile setting {unknown[0]!r} is not known; known: {', '.join(SETTINGS)}")
+        raise BurstError(f"compile setting {unknown[0]!r} is not known; known: {', '.join(SETTINGS)}"
+                         f"{did_you_mean(unknown[0], SETTINGS)}")
     out = {}
     for name, allowed in SETTINGS.items():
         value = given.get(name, allowed[0])

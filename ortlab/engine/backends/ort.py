@@ -51,6 +51,12 @@ class OrtBackend(Backend):
         self.wrapper = Wrapper(model)  # the ORTModule of the current option set, kept between bursts
         self._auto_fixes: dict[tuple, tuple[tuple[str, ...], list[dict]]] = {}  # fixes="auto", worked out once
 
+    def ort_internals(self) -> Any:
+        return self.wrapper.internals()
+
+    def graph_input_shapes(self, inputs: Any) -> dict[str, list[int]]:
+        return self.wrapper.input_shapes(inputs)
+
     def begin(self, engine: Engine, b: Burst) -> None:
         import onnxruntime
 
