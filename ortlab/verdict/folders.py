@@ -116,6 +116,7 @@ def comparable(pytorch: Run, other: Run) -> None:
 
 
 def _judge(pytorch: Run, other: Run, out: str | Path | None) -> Any:
+    from ortlab.engine.config import made_elsewhere
     from ortlab.engine.session import Session
     from ortlab.verdict import procedure
     from ortlab.verdict.judge import NOT_JUDGED
@@ -134,7 +135,8 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None) -> Any:
                       snapshot=_snapshot_file(pytorch, other, rebuild))
     transport = Recorded(session, pytorch, other, out)
     transport.check_start()
-    verdict = procedure.judge(transport, pytorch, other)
+    with made_elsewhere():  # the other run's backend may not run here (ORTModule on the current stack)
+        verdict = procedure.judge(transport, pytorch, other)
     if verdict.status != NOT_JUDGED or verdict.gradients:
         verdict.notes.append(f"judged from two run folders: {_label(other)} on torch {_torch(other)}, PyTorch on "
                              f"torch {_torch(pytorch)}; float64 here on torch {_torch(None)}")
@@ -188,7 +190,11 @@ class Recorded:
                                  f"trained on (SHA-256 {x[:12]} vs {y[:12]}): judge where the runs were made")
 
     def _burst(self, cfg: Any, *args: Any, **kwargs: Any) -> Run:
-        """An evidence burst here (a noise pair, localizing statistics), written to `out`."""
+        """An evidence burst here (a noise pair, localizing statistics), written to `out`; BackendUnavailable for
+        a backend that does not run here."""
+        from ortlab.engine.backends import check_available
+
+        check_available(cfg.backend)
         return self.session._burst(replace(cfg, out=str(self.out.expanduser().resolve()), device="auto"), *args,
                                    **kwargs)
 

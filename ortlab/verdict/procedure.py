@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ortlab.engine.backends import has
+from ortlab.errors import InputError
 
 NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the parameters times (1 + this)
 
@@ -189,8 +190,11 @@ def localize(session: Any, pt_config: Any, config: Any) -> dict[str, Any]:
 
     stats = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1, "node_rank": 0,
              "rdzv_endpoint": None, "save_checkpoint": False}
-    pt = session._burst(replace(pt_config, name="localize-pytorch", **stats))
-    other = session._burst(replace(config, name=f"localize-{config.backend}", **stats))
+    try:
+        pt = session._burst(replace(pt_config, name="localize-pytorch", **stats))
+        other = session._burst(replace(config, name=f"localize-{config.backend}", **stats))
+    except InputError as e:  # a backend that does not run where the verdict is reached (ortlab.verdict.folders)
+        return {"kind": "localized", "text": f"could not localize: {e}"}
     if not (pt.ok and other.ok):
         return {"kind": "localized", "text": f"could not localize: the statistics bursts ended {pt.status} and "
                                              f"{other.status}"}
