@@ -214,7 +214,7 @@ class Engine:
                 from ortlab.verdict import state
 
                 state.write(self.model, b.path)
-            if b.first is not None:
+            if b.first is not None and b.steps_done:
                 self._record(b)
         finally:
             b.memory.close()

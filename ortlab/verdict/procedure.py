@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ortlab.engine.backends import has
+from ortlab.engine.backends import has, unavailable
 from ortlab.errors import InputError
 
 NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the parameters times (1 + this)
@@ -45,14 +45,17 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
         members = ensemble_evidence(session, config, fixes, hints(evidence, verdict, pytorch, other, float64))
         verdict = decide(pytorch, other, evidence, noise, float64=float64, ensemble=members)
     if verdict.diverged:  # name the causes: what check finds (not needed for buffers alone), else where statistics
-        # first differ
+        # first differ; both need the backend, which may not run where runs made elsewhere are judged
+        absent = unavailable(config.backend)
         explained = not (verdict.losses or {}).get("diverged") and evidence.get("agree", True)
         found = check_causes(session, config.options, fixes, evidence) if has(config.backend, "compat") and \
-            not explained else []
-        if not verdict.causes and not found:
+            not explained and not absent else []
+        if not verdict.causes and not found and not absent:
             found.append(localize(session, pt_config, config))
         if found:
             verdict = decide(pytorch, other, evidence, noise, found, float64, members)
+        if absent:
+            verdict.notes.append(f"causes not looked for here: {absent}")
         if has(config.backend, "compat") and not evidence.get("agree", True):  # the minifier: one export per try,
             # so it is the user's next step, not part of every verdict
             verdict.notes.append(f"shrink it to the smallest module and a script that shows it: ortlab repro "
