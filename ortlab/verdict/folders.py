@@ -12,6 +12,7 @@ PyTorch run given as the reference, as a comparison judges each backend against 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -58,12 +59,12 @@ def judge_runs(first: str | Path | Run, second: str | Path | Run, reference: str
     run). Raises JudgeError (one line) when the runs cannot be judged together."""
     runs = [_load(r) for r in (first, second)]
     ref = _load(reference) if reference is not None else None
-    out_list = []
-    for pytorch, other in pairs(runs, ref):
+    chosen = pairs(runs, ref)
+    for pytorch, other in chosen:  # every refusal before any verdict
         if pytorch.status == "ok" and other.status == "ok":
             comparable(pytorch, other)
-        out_list.append(Judged(pytorch, other, _judge(pytorch, other, out)))
-    return out_list
+    sessions: dict[str, Any] = {}  # one per start: its model built once, its float64 burst run once
+    return [Judged(pytorch, other, _judge(pytorch, other, out, sessions)) for pytorch, other in chosen]
 
 
 def pairs(runs: list[Run], reference: Run | None) -> list[tuple[Run, Run]]:
@@ -115,7 +116,7 @@ def comparable(pytorch: Run, other: Run) -> None:
                              f"vs {y[:12]})")
 
 
-def _judge(pytorch: Run, other: Run, out: str | Path | None) -> Any:
+def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str, Any]) -> Any:
     from ortlab.engine.config import made_elsewhere
     from ortlab.engine.session import Session
     from ortlab.verdict import procedure
@@ -131,8 +132,12 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None) -> Any:
     from ortlab.workload import ModelRef
 
     out = Path(out) if out is not None else other.path.parent
-    session = Session(ModelRef.from_dict(rebuild["ref"]), seed=rebuild.get("seed") or 0, out=out, in_process=True,
-                      snapshot=_snapshot_file(pytorch, other, rebuild))
+    snapshot = _snapshot_file(pytorch, other, rebuild)
+    key = json.dumps([rebuild["ref"], rebuild.get("seed") or 0, snapshot, str(out)], sort_keys=True, default=str)
+    if key not in sessions:
+        sessions[key] = Session(ModelRef.from_dict(rebuild["ref"]), seed=rebuild.get("seed") or 0, out=out,
+                                in_process=True, snapshot=snapshot)
+    session = sessions[key]
     transport = Recorded(session, pytorch, other, out)
     transport.check_start()
     with made_elsewhere():  # the other run's backend may not run here (ORTModule on the current stack)
@@ -219,11 +224,15 @@ def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any,
     reference_run, first64, error = None, True, None
     engine.model.to("cpu")  # where the recorded gradients are
     if burst:
-        try:
-            reference_run, first64 = reference.burst(engine.workload, engine._feed(cfg), engine.initial,
-                                                     cfg.optimizer, cfg.lr, cfg.steps, cfg.seed)
-        except reference.NoFloat64 as e:
-            error = str(e)
+        done = engine.__dict__.setdefault("_float64_bursts", {})  # both runs against one reference: run once
+        key = (cfg.optimizer, cfg.lr, cfg.steps, cfg.seed, cfg.sampler)
+        if key not in done:
+            try:
+                done[key] = (*reference.burst(engine.workload, engine._feed(cfg), engine.initial, cfg.optimizer,
+                                              cfg.lr, cfg.steps, cfg.seed), None)
+            except reference.NoFloat64 as e:
+                done[key] = (None, True, str(e))
+        reference_run, first64, error = done[key]
     engine.initial.restore(engine.model)
     device = torch.device("cpu")
     batches = [to_device(b, device) for b in engine.workload.micro_batches(engine._feed(cfg).batch, 0)]
