@@ -10,7 +10,7 @@ def cmd_judge(args) -> int:
     from ortlab.verdict.folders import judge_runs
     from ortlab.verdict.judge import AGREE
 
-    judged = judge_runs(args.runs[0], args.runs[1], args.reference, args.out)
+    judged = judge_runs(args.first, args.second, args.reference, args.out)
     if args.json:
         print_json([j.to_dict() for j in judged])
     else:
@@ -28,7 +28,8 @@ def register(sub) -> None:
                        "PyTorch's: each is judged against --reference. Refused in one line (exit 2) when the runs "
                        "did not start from the same snapshot, batches or settings. Exit 0 when every verdict "
                        "agrees, 1 when one diverged or could not be judged.")
-    j.add_argument("runs", nargs=2, metavar="RUN", help="two run folders (one of them PyTorch's, or use --reference)")
+    j.add_argument("first", metavar="RUN", help="a run folder: PyTorch's, ORTModule's or torch.compile's")
+    j.add_argument("second", metavar="RUN", help="the other run folder (one of the two PyTorch's, or use --reference)")
     j.add_argument("--reference", metavar="RUN", default=None,
                    help="a PyTorch parity run of the same start, when neither RUN is PyTorch's (e.g. ORTModule "
                    "against torch.compile)")
