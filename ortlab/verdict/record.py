@@ -130,5 +130,10 @@ def first_step(run: Any) -> Any:
     path = Path(run.path) / GRADIENTS
     if not path.is_file():
         return None
-    data = torch.load(path, map_location="cpu", weights_only=True)
-    return Step(float(data["loss"]), dict(data["grads"]))
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        return Step(float(data["loss"]), dict(data["grads"]))
+    except Exception as e:  # a damaged or foreign file: named, never a traceback
+        from ortlab.run import RunError
+
+        raise RunError(f"{path}: not a first step ortlab recorded (damaged or foreign: {type(e).__name__})") from None
