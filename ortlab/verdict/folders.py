@@ -145,7 +145,8 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str,
     if verdict.status != NOT_JUDGED or verdict.gradients:
         verdict.notes.append(f"judged from two run folders: {_label(other)} on torch {_torch(other)}, PyTorch on "
                              f"torch {_torch(pytorch)}; float64 here on torch {_torch(None)}")
-        procedure._written(verdict, other)
+        if not any(n.startswith(procedure.NOT_WRITTEN) for n in verdict.notes):
+            procedure._written(verdict, other)
     return verdict
 
 

@@ -10,12 +10,15 @@ The session is only a transport here: `_burst` (a burst not kept among its runs)
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import replace
 from typing import Any
 
 from ortlab.engine.backends import has, unavailable
 from ortlab.errors import InputError
 
+NOT_WRITTEN = "not written to"  # a note: the verdict could not be written to the run's folder
 NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the parameters times (1 + this)
 
 
@@ -251,5 +254,10 @@ def _written(verdict: Any, run: Any) -> Any:
     from ortlab.run import write_json
     from ortlab.verdict.judge import FILE
 
-    write_json(run.path / FILE, verdict.to_dict())
+    try:
+        write_json(run.path / FILE, verdict.to_dict())
+    except OSError as e:  # a read-only folder (one copied from another machine), a full disk: still the verdict
+        with contextlib.suppress(OSError):
+            (run.path / f".{FILE}.{os.getpid()}.tmp").unlink(missing_ok=True)
+        verdict.notes.append(f"{NOT_WRITTEN} {run.path / FILE}: {e.strerror or e}")
     return verdict
