@@ -20,6 +20,7 @@ _EXPORTS = {
     "check": "ortlab.engine.calls",
     "judge": "ortlab.verdict.judge",
     "Verdict": "ortlab.verdict.judge",
+    "judge_runs": "ortlab.verdict.folders",
     "repro": "ortlab.verdict.repro",
     "Localization": "ortlab.verdict.localize",
     "CheckReport": "ortlab.compat.report",

@@ -3,7 +3,10 @@ resolves to."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -15,6 +18,18 @@ from ortlab.options import Options
 __all__ = ["BurstConfig", "BurstError", "make_optimizer", "resolve_device"]
 
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
+_ELSEWHERE: ContextVar[bool] = ContextVar("ortlab_config_elsewhere", default=False)
+
+
+@contextlib.contextmanager
+def made_elsewhere() -> Iterator[None]:
+    """Configs read back from runs made by another process (ortlab.verdict.folders): a backend that cannot run
+    here (ORTModule on the current stack) is no error while reading them (a burst of it still fails, saying why)."""
+    token = _ELSEWHERE.set(True)
+    try:
+        yield
+    finally:
+        _ELSEWHERE.reset(token)
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -92,7 +107,8 @@ class BurstConfig:
             object.__setattr__(self, name, value)
         check_collectors(self)  # known, serving this backend, settings inside the burst: said before anything starts
         self._check_ranks()
-        check_available(self.backend)  # ORTModule on the current stack: why not, and where it runs, in one line
+        if not _ELSEWHERE.get():
+            check_available(self.backend)  # ORTModule on the current stack: why not, and where it runs, in one line
 
     @property
     def world_size(self) -> int:

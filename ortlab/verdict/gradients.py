@@ -263,22 +263,31 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
         with parity(model, True, seed), registry.applied(model, list(fixes)), \
                 captured_output(log or Path("/dev/null")):
             ort = step(workload, batches, runner if runner is not None else _ort.new_ortmodule(model))
-        if not exact or allclose(pt, ort):
-            return typed(compare(pt, ort, tolerance, list(fixes)), model)
-        from ortlab.verdict import reference
+        return judged_steps(workload, batches, seed, fixes, pt, ort, exact, tolerance)
 
-        if isinstance(exact, Step):
-            exact_step = exact
-        else:
-            try:  # a copy of the model: the original is untouched
-                exact_step = reference.step(workload, batches, seed)
-            except reference.NoFloat64 as e:
-                return compare(pt, ort, tolerance, list(fixes), notes=[f"{e}: the gradients are judged against "
-                                                                         "PyTorch fp32's instead"])
-        check = compare(pt, ort, tolerance, list(fixes), exact_step)
-        if not check.agree and not any(_garbage(r) for r in check.rows if r.get("diverged")):
-            check = widened(workload, batches, seed, fixes, pt, ort, exact_step, check, tolerance)
-        return typed(check, model)
+
+def judged_steps(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, other: Step,
+                 exact: bool | Step = True, tolerance: float = AGREE) -> GradientCheck:
+    """Two first steps (PyTorch fp32's and the other backend's, taken here or recorded by their runs:
+    ortlab.verdict.record) judged: allclose, else against float64 (`exact`: the step, or True to take it here on a
+    copy of the workload's model from its current state and `batches`) and, where they diverge, fp32's spread."""
+    model = workload.model
+    if not exact or allclose(pt, other):
+        return typed(compare(pt, other, tolerance, list(fixes)), model)
+    from ortlab.verdict import reference
+
+    if isinstance(exact, Step):
+        exact_step = exact
+    else:
+        try:  # a copy of the model: the original is untouched
+            exact_step = reference.step(workload, batches, seed)
+        except reference.NoFloat64 as e:
+            return compare(pt, other, tolerance, list(fixes), notes=[f"{e}: the gradients are judged against "
+                                                                     "PyTorch fp32's instead"])
+    check = compare(pt, other, tolerance, list(fixes), exact_step)
+    if not check.agree and not any(_garbage(r) for r in check.rows if r.get("diverged")):
+        check = widened(workload, batches, seed, fixes, pt, other, exact_step, check, tolerance)
+    return typed(check, model)
 
 
 def typed(check: GradientCheck, model: Any) -> GradientCheck:

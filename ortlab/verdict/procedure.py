@@ -10,11 +10,15 @@ The session is only a transport here: `_burst` (a burst not kept among its runs)
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import replace
 from typing import Any
 
-from ortlab.engine.backends import has
+from ortlab.engine.backends import has, unavailable
+from ortlab.errors import InputError
 
+NOT_WRITTEN = "not written to"  # a note: the verdict could not be written to the run's folder
 NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the parameters times (1 + this)
 
 
@@ -44,14 +48,17 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
         members = ensemble_evidence(session, config, fixes, hints(evidence, verdict, pytorch, other, float64))
         verdict = decide(pytorch, other, evidence, noise, float64=float64, ensemble=members)
     if verdict.diverged:  # name the causes: what check finds (not needed for buffers alone), else where statistics
-        # first differ
+        # first differ; both need the backend, which may not run where runs made elsewhere are judged
+        absent = unavailable(config.backend)
         explained = not (verdict.losses or {}).get("diverged") and evidence.get("agree", True)
         found = check_causes(session, config.options, fixes, evidence) if has(config.backend, "compat") and \
-            not explained else []
-        if not verdict.causes and not found:
+            not explained and not absent else []
+        if not verdict.causes and not found and not absent:
             found.append(localize(session, pt_config, config))
         if found:
             verdict = decide(pytorch, other, evidence, noise, found, float64, members)
+        if absent:
+            verdict.notes.append(f"causes not looked for here: {absent}")
         if has(config.backend, "compat") and not evidence.get("agree", True):  # the minifier: one export per try,
             # so it is the user's next step, not part of every verdict
             verdict.notes.append(f"shrink it to the smallest module and a script that shows it: ortlab repro "
@@ -189,8 +196,11 @@ def localize(session: Any, pt_config: Any, config: Any) -> dict[str, Any]:
 
     stats = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1, "node_rank": 0,
              "rdzv_endpoint": None, "save_checkpoint": False}
-    pt = session._burst(replace(pt_config, name="localize-pytorch", **stats))
-    other = session._burst(replace(config, name=f"localize-{config.backend}", **stats))
+    try:
+        pt = session._burst(replace(pt_config, name="localize-pytorch", **stats))
+        other = session._burst(replace(config, name=f"localize-{config.backend}", **stats))
+    except InputError as e:  # a backend that does not run where the verdict is reached (ortlab.verdict.folders)
+        return {"kind": "localized", "text": f"could not localize: {e}"}
     if not (pt.ok and other.ok):
         return {"kind": "localized", "text": f"could not localize: the statistics bursts ended {pt.status} and "
                                              f"{other.status}"}
@@ -244,5 +254,10 @@ def _written(verdict: Any, run: Any) -> Any:
     from ortlab.run import write_json
     from ortlab.verdict.judge import FILE
 
-    write_json(run.path / FILE, verdict.to_dict())
+    try:
+        write_json(run.path / FILE, verdict.to_dict())
+    except OSError as e:  # a read-only folder (one copied from another machine), a full disk: still the verdict
+        with contextlib.suppress(OSError):
+            (run.path / f".{FILE}.{os.getpid()}.tmp").unlink(missing_ok=True)
+        verdict.notes.append(f"{NOT_WRITTEN} {run.path / FILE}: {e.strerror or e}")
     return verdict
