@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ortlab.engine.backends import has, label
 from ortlab.errors import InputError
 from ortlab.run import Run, load_run
 
 SETTINGS = ("seed", "optimizer", "lr", "steps", "precision", "perturb", "sampler")  # what must agree in config
-LABELS = {"pytorch": "PyTorch", "ortmodule": "ORTModule", "compile": "torch.compile"}
 
 
 class JudgeError(InputError):
@@ -70,8 +70,8 @@ def judge_runs(first: str | Path | Run, second: str | Path | Run, reference: str
 def pairs(runs: list[Run], reference: Run | None) -> list[tuple[Run, Run]]:
     """(PyTorch run, other run) to judge: the non-PyTorch run against the PyTorch one, or both against the
     reference."""
-    pytorch = [r for r in runs if r.backend == "pytorch"]
-    if reference is not None and reference.backend != "pytorch":
+    pytorch = [r for r in runs if has(r.backend, "reference")]
+    if reference is not None and not has(reference.backend, "reference"):
         raise JudgeError(f"--reference {reference.path.name} is a {_label(reference)} run: the reference is a "
                          "PyTorch run of the same start")
     if len(pytorch) == 2:
@@ -253,7 +253,7 @@ def _load(run: str | Path | Run) -> Run:
 
 
 def _label(run: Run) -> str:
-    return LABELS.get(run.backend, run.backend)
+    return label(run.backend)
 
 
 def _torch(run: Run | None) -> str:
