@@ -125,6 +125,7 @@ def _tab(lab, title: str) -> None:
     lab.locator(":scope > .lm-TabBar .lm-TabBar-tab", has_text=title).first.click()
 
 
+@pytest.mark.ort
 @pytest.mark.timeout(1500)
 def test_every_tab_fits_at_three_widths_after_a_burst_and_a_stopped_tuning(jupyterlab, page, tmp_path,  # noqa: F811
                                                                            tmp_path_factory, shots_dir):

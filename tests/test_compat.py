@@ -204,6 +204,7 @@ UNET = str(Path(__file__).parent / "factories" / "unet.py") + ":unet"
 BATCH_NORMS = ("down1.1", "down2.1", "bottleneck.1", "dec2.1", "dec1.1")
 
 
+@pytest.mark.ort
 @slow
 def test_check_on_a_unet_names_every_batchnorm_and_leaves_torchs_own_check_out_of_the_users_hazards(tmp_path):
     """A U-Net's 5 BatchNorms: torch's batch-size check inside F.batch_norm is no hazard of the user's (no advice

@@ -113,6 +113,7 @@ def test_a_faster_backend_whose_numerics_were_not_judged_or_that_fell_back_is_no
     assert r.backend == "pytorch" and r.reason == "ORTModule fell back to PyTorch"
 
 
+@pytest.mark.ort
 @pytest.mark.slow
 def test_compare_on_the_demo_gives_the_recommendation_with_its_interval(tmp_path, capsys):
     """`ortlab compare --steps 10`: the decision table's step-time ratio with its interval and the recommendation from

@@ -105,6 +105,7 @@ def diverged(tmp_path_factory):
     return out, comparison
 
 
+@pytest.mark.ort
 @pytest.mark.slow
 def test_time_diff_of_the_demo_names_the_largest_change(demo):
     _, pytorch, ortmodule = demo
@@ -128,6 +129,7 @@ def model_explorer():
     return folder
 
 
+@pytest.mark.ort
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["time", "memory", "stats"])
 def test_model_explorer_loads_the_overlay(demo, model_explorer, kind, tmp_path):
@@ -196,6 +198,7 @@ def browser():
         b.close()
 
 
+@pytest.mark.ort
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_report_of_the_demos_comparison_in_chromium(demo, browser, tmp_path, shots_dir):
@@ -228,6 +231,7 @@ def test_the_report_of_the_demos_comparison_in_chromium(demo, browser, tmp_path,
     page.close()
 
 
+@pytest.mark.ort
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_diverged_comparisons_page_shows_its_verdict_and_first_divergence(diverged, browser, tmp_path):
@@ -249,6 +253,7 @@ def test_a_diverged_comparisons_page_shows_its_verdict_and_first_divergence(dive
     page.close()
 
 
+@pytest.mark.ort
 @pytest.mark.slow
 def test_the_labs_report_button_and_overlay(demo, tmp_path, monkeypatch):
     from ortlab.widgets.graphs import GraphsPanel
