@@ -29,11 +29,7 @@ def _names_compared(tree: ast.AST) -> list[tuple[int, str]]:
     return out
 
 
-# The verdict's procedure, which moves to ortlab/verdict/ with its own issue (judging the causes of a divergence
-# is `check`'s for ORTModule), and a label (a comparison of PyTorch and ORTModule alone names neither).
-ALLOWED = {
-    ("ortlab/summary.py", 'name = "" if self.others == ["ortmodule"] else f"{backend} "'),
-}
+ALLOWED: set[tuple[str, str]] = set()  # (module, statement) that may compare a backend's name: none
 
 
 def test_no_code_outside_the_backends_decides_by_a_backends_name():
