@@ -81,6 +81,11 @@ def test_the_registry_is_data_and_its_names_a_closed_set():
     assert [str(b) for b in BackendName] == list(BACKENDS) == ["pytorch", "ortmodule", "compile"]
     assert has("pytorch", "reference") and has("ortmodule", "onnx_stages") and not has("compile", "onnx_stages")
     assert not has("an old run's backend", "reference")
+    from ortlab.engine.backends import ALIASES, aliased, parse_backends, unavailable
+
+    assert aliased("both") == ("pytorch", "ortmodule") and aliased("pytorch") is None
+    assert set(ALIASES) == {"both", "all"}
+    assert parse_backends("all") == tuple(n for n in BACKENDS if unavailable(n) is None) == aliased("all")
     with pytest.raises(BurstError, match=r"^backend 'jit' is not allowed; allowed: pytorch, ortmodule, compile$"):
         registered("jit")
 

@@ -148,6 +148,19 @@ def checked_settings(cfg: Config) -> dict[str, Any]:
     return out
 
 
+# The names that stand for several backends in a comparison (--backend, parse_backends), and what each means
+ALIASES = {"both": "PyTorch and ORTModule", "all": "every backend that runs here"}
+
+
+def aliased(value: str) -> tuple[str, ...] | None:
+    """The backends an alias (ALIASES) stands for; None: `value` is not one."""
+    if value == "both":
+        return REFERENCE, "ortmodule"
+    if value == "all":
+        return tuple(n for n in BACKENDS if unavailable(n) is None)
+    return None
+
+
 def parse_backends(value: Any) -> tuple[str, ...]:
     """"both" (PyTorch and ORTModule), "all" (every backend that runs here), "pytorch,compile", a sequence, or
     None (default_backends) -> the backends of a comparison, PyTorch first (every other is compared with it); a bad
@@ -155,13 +168,13 @@ def parse_backends(value: Any) -> tuple[str, ...]:
     if value is None:
         return default_backends()
     if isinstance(value, str):
-        every = tuple(n for n in BACKENDS if unavailable(n) is None)
-        value = {"both": ("pytorch", "ortmodule"), "all": every}.get(value.strip(), value.split(","))
+        expanded = aliased(value.strip())
+        value = expanded if expanded is not None else value.split(",")
     names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
     for name in names:
         if name not in BACKENDS:
-            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all"
-                             f"{did_you_mean(name, (*BACKENDS, 'both', 'all'))}")
+            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join((*BACKENDS, *ALIASES))}"
+                             f"{did_you_mean(name, (*BACKENDS, *ALIASES))}")
         check_available(name)
     if len(names) < 2:
         raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
