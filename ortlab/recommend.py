@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ortlab.engine.backends import has, label
+from ortlab.engine.backends import REFERENCE, has, label
 from ortlab.speed import Ratio, Spread, of_runs, ratio
 
 CANT_TELL = "can't tell at this length"
@@ -58,11 +58,11 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
     backend beyond the noise among those that agree with PyTorch; "can't tell" when the fastest candidate's
     difference lies inside the noise; else PyTorch, with every other one's reason."""
     spreads = spreads or {}
-    pytorch = summaries.get("pytorch") or {}
+    pytorch = summaries.get(REFERENCE) or {}
     busy = any((s or {}).get("busy") for s in summaries.values())
-    base = _spread(pytorch, spreads.get("pytorch"))
+    base = _spread(pytorch, spreads.get(REFERENCE))
     if pytorch.get("status") != "ok" or base is None:
-        return Recommendation("pytorch", "the PyTorch run, the reference, did not finish: nothing to compare with",
+        return Recommendation(REFERENCE, "the PyTorch run, the reference, did not finish: nothing to compare with",
                               busy=busy)
     reasons, faster, unclear, ratios = [], [], [], {}
     for backend, summary in summaries.items():
@@ -104,10 +104,10 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
         backend, r = min(unclear, key=lambda u: u[1].value)
         name = label(backend)
         others = f"; {'; '.join(reasons)}" if reasons else ""
-        return Recommendation("pytorch", f"{name} is {r.value:.2f}x PyTorch's step time, inside the noise "
+        return Recommendation(REFERENCE, f"{name} is {r.value:.2f}x PyTorch's step time, inside the noise "
                               f"({_per_step(r)}); {_more(r)}; until then PyTorch, which costs no start-up{others}",
                               busy=busy, told=False, more_steps=r.more_steps, ratios=shown)
-    return Recommendation("pytorch", "; ".join(reasons) or "no other backend was compared", busy=busy, ratios=shown)
+    return Recommendation(REFERENCE, "; ".join(reasons) or "no other backend was compared", busy=busy, ratios=shown)
 
 
 def spreads_of(runs: Sequence[Any], earlier: Sequence[Any] = ()) -> dict[str, Spread | None]:

@@ -4,10 +4,9 @@ person compares first, the verdict on each, and which backend to train with."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from ortlab.engine.backends import BACKENDS, REFERENCE, has
+from ortlab.engine.backends import BACKENDS, REFERENCE, has, registered
 from ortlab.run import Run
 
 OTHERS = tuple(b for b in BACKENDS if b != REFERENCE)  # what PyTorch is compared with, in this order
@@ -15,29 +14,64 @@ OTHERS = tuple(b for b in BACKENDS if b != REFERENCE)  # what PyTorch is compare
 _COMPARED = ("median_step_s", "ort_init_s", "startup_s", "saved_for_backward_mb", "activation_peak_mb")
 
 
-@dataclass
 class Comparison:
-    """The runs of one comparison by backend. A backend's run is None when it was not asked for (see `backends`)
-    or the comparison was stopped before it ran."""
+    """The runs of one comparison, held by backend name. `Comparison(pt, ort)` (runs by position in the registry's
+    order: PyTorch, ORTModule, torch.compile), `Comparison(pytorch=pt, compile=c)` or `Comparison(runs={...})`.
+    `backends`: asked for, in order (by default the backends given; by position: at least PyTorch and the next). A
+    backend's run is None when it was not asked for or the comparison was stopped before it ran; `c.<backend>`
+    (`c.pytorch`, `c.ortmodule`, `c.compile`) is `c.run("<backend>")`."""
 
-    pytorch: Run
-    ortmodule: Run | None = None
-    compile: Run | None = None
-    backends: tuple[str, ...] = ("pytorch", "ortmodule")  # asked for, in order
+    def __init__(self, *positional: Run | None, backends: tuple[str, ...] | None = None,
+                 runs: dict[str, Run | None] | None = None, **named: Run | None):
+        if len(positional) > len(BACKENDS):
+            raise TypeError(f"Comparison takes at most {len(BACKENDS)} runs by position ({', '.join(BACKENDS)})")
+        given = {**dict(zip(BACKENDS, positional, strict=False)), **(runs or {}), **named}
+        for name in given:
+            registered(name)  # an unknown name raises naming the backends, with a suggestion
+        if backends is None:
+            shown = max(2, len(positional)) if positional else 0  # Comparison(pt): PyTorch and ORTModule
+            backends = tuple(b for i, b in enumerate(BACKENDS) if i < shown or b in given)
+        self._given = given  # every run given, by backend (`run` finds one not asked for too)
+        self.backends: tuple[str, ...] = tuple(backends)
+
+    def __getattr__(self, name: str) -> Run | None:
+        if name in BACKENDS:  # c.pytorch, c.ortmodule, c.compile: a backend's run
+            return self.run(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        runs = ", ".join(f"{b}={r.path.name if r is not None else None!r}" for b, r in self.by_backend.items())
+        return f"Comparison({runs})"
+
+    @property
+    def by_backend(self) -> dict[str, Run | None]:
+        """Each asked-for backend's run (None: not run), in the order of `backends`."""
+        return {b: self.run(b) for b in self.backends}
+
+    @property
+    def reference(self) -> Run:
+        """The reference backend's run (PyTorch's), which every other one is compared with."""
+        return self.run(REFERENCE)
 
     @property
     def runs(self) -> list[Run]:
         """The runs that exist, in the order of `backends`."""
-        return [r for r in (self.run(b) for b in self.backends) if r is not None]
+        return [r for r in self.by_backend.values() if r is not None]
 
     def run(self, backend: str) -> Run | None:
         """The run of `backend`, or None (not asked for, not run, or not a backend)."""
-        return getattr(self, backend) if backend in BACKENDS and hasattr(self, backend) else None
+        return self.__dict__.get("_given", {}).get(backend)
 
     @property
     def others(self) -> list[str]:
         """The backends compared with PyTorch."""
         return [b for b in self.backends if b != REFERENCE]
+
+    @property
+    def headline(self) -> str | None:
+        """The compared backend whose figures lead the comparison's (`verdict`, `not_compared`, to_dict's top):
+        the first with ONNX stages (ORTModule), as ortlab has always given them; None without one."""
+        return next((b for b in self.others if has(b, "onnx_stages")), None)
 
     def losses(self):
         """The loss per step (DataFrame), one column per backend, and each other backend's absolute difference from
@@ -65,7 +99,7 @@ class Comparison:
     @property
     def verdict(self):
         """The Verdict on ORTModule's run (agree or diverged, the evidence and the causes); None without one."""
-        return self.verdict_of("ortmodule")
+        return self.verdict_of(self.headline) if self.headline else None
 
     def not_compared_of(self, backend: str) -> str | None:
         """Why a backend's run is not compared with PyTorch's: it fell back to PyTorch (its numbers are
@@ -78,12 +112,12 @@ class Comparison:
     @property
     def not_compared(self) -> str | None:
         """Why ORTModule's run is not compared with PyTorch's (it fell back), or None."""
-        return self.not_compared_of("ortmodule")
+        return self.not_compared_of(self.headline) if self.headline else None
 
     def versus(self, backend: str) -> dict[str, Any]:
         """A backend against PyTorch: the largest loss difference, the step-time and memory ratios, its start-up,
         and its verdict; none of the comparisons when it did not really run on that backend."""
-        pt, run = self.pytorch.summary(), self.run(backend)
+        pt, run = self.reference.summary(), self.run(backend)
         other = run.summary() if run is not None else {}
         losses = self.losses().dropna(subset=[backend]) if run is not None else None
         column = _diff_column(backend)
@@ -115,11 +149,12 @@ class Comparison:
             out[backend] = {**summary, "path": str(run.path) if run is not None else None}
         versus = {b: self.versus(b) for b in self.others}
         out["versus"] = versus
-        ort = versus.get("ortmodule") or {}  # ORTModule's figures at the top, as ortlab has always given them
+        top = self.headline  # ORTModule's figures at the top, as ortlab has always given them
+        ort = versus.get(top) or {}
         out.update(max_loss_diff=ort.get("max_loss_diff"), step_time_ratio=ort.get("step_time_ratio"),
-                   ort_init_s=None if ort.get("not_compared") else out.get("ortmodule", {}).get("ort_init_s"),
+                   ort_init_s=None if ort.get("not_compared") or not top else out[top].get("ort_init_s"),
                    saved_for_backward_ratio=ort.get("saved_for_backward_ratio"), verdict=ort.get("verdict"),
-                   parity=bool(self.pytorch.meta.get("config", {}).get("parity")))
+                   parity=bool(self.reference.meta.get("config", {}).get("parity")))
         if ort.get("not_compared"):
             out["not_compared"] = ort["not_compared"]
         for run in self.runs:
@@ -185,12 +220,12 @@ class Comparison:
             return "-" if value is None else format(value, spec)
 
         backends = list(self.backends)
-        lines = table(d, backends, cuda=self.pytorch.meta.get("device") == "cuda")
+        lines = table(d, backends, cuda=self.reference.meta.get("device") == "cuda")
         from ortlab.verdict.judge import Verdict, loss_note
 
         for backend in self.others:
             versus = d["versus"][backend]
-            name = "" if self.others == ["ortmodule"] else f"{backend} "
+            name = "" if self.others == [self.headline] else f"{backend} "
             if versus.get("verdict"):
                 lines += [f"{name}verdict: {line}" if i == 0 else line
                           for i, line in enumerate(Verdict.from_dict(versus["verdict"]).lines())]
@@ -199,13 +234,13 @@ class Comparison:
             elif has(backend, "onnx_stages"):  # ORTModule's lines, as ortlab has always printed them
                 lines.append(f"max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}"
                              f"{loss_note(versus.get('verdict'))}")
-                lines.append(f"step time ratio (ortmodule / pytorch, median after step 0) "
+                lines.append(f"step time ratio ({backend} / {REFERENCE}, median after step 0) "
                              f"{fmt(versus['step_time_ratio'], '.2f')}")
                 lines.append(f"ORT init overhead {fmt(d['ort_init_s'], '.2f')} s")
             else:
                 lines.append(f"{backend}: max |loss difference| {fmt(versus['max_loss_diff'], '.3g')}"
                              f"{loss_note(versus.get('verdict'))}, step time "
-                             f"ratio ({backend} / pytorch) {fmt(versus['step_time_ratio'], '.2f')}, start-up "
+                             f"ratio ({backend} / {REFERENCE}) {fmt(versus['step_time_ratio'], '.2f')}, start-up "
                              f"{fmt(versus['startup_s'], '.2f')} s")
         lines += _memory_lines(d, backends)
         if not d["parity"]:
@@ -222,8 +257,9 @@ class Comparison:
 
 
 def _diff_column(backend: str) -> str:
-    """A backend's loss-difference column: `abs_diff` for ORTModule (its name since the first release)."""
-    return {"ortmodule": "abs_diff"}.get(backend, f"{backend}_diff")
+    """A backend's loss-difference column: `abs_diff` for ORTModule, the backend with ONNX stages (its name since
+    the first release)."""
+    return "abs_diff" if has(backend, "onnx_stages") else f"{backend}_diff"
 
 
 def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool = False) -> list[str]:

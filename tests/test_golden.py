@@ -49,6 +49,36 @@ def test_the_comparison_table(tmp_path, monkeypatch):
     three = Comparison(load_run(pt), load_run(ort), load_run(compiled), backends=("pytorch", "ortmodule", "compile"))
     same_as_golden("comparison.txt", f"{two}\n\n{three}")
 
+    # held by backend name: the same comparison however its runs are given, and a backend's run by its name
+    by_name = Comparison(runs={"pytorch": load_run(pt), "ortmodule": load_run(ort), "compile": load_run(compiled)},
+                         backends=("pytorch", "ortmodule", "compile"))
+    assert str(by_name) == str(three) and str(Comparison(pytorch=load_run(pt), ortmodule=load_run(ort))) == str(two)
+    assert by_name.compile.path == compiled and by_name.run("compile").path == compiled and by_name.headline == \
+        "ortmodule" and list(by_name.by_backend) == ["pytorch", "ortmodule", "compile"]
+    without_ort = Comparison(pytorch=load_run(pt), compile=load_run(compiled))
+    assert without_ort.backends == ("pytorch", "compile") and without_ort.headline is None
+    assert without_ort.ortmodule is None and without_ort.verdict is None and without_ort.to_dict()["verdict"] is None
+
+
+def test_a_comparison_holds_any_registered_backend_by_name(tmp_path, monkeypatch):
+    import pytest
+
+    from ortlab import BurstError
+    from ortlab.engine.backends import BACKENDS, Registered
+    from ortlab.summary import Comparison
+
+    monkeypatch.setitem(BACKENDS, "toy", Registered("toy", "tests.factories.toy_backend:Toy", "toy"))
+    pt = load_run(fake_run(tmp_path / "20260101-000000-pytorch", "pytorch", [2.5, 2.25, 2.0], 0.010))
+    toy = load_run(fake_run(tmp_path / "20260101-000001-toy", "toy", [2.5, 2.25, 2.125], 0.005))
+    c = Comparison(pytorch=pt, toy=toy)
+    assert c.backends == ("pytorch", "toy") and c.toy is toy and c.others == ["toy"] and c.runs == [pt, toy]
+    data = c.to_dict()
+    assert data["toy"]["path"] == str(toy.path) and data["versus"]["toy"]["max_loss_diff"] == 0.125
+    assert data["versus"]["toy"]["step_time_ratio"] == 0.5 and "toy_diff" in c.losses()
+    assert "toy: max |loss difference| 0.125" in str(c)
+    with pytest.raises(BurstError, match=r"^backend 'ortmdule' is not allowed; .*did you mean ortmodule\?$"):
+        Comparison(pytorch=pt, ortmdule=toy)
+
 
 def test_ortlab_time(tmp_path, monkeypatch, capsys):
     from ortlab.cli import main

@@ -29,7 +29,7 @@ from ortlab.activations.structure import leaves, substitute
 from ortlab.activations.summarize import Summarizer
 from ortlab.activations.table import FIELDS, FORMAT, STATS_FILE, dims
 from ortlab.engine.backends import registered
-from ortlab.engine.types import Collector, StatsTaps
+from ortlab.engine.types import Collector
 
 ROOT = "(root)"  # the name of the model's own output
 _NF = len(FIELDS)
@@ -150,8 +150,8 @@ class StatsCollector(Collector):
         self._aliases: dict[int, int] = {}  # slot -> slot it is the same tensor as (graph: fixed at trace)
         self._hooks: list[tuple[torch.nn.Module, bool, _Hook]] = []  # (module, pre-hook?, hook), set in start
         self._handles: list = []  # while the hooks are registered
-        self._graph = False
-        self._compiled = False  # hooks kept out of a compiled graph, for the whole burst (set in start)
+        self._taps: Any = None  # the burst's backend's statistics taps (its registry entry's), made in start
+        self._graph = False  # its taps are in the exported graph (set in start)
         self._frames: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._fw, self._bw = np.empty((0, _NF)), np.empty((0, _NF))  # this step's rows, per slot
         self._fws, self._bws = np.empty((0, samples), np.float32), np.empty((0, samples), np.float32)
@@ -172,14 +172,10 @@ class StatsCollector(Collector):
     def start(self, engine, cfg, run_dir: Path) -> None:
         if pythonop.active() not in (None, self):
             raise StatsError("another stats collector is active in this process (a burst inside a burst?)")
-        taps = registered(cfg.backend).stats_taps
-        self._graph = taps is StatsTaps.GRAPH
-        self._compiled = taps is StatsTaps.COMPILED_HOOKS
-        # on a GPU: ORT reuses its outputs' memory after a PythonOp, CUDA graphs their pools, without an in-place op
-        # that torch would see: copy those tensors where they are observed (ortlab.activations.batched)
-        self._summarize.device.always_copy = self._graph or self._compiled
-        if self._graph:
-            pythonop.prepare_export()
+        self._taps = taps = registered(cfg.backend).adapter("stats_taps")()
+        self._graph = taps.in_graph
+        self._summarize.device.always_copy = taps.copy_observed
+        taps.prepare()
         model = engine.model
         if self._graph and self.graph_key in _TRACED.get(model, {}):
             slots, aliases = _TRACED[model][self.graph_key]
@@ -207,7 +203,7 @@ class StatsCollector(Collector):
         """Register the forward hooks (a module with hooks takes torch's slower call path, so a PyTorch burst
         that records only some steps has them only on those: see step_end)."""
         if not self._handles:
-            wrap = torch.compiler.disable if self._compiled else (lambda hook: hook)  # compile: a break per hook
+            wrap = self._taps.hook
             self._handles = [module.register_forward_pre_hook(wrap(hook)) if pre else
                              module.register_forward_hook(wrap(hook)) for module, pre, hook in self._hooks]
 
@@ -228,9 +224,9 @@ class StatsCollector(Collector):
                 self._aliases = {}
 
     def step_end(self, step: int) -> None:
-        if not (self._graph or self._compiled) and self.steps is not None and step + 1 not in self.steps:
-            self._detach()  # the next step records nothing (ORTModule: hooks run only in the export, keep them;
-            # torch.compile: another set of hooks is another graph to compile)
+        if not self._taps.hooks_stay and self.steps is not None and step + 1 not in self.steps:
+            self._detach()  # the next step records nothing (taps that stay: ORTModule's hooks run only in the
+            # export; torch.compile's: another set of hooks is another graph to compile)
         if self._step is None:
             return
         self._summarize.flush()

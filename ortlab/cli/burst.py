@@ -209,14 +209,14 @@ def backend_list(text: str) -> str:
     """--backend's value, checked: one backend, both, all, or a comma list of backends."""
     import argparse
 
-    from ortlab.engine.backends import BACKENDS
+    from ortlab.engine.backends import ALIASES, BACKENDS
     from ortlab.errors import did_you_mean
 
-    allowed = (*BACKENDS, "both", "all")
-    names = [n.strip() for n in text.split(",")] if text not in ("both", "all") else [text]
+    allowed = (*BACKENDS, *ALIASES)
+    names = [n.strip() for n in text.split(",")] if text not in ALIASES else [text]
     bad = [n for n in names if n not in allowed]
     if bad:
-        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not a backend; allowed: {', '.join(BACKENDS)}, both, all, "
+        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not a backend; allowed: {', '.join(allowed)}, "
                                          f"or a comma list{did_you_mean(bad[0], allowed)}")
     return text
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ortlab.engine.backends import check_available, checked_settings, registered
 from ortlab.engine.collectors import check as check_collectors
-from ortlab.engine.types import BurstError, Device, MemoryAccount, Optimizer, Precision, Sampler
+from ortlab.engine.types import BurstError, Device, Optimizer, Precision, Sampler
 from ortlab.options import Options
 
 __all__ = ["BurstConfig", "BurstError", "make_optimizer", "resolve_device"]
@@ -147,7 +147,7 @@ class BurstConfig:
         """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute); the
         memory account of a backend's execution graph reads the graph ORT saves (save_onnx on)."""
         options = self.options.replace(enable_compute_optimizer=False) if self.parity else self.options
-        graph = registered(self.backend).memory is MemoryAccount.GRAPH
+        graph = registered(self.backend).adapter("memory").saves_graphs
         if graph and "memory" in self.collect and not options["save_onnx"]:
             options = options.replace(save_onnx=True)
         return options

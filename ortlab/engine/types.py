@@ -55,30 +55,6 @@ class Sampler(StrEnum):
     LOAD_BALANCING = "load_balancing"
 
 
-class TimeSource(StrEnum):
-    """Where collector "time" reads a backend's step time from (ortlab.timing.collector)."""
-
-    ORT_PROFILER = "ort-profiler"  # ORT's own profiler in the session of the backend's ORT wrap
-    TORCH_PROFILER = "torch-profiler"  # torch.profiler, with a range per module (forward hooks)
-    TORCH_PROFILER_FUSED = "torch-profiler-fused"  # torch.profiler without module ranges: operators fused across
-
-
-class MemoryAccount(StrEnum):
-    """What collector "memory" accounts for a backend (ortlab.account.collector)."""
-
-    AUTOGRAD = "autograd"  # what autograd saves in one step of the model, before the burst
-    AUTOGRAD_RUNNER = "autograd-runner"  # what autograd saves through the burst's module, after it
-    GRAPH = "graph"  # the execution graph the backend's ORT wrap ran (needs save_onnx)
-
-
-class StatsTaps(StrEnum):
-    """How collector "stats" instruments a backend (ortlab.activations.collect)."""
-
-    HOOKS = "hooks"  # forward hooks, attached only on the recorded steps
-    GRAPH = "graph"  # PythonOp taps in the exported graph (the hooks run once, during the export)
-    COMPILED_HOOKS = "compiled-hooks"  # hooks kept out of the compiled graph, attached for the whole burst
-
-
 @dataclass
 class Transition:
     """One row of the transition table: what happened before a burst's first step (a new worker, a wrap, a
@@ -106,8 +82,8 @@ class Backend(Protocol):
     check runs through. What collectors read of the ORTModule it trains (none: None and {}): `ort_internals`
     (ORT's state of it, an `ortlab._ort.Wrap`: stage graphs, profiler, plans, input accessors) and
     `graph_input_shapes` (the shape of each input of its graph for a batch): no collector reaches into a backend.
-    What is data rather than behaviour (its time source, memory account, statistics taps, ONNX stages,
-    import-time options) is on its registry entry (ortlab.engine.backends.Registered)."""
+    What is data rather than behaviour (ONNX stages, import-time options) and the adapters its collectors ask (time
+    source, memory account, statistics taps) are on its registry entry (ortlab.engine.backends.Registered)."""
 
     name: str
 

@@ -90,7 +90,7 @@ def _recommendations(runs: list[Run], pairs: list[tuple[Run, Run]]) -> list[str]
 
     groups: dict[str, dict[str, Run]] = {}
     for reference, run in pairs:
-        groups.setdefault(reference.path.name, {"pytorch": reference})[run.backend] = run
+        groups.setdefault(reference.path.name, {reference.backend: reference})[run.backend] = run
     out = []
     for members in groups.values():
         try:

@@ -312,8 +312,9 @@ class BurstPanel(Background, W.VBox):
 
     @property
     def last_verdict(self):
-        """The verdict on the last ORTModule burst against the PyTorch one before it (None without both)."""
-        return self.last_verdicts.get("ortmodule")
+        """The verdict on the last ORTModule burst (the backend with ONNX stages) against the PyTorch one before it
+        (None without both)."""
+        return next((v for b, v in self.last_verdicts.items() if has(b, "onnx_stages")), None)
 
     @staticmethod
     def _summary(runs, verdicts=None) -> str:

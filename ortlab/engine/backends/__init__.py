@@ -3,9 +3,12 @@ contract (`ortlab.engine.types.Backend`): the engine's loop, the collectors, the
 backend, or its registry entry, and never compare its name.
 
 `BACKENDS` is the registry, modelled on torch._dynamo's: a name, where its class is (loaded on first use:
-ORTModule's and torch.compile's imports cost seconds) and what is data rather than behaviour (its label, its
-time source, memory account and statistics taps, whether it exports ONNX stages or reads options at import, its
-settings' check). A fourth backend is one module and one line here.
+ORTModule's and torch.compile's imports cost seconds) and what is data rather than behaviour (its label, whether
+it exports ONNX stages or reads options at import, its settings' check). What the collectors do differently for
+it is in its adapters, as treescope registers them: where collector "time" reads its step time
+(ortlab.timing.sources), what collector "memory" accounts (ortlab.account.sources) and how collector "stats" taps
+it (ortlab.activations.taps), each named "module:Class" and loaded on first use (`Registered.adapter`). A fourth
+backend is one module and one line here, with the adapters it declares.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ortlab.engine.types import Burst, BurstError, Config, Engine, MemoryAccount, StatsTaps, TimeSource
+from ortlab.engine.types import Burst, BurstError, Config, Engine
 from ortlab.enums import StrEnum
 from ortlab.errors import did_you_mean
 
@@ -32,9 +35,10 @@ class Registered:
     onnx_stages: bool = False  # it exports ONNX graphs through an ORT wrap (`.wrapper`): graphs, recompute plans
     import_options: bool = False  # it reads some options once per process, at import: a worker per set of them
     compat: bool = False  # ortlab check, its fixes and repro serve it (they export again through ORTModule)
-    time_source: TimeSource = TimeSource.TORCH_PROFILER
-    memory: MemoryAccount = MemoryAccount.AUTOGRAD
-    stats_taps: StatsTaps = StatsTaps.HOOKS
+    # its adapters, "module:Class": collector "time"'s source, collector "memory"'s account, collector "stats"'s taps
+    time_source: str = "ortlab.timing.sources:TorchProfiler"
+    memory: str = "ortlab.account.sources:Autograd"
+    stats_taps: str = "ortlab.activations.taps:Hooks"
     settings: tuple[str, str] | None = None  # (a BurstConfig field of its own, "module:function" checking it)
     # "module:function" saying why it cannot run in this process (None: it can), asked before a burst starts
     unavailable: str | None = None
@@ -48,17 +52,36 @@ class Registered:
 
         return Options(options.with_read_at(ReadAt.IMPORT)) if self.import_options else None
 
+    def adapter(self, concern: str) -> Any:
+        """The class of this backend's adapter for `concern` ("time_source", "memory", "stats_taps"): what the
+        collector of that concern asks instead of asking what kind of backend it serves."""
+        if concern not in ADAPTERS:
+            raise BurstError(f"adapter {concern!r} is not known; known: {', '.join(ADAPTERS)}"
+                             f"{did_you_mean(concern, ADAPTERS)}")
+        return _load(getattr(self, concern))
+
+
+ADAPTERS = ("time_source", "memory", "stats_taps")  # the concerns a backend declares an adapter for
+
+
+def _load(target: str) -> Any:
+    """What "module:attribute" names, its module imported on first use."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
 
 BACKENDS: dict[str, Registered] = {r.name: r for r in (
     Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True,
                health="ortlab.diagnosis:pytorch_health"),
     Registered("ortmodule", "ortlab.engine.backends.ort:OrtBackend", "ORTModule", onnx_stages=True, compat=True,
-               import_options=True, time_source=TimeSource.ORT_PROFILER, memory=MemoryAccount.GRAPH,
-               stats_taps=StatsTaps.GRAPH, unavailable="ortlab.stacks:ortmodule_line",
+               import_options=True, time_source="ortlab.timing.sources:OrtProfiler",
+               memory="ortlab.account.sources:Graph", stats_taps="ortlab.activations.taps:GraphTaps",
+               unavailable="ortlab.stacks:ortmodule_line",
                health="ortlab.diagnosis:ortmodule_health", autocast_cpu=False),
     Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
-               time_source=TimeSource.TORCH_PROFILER_FUSED, memory=MemoryAccount.AUTOGRAD_RUNNER,
-               stats_taps=StatsTaps.COMPILED_HOOKS, settings=("compile", "ortlab.engine.backends.compiled:settings"),
+               time_source="ortlab.timing.sources:TorchProfilerFused",
+               memory="ortlab.account.sources:AutogradRunner", stats_taps="ortlab.activations.taps:CompiledHooks",
+               settings=("compile", "ortlab.engine.backends.compiled:settings"),
                health="ortlab.diagnosis:compile_health"),
 )}
 REFERENCE = next(r.name for r in BACKENDS.values() if r.reference)  # "pytorch"
@@ -87,8 +110,7 @@ def unavailable(name: str) -> str | None:
     target = registered(name).unavailable
     if target is None:
         return None
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)()
+    return _load(target)()
 
 
 def check_available(name: str) -> None:
@@ -122,9 +144,21 @@ def checked_settings(cfg: Config) -> dict[str, Any]:
     for entry in BACKENDS.values():
         if entry.settings is not None:
             field, target = entry.settings
-            module, _, attr = target.partition(":")
-            out[field] = getattr(importlib.import_module(module), attr)(getattr(cfg, field))
+            out[field] = _load(target)(getattr(cfg, field))
     return out
+
+
+# The names that stand for several backends in a comparison (--backend, parse_backends), and what each means
+ALIASES = {"both": "PyTorch and ORTModule", "all": "every backend that runs here"}
+
+
+def aliased(value: str) -> tuple[str, ...] | None:
+    """The backends an alias (ALIASES) stands for; None: `value` is not one."""
+    if value == "both":
+        return REFERENCE, "ortmodule"
+    if value == "all":
+        return tuple(n for n in BACKENDS if unavailable(n) is None)
+    return None
 
 
 def parse_backends(value: Any) -> tuple[str, ...]:
@@ -134,13 +168,13 @@ def parse_backends(value: Any) -> tuple[str, ...]:
     if value is None:
         return default_backends()
     if isinstance(value, str):
-        every = tuple(n for n in BACKENDS if unavailable(n) is None)
-        value = {"both": ("pytorch", "ortmodule"), "all": every}.get(value.strip(), value.split(","))
+        expanded = aliased(value.strip())
+        value = expanded if expanded is not None else value.split(",")
     names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
     for name in names:
         if name not in BACKENDS:
-            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}, both, all"
-                             f"{did_you_mean(name, (*BACKENDS, 'both', 'all'))}")
+            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join((*BACKENDS, *ALIASES))}"
+                             f"{did_you_mean(name, (*BACKENDS, *ALIASES))}")
         check_available(name)
     if len(names) < 2:
         raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
@@ -204,5 +238,4 @@ class Backend:
 
 def make(name: str, model: Any) -> Backend:
     """The backend `name` for the engine's model (one per Engine)."""
-    module, _, attr = registered(name).target.partition(":")
-    return getattr(importlib.import_module(module), attr)(model)
+    return _load(registered(name).target)(model)
