@@ -355,6 +355,7 @@ class Engine:
                 with b.backend.forward(self, b, step, inputs):
                     outputs = call_model(b.runner, inputs)
                 b.stage = "loss"
+                assert self.workload.loss is not None  # a Workload has loss or step_loss (ortlab.workload)
                 loss = self.workload.loss(outputs, target)
         if self.time_forward and b.device.type == "cuda":
             torch.cuda.synchronize()  # the forward's kernels are asynchronous

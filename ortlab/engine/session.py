@@ -67,6 +67,12 @@ class Session:
 
     # -- public
 
+    def _shell_options(self) -> Options:
+        """The shell's ORTMODULE_* options (read in __post_init__ when none were given)."""
+        if self.shell_options is None:
+            self.shell_options = Options.from_environ()
+        return self.shell_options
+
     def burst(self, backend: str = "ortmodule", steps: int = 20, options: Options | dict | None = None, *,
               optimizer: str = "auto", lr: float = 1e-3, seed: int = 0, precision: str = "fp32",
               device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
@@ -87,7 +93,7 @@ class Session:
         `perturb`: the initial parameters times (1 + perturb), for a noise reference."""
         from ortlab.engine.config import BurstConfig
 
-        cfg = BurstConfig(backend=backend, steps=steps, options=self.shell_options.overlaid(options),
+        cfg = BurstConfig(backend=backend, steps=steps, options=self._shell_options().overlaid(options),
                           optimizer=optimizer, lr=lr, seed=seed, precision=precision, device=device, parity=parity,
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
@@ -170,7 +176,7 @@ class Session:
         from ortlab.compat.registry import parse
 
         fixes = parse(fixes)  # bad names fail here, before a worker starts
-        options = self.shell_options.overlaid(options)
+        options = self._shell_options().overlaid(options)
         out = str(Path(self.out).expanduser().resolve())
         if self.in_process:
             with self._lock:

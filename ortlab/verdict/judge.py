@@ -99,7 +99,8 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     if grads is not None and not grads["agree"]:
         evidence.append(_gradient_text(grads, who))
     pt_state, ort_state = states.read(pytorch.path), states.read(ortmodule.path)
-    state, differ = None, []
+    state: dict[str, Any] | None = None
+    differ: list[dict[str, Any]] = []
     if pt_state and ort_state:
         differ = states.differing(pt_state, ort_state, states.read(noise.path) if noise is not None else None,
                                   exact["state"] if exact else None, [m["state"] for m in members])
