@@ -28,7 +28,7 @@ from ortlab.engine.orphan import on_parent_death
 from ortlab.engine.sampling import Feed
 from ortlab.errors import InputError
 from ortlab.options import Options
-from ortlab.run import RunWriter, load_run
+from ortlab.run import RunStatus, RunWriter, load_run
 from ortlab.snapshot import Snapshot
 
 CHECKPOINT = "checkpoint.pt"
@@ -207,7 +207,7 @@ def _log_to(path: Path) -> None:
 def _failed_early(folder: Path, cfg: BurstConfig, rank: int, error: str, bad_input: str | None = None) -> None:
     writer = RunWriter(folder, {"backend": cfg.backend, "config": cfg.to_dict(), "rank": rank, "pid": os.getpid()})
     extra = {"bad_input": bad_input} if bad_input else {}
-    writer.finish("failed", error=error, failed_at=time.time(), **extra)
+    writer.finish(RunStatus.FAILED, error=error, failed_at=time.time(), **extra)
     print(f"[ortlab] {error}", flush=True)
 
 
@@ -243,7 +243,7 @@ def main(spec_path: str) -> int:
         return 1
     status = load_run(path).status
     dist.destroy_process_group()
-    return 0 if status in ("ok", "interrupted") else 1
+    return 0 if status in (RunStatus.OK, RunStatus.INTERRUPTED) else 1
 
 
 if __name__ == "__main__":

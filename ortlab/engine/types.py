@@ -11,23 +11,43 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ortlab.enums import StrEnum
-from ortlab.errors import InputError
+from ortlab.errors import InputError, did_you_mean
 
-# The running ortlab.engine.loop.Engine, the state of one burst (loop._Burst) and a BurstConfig, as a backend or
-# a collector is handed them; named, not imported (this module is a leaf).
-Engine = Any
-Burst = Any
-Config = Any
+if TYPE_CHECKING:  # the running Engine, the state of one burst and a BurstConfig, as a backend or a collector is
+    # handed them: named for the type checker only, never imported at run time (this module is a leaf)
+    from ortlab.engine.config import BurstConfig as Config
+    from ortlab.engine.loop import Engine
+    from ortlab.engine.loop import _Burst as Burst
+else:  # at run time the names stay importable, for the modules that annotate with them
+    Engine = Burst = Config = Any
 
 
 class BurstError(InputError):
     """A burst that cannot start as asked (bad argument, device or optimizer not available here)."""
 
 
-class Optimizer(StrEnum):
+class Choice(StrEnum):
+    """A closed set a burst is asked with: `Kind(value)` turns a user's plain string into the member, and a value
+    outside the set raises a BurstError naming the set and what it allows (the class's name, lower case)."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Choice:
+        raise BurstError(f"{cls.__name__.lower()} {value!r} is not allowed; allowed: {', '.join(cls)}{cls._besides()}"
+                         + did_you_mean(str(value), list(cls)))
+
+    @classmethod
+    def _besides(cls) -> str:
+        """What else is allowed where the set is asked for (said after the members)."""
+        return ""
+
+    def __repr__(self) -> str:  # the plain string, as the messages and a BurstConfig's repr have always shown it
+        return repr(self.value)
+
+
+class Optimizer(Choice):
     AUTO = "auto"  # the workload's own optimizer and scheduler when it brings them (a Trainer's), else adamw
     ADAMW = "adamw"
     SGD = "sgd"
@@ -36,23 +56,27 @@ class Optimizer(StrEnum):
     ZERO1 = "zero1"  # AdamW sharded across ranks
 
 
-class Precision(StrEnum):
+class Precision(Choice):
     FP32 = "fp32"
     FP16 = "fp16"  # CUDA only: torch.autocast float16 + GradScaler
     BF16 = "bf16"  # torch.autocast bfloat16, no GradScaler (CPU and CUDA; ORTModule: CUDA only)
 
 
-class Device(StrEnum):
+class Device(Choice):
     AUTO = "auto"
     CPU = "cpu"
     CUDA = "cuda"
 
 
-class Sampler(StrEnum):
+class Sampler(Choice):
     """How a workload's dataset is shared among ranks (ortlab.engine.sampling); None: in order."""
 
     DISTRIBUTED = "distributed"
     LOAD_BALANCING = "load_balancing"
+
+    @classmethod
+    def _besides(cls) -> str:
+        return " (or None: a dataset in order)"
 
 
 class TimeSource(StrEnum):

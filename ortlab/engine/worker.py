@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ortlab.engine import messages as m
 from ortlab.engine.orphan import on_parent_death
-from ortlab.run import mark
+from ortlab.run import RunStatus, mark
 
 PARENT_DIED = "the ortlab process that started this burst died (its kernel or command ended); the worker stopped"
 
@@ -37,7 +37,7 @@ class _Orphan:
     def die(self) -> None:
         if self.current is not None:
             with contextlib.suppress(OSError):  # the run's folder may be gone with its disk
-                mark(self.current, "crashed", error=PARENT_DIED)
+                mark(self.current, RunStatus.CRASHED, error=PARENT_DIED)
         remove_log(self.log)  # the run says why it ended; nobody is left to name the log
         os._exit(3)
 
