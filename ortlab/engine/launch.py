@@ -262,7 +262,7 @@ def _outcome(path: Path, result: dict[str, Any], stopped: str | None) -> tuple[s
         return (RunStatus.INTERRUPTED if clean else RunStatus.STOPPED), extra
     if result.get("ok") and rows and all(row["status"] == RunStatus.OK for row in rows):
         return RunStatus.OK, extra
-    fell_back = [run for run in ranks.values() if run.status == "fallback"]
+    fell_back = [run for run in ranks.values() if run.status == RunStatus.FALLBACK]
     if result.get("ok") and rows and fell_back and all(row["status"] in (RunStatus.OK, RunStatus.FALLBACK)
                                                        for row in rows):
         first = fell_back[0]
@@ -304,11 +304,11 @@ def _culprit(ranks: dict[int, Run], failures: dict[str, Any]) -> int | None:
     if own:
         return min(own)[1]
     died = [(f.get("timestamp") or 0, int(r)) for r, f in failures.items()
-            if int(r) in ranks and ranks[int(r)].status == "running"]
+            if int(r) in ranks and ranks[int(r)].status == RunStatus.RUNNING]
     if died:
         return min(died)[1]
-    waited = [r for r, run in ranks.items() if run.status == "failed"]
-    running = [(len(run.metrics), r) for r, run in ranks.items() if run.status == "running"]
+    waited = [r for r, run in ranks.items() if run.status == RunStatus.FAILED]
+    running = [(len(run.metrics), r) for r, run in ranks.items() if run.status == RunStatus.RUNNING]
     if waited and running:
         return min(running)[1]
     return min(waited) if waited else None

@@ -20,8 +20,22 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ortlab.enums import StrEnum
+from ortlab.run import RunStatus
+
 FILE = "verdict.json"  # in the other backend's run folder
-AGREE, DIVERGED, NOT_JUDGED = "agree", "diverged", "not judged"
+
+
+class VerdictStatus(StrEnum):
+    """What a verdict says (verdict.json's `status`); the tuner, the recommendation and the widgets compare
+    through it."""
+
+    AGREE = "agree"
+    DIVERGED = "diverged"
+    NOT_JUDGED = "not judged"
+
+
+AGREE, DIVERGED, NOT_JUDGED = VerdictStatus.AGREE, VerdictStatus.DIVERGED, VerdictStatus.NOT_JUDGED
 LOSS_NOISE_FACTOR = 10.0  # without float64: the loss may be this many times further from PyTorch's than the noise pair
 LOSS_FLOOR = 1e-5  # ... plus this much, relative to the loss
 LABELS = {"ortmodule": "ORT", "compile": "torch.compile"}  # whose gradient, in the headline
@@ -31,7 +45,7 @@ LABELS = {"ortmodule": "ORT", "compile": "torch.compile"}  # whose gradient, in 
 class Verdict:
     """`status`: agree, diverged or not judged; `headline`: the judgement in words; the evidence as plain data."""
 
-    status: str
+    status: VerdictStatus
     headline: str
     gradients: dict[str, Any] | None = None
     losses: dict[str, Any] | None = None
@@ -44,9 +58,12 @@ class Verdict:
         """Whether the two backends train different models."""
         return self.status == DIVERGED
 
+    def __post_init__(self) -> None:
+        self.status = VerdictStatus(self.status)  # read back from verdict.json: the plain string
+
     def to_dict(self) -> dict[str, Any]:
         """The verdict as plain data (verdict.json)."""
-        return asdict(self)
+        return {**asdict(self), "status": str(self.status)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
@@ -80,8 +97,8 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     from ortlab.verdict import ensemble as en
     from ortlab.verdict import state as states
 
-    if ortmodule is None or ortmodule.status != "ok" or pytorch.status != "ok":
-        which = ortmodule if ortmodule is not None and ortmodule.status != "ok" else pytorch
+    if ortmodule is None or ortmodule.status != RunStatus.OK or pytorch.status != RunStatus.OK:
+        which = ortmodule if ortmodule is not None and ortmodule.status != RunStatus.OK else pytorch
         return Verdict(NOT_JUDGED, f"not judged: the {which.backend} run ended {which.status}")
     evidence: list[str] = []  # what diverged, in words
     notes: list[str] = []
