@@ -41,9 +41,9 @@ class Checksums:
         if self._views and all(v.dtype == torch.int32 and v.is_cpu and v.is_contiguous() for v in self._views):
             self._kernel = sums_kernel()
         if self._kernel is not None:  # the views keep the parameters' memory alive, so these addresses stay valid
-            self._addresses = np.array([v.data_ptr() for v in self._views], np.int64)
-            self._counts = np.array([v.numel() for v in self._views], np.int64)
-            self._sums = np.zeros(len(self._views), np.uint32)
+            self._addresses: np.ndarray = np.array([v.data_ptr() for v in self._views], np.int64)
+            self._counts: np.ndarray = np.array([v.numel() for v in self._views], np.int64)
+            self._sums: np.ndarray = np.zeros(len(self._views), np.uint32)
 
     def __call__(self) -> list[int]:
         if self._kernel is not None:
