@@ -40,3 +40,37 @@ def test_the_check_reports_a_wrong_type(mypy_folder, tmp_path):
                            "--cache-dir", str(tmp_path / "cache"), str(bad)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1 and "bad.py:3: error: Incompatible types in assignment" in done.stdout, done.stdout
+
+
+def test_a_config_holds_members_and_writes_plain_strings():
+    """A user's strings become the closed sets' members; the run folder's config keeps the plain strings, and
+    reading it back gives the same config."""
+    import json
+
+    from ortlab.engine.config import BurstConfig
+    from ortlab.engine.types import Device, Optimizer, Precision, Sampler
+
+    cfg = BurstConfig(backend="pytorch", optimizer="sgd", precision=Precision.BF16, device="cpu",
+                      sampler="distributed")
+    assert (cfg.optimizer, cfg.precision, cfg.device, cfg.sampler) == (
+        Optimizer.SGD, Precision.BF16, Device.CPU, Sampler.DISTRIBUTED)
+    assert cfg.optimizer is Optimizer.SGD and cfg.device is Device.CPU
+    written = cfg.to_dict()
+    assert [type(written[k]) for k in ("optimizer", "precision", "device", "sampler")] == [str] * 4
+    assert json.loads(json.dumps(written))["optimizer"] == "sgd"
+    assert BurstConfig.from_dict(json.loads(json.dumps(written))) == cfg
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("device", "cdua", "device 'cdua' is not allowed; allowed: auto, cpu, cuda; did you mean cuda?"),
+    ("optimizer", "adam", "optimizer 'adam' is not allowed; allowed: auto, adamw, sgd, fused_adam, fp16_optimizer, "
+                          "zero1; did you mean adamw"),
+    ("sampler", "random", "sampler 'random' is not allowed; allowed: distributed, load_balancing (or None: a dataset "
+                          "in order)"),
+])
+def test_a_value_outside_a_closed_set_names_what_is_allowed(field, value, message):
+    from ortlab.engine.config import BurstConfig, BurstError
+
+    with pytest.raises(BurstError) as e:
+        BurstConfig(backend="pytorch", **{field: value})
+    assert str(e.value).startswith(message)
