@@ -61,7 +61,7 @@ class _Burst:
     stage: str = "setup"  # what the burst is doing now: named in a failure
     steps_done: int = 0
     forward_s: float = 0.0  # the last step's forward and loss: this process's own work (ortlab.engine.ranks)
-    status: RunStatus = RunStatus.OK
+    status: str = RunStatus.OK  # a RunStatus
     stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # what the burst enters for its length
     # (fixes, observers): Engine.run enters its own
     state: Any = None  # the backend's own state during the burst

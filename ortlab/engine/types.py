@@ -8,21 +8,13 @@ is asked with, which widgets and the CLI read instead of retyping (their values 
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ortlab.enums import StrEnum
 from ortlab.errors import InputError, did_you_mean
-
-if TYPE_CHECKING:  # the running Engine, the state of one burst and a BurstConfig, as a backend or a collector is
-    # handed them: named for the type checker only, never imported at run time (this module is a leaf)
-    from ortlab.engine.config import BurstConfig as Config
-    from ortlab.engine.loop import Engine
-    from ortlab.engine.loop import _Burst as Burst
-else:  # at run time the names stay importable, for the modules that annotate with them
-    Engine = Burst = Config = Any
 
 
 class BurstError(InputError):
@@ -118,6 +110,88 @@ class Transition:
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "step": self.step, "action": self.action, "reason": self.reason,
                 "changes": self.changes, "ort_exported": self.ort_exported}
+
+
+class Config(Protocol):
+    """What a backend or a collector reads of the burst's BurstConfig (ortlab.engine.config; a Protocol: this
+    module imports nothing from the engine). The type checker holds BurstConfig to it."""
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def parity(self) -> bool: ...
+
+    @property
+    def collect(self) -> dict[str, dict[str, Any]]: ...
+
+    @property
+    def compile(self) -> dict[str, Any]: ...
+
+    @property
+    def fixes(self) -> str | tuple[str, ...]: ...
+
+    @property
+    def distributed(self) -> bool: ...
+
+    def effective_options(self) -> Any: ...
+
+
+class Burst(Protocol):
+    """What a backend reads and sets of one running burst (ortlab.engine.loop._Burst): its config, folder, writer,
+    options, collectors and exit stack; the module that trains, its status and stage, its own state and records."""
+
+    @property
+    def cfg(self) -> Config: ...
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def writer(self) -> Any: ...
+
+    @property
+    def options(self) -> Any: ...
+
+    @property
+    def collectors(self) -> dict[str, Collector]: ...
+
+    @property
+    def stack(self) -> ExitStack: ...
+
+    @property
+    def first_inputs(self) -> Any: ...
+
+    @property
+    def extra(self) -> dict[str, Any]: ...
+
+    @property
+    def transitions(self) -> list[Transition]: ...
+
+    runner: Any
+    state: Any
+    stage: str
+    status: str  # an ortlab.run.RunStatus (ortlab.run is not imported here: it reaches the verdict, which reaches
+    # the engine)
+
+
+class Engine(Protocol):
+    """What a backend reads of the running engine (ortlab.engine.loop.Engine): the model and its workload, and a
+    transition the worker left for the next wrap."""
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def workload(self) -> Any: ...
+
+    pending_transition: Transition | None
 
 
 @runtime_checkable

@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ortlab.enums import StrEnum
-from ortlab.run import RunStatus
 
 FILE = "verdict.json"  # in the other backend's run folder
 
@@ -97,8 +96,9 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     from ortlab.verdict import ensemble as en
     from ortlab.verdict import state as states
 
-    if ortmodule is None or ortmodule.status != RunStatus.OK or pytorch.status != RunStatus.OK:
-        which = ortmodule if ortmodule is not None and ortmodule.status != RunStatus.OK else pytorch
+    # "ok" is ortlab.run.RunStatus.OK: ortlab.run reads verdicts, so the verdict does not import it
+    if ortmodule is None or ortmodule.status != "ok" or pytorch.status != "ok":
+        which = ortmodule if ortmodule is not None and ortmodule.status != "ok" else pytorch
         return Verdict(NOT_JUDGED, f"not judged: the {which.backend} run ended {which.status}")
     evidence: list[str] = []  # what diverged, in words
     notes: list[str] = []
