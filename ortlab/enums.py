@@ -9,7 +9,7 @@ import enum
 import sys
 
 if sys.version_info >= (3, 11):
-    StrEnum = enum.StrEnum  # novermin: the class below on 3.10
+    from enum import StrEnum  # novermin: the class below on 3.10
 else:
     class StrEnum(str, enum.Enum):
         """A member is its value as a string (Python 3.11's enum.StrEnum)."""

@@ -11,9 +11,9 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from enum import Enum
 from typing import Any
 
+from ortlab.enums import StrEnum
 from ortlab.errors import InputError, did_you_mean
 
 
@@ -21,7 +21,7 @@ class OptionError(InputError):
     """A bad option name or value; the message names the option, the value and what is allowed."""
 
 
-class ReadAt(str, Enum):
+class ReadAt(StrEnum):
     """When ORT 1.19.2 reads an option, and so what a change to it needs."""
 
     IMPORT = "import"  # once per process: a change needs a new worker (in a notebook: a kernel restart)
@@ -31,7 +31,7 @@ class ReadAt(str, Enum):
     NEVER = "never"  # documented, but 1.19.2 never reads it
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     BOOL = "bool"
     INT = "int"
     CHOICE = "choice"

@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ortlab.engine.backends import REFERENCE, has, label
+from ortlab.run import RunStatus
 from ortlab.speed import Ratio, Spread, of_runs, ratio
+from ortlab.verdict.judge import VerdictStatus
 
 CANT_TELL = "can't tell at this length"
 
@@ -61,7 +63,7 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
     pytorch = summaries.get(REFERENCE) or {}
     busy = any((s or {}).get("busy") for s in summaries.values())
     base = _spread(pytorch, spreads.get(REFERENCE))
-    if pytorch.get("status") != "ok" or base is None:
+    if pytorch.get("status") != RunStatus.OK or base is None:
         return Recommendation(REFERENCE, "the PyTorch run, the reference, did not finish: nothing to compare with",
                               busy=busy)
     reasons, faster, unclear, ratios = [], [], [], {}
@@ -71,11 +73,12 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
         name, summary = label(backend), summary or {}
         verdict = verdicts.get(backend)
         mine = _spread(summary, spreads.get(backend))
-        if summary.get("status") != "ok":
+        if summary.get("status") != RunStatus.OK:
             status = summary.get("status") or "not run"
-            reasons.append(f"{name} fell back to PyTorch" if status == "fallback" else f"{name}'s run: {status}")
-        elif verdict != "agree":
-            reasons.append(f"{name} trains a different model (verdict: diverged)" if verdict == "diverged"
+            reasons.append(f"{name} fell back to PyTorch" if status == RunStatus.FALLBACK
+                           else f"{name}'s run: {status}")
+        elif verdict != VerdictStatus.AGREE:
+            reasons.append(f"{name} trains a different model (verdict: diverged)" if verdict == VerdictStatus.DIVERGED
                            else f"{name}'s numerics were not judged")
         elif mine is None:
             reasons.append(f"{name} has no step time")
@@ -130,7 +133,7 @@ def recommend_runs(runs: Sequence[Any], verdicts: dict[str, str | None], earlier
 def same_burst(a: Any, b: Any) -> bool:
     """Two runs of one backend are repeats of one burst: the same model, steps, options and settings (their names,
     seeds and output folders aside), both finished."""
-    if a.status != "ok" or b.status != "ok":
+    if a.status != RunStatus.OK or b.status != RunStatus.OK:
         return False
     def key(run: Any) -> tuple:
         config = {k: v for k, v in (run.meta.get("config") or {}).items() if k not in ("name", "out", "seed")}

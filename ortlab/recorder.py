@@ -24,6 +24,7 @@ from typing import Any
 from ortlab import _ort, held
 from ortlab.errors import InputError
 from ortlab.options import Options
+from ortlab.run import RunStatus
 from ortlab.wrapping import info_of
 
 HANGING_LEVELS = ("INFO", "DEVINFO", "VERBOSE")
@@ -158,7 +159,8 @@ class Recorder:
             c.phase(self.steps, "loop")
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        status = "ok" if exc_type is None else "interrupted" if exc_type is KeyboardInterrupt else "failed"
+        status = RunStatus.OK if exc_type is None else RunStatus.INTERRUPTED if exc_type is KeyboardInterrupt \
+            else RunStatus.FAILED
         extra: dict[str, Any] = {}
         if exc is not None:
             extra["error"] = f"the recorded loop ended at step {self.steps} with {type(exc).__name__}: {exc}"
@@ -178,8 +180,8 @@ class Recorder:
                 from ortlab.compat.errors import fallback_record
 
                 extra["fallback"] = fallback_record(error, None)
-                if status == "ok":
-                    status = "fallback"
+                if status == RunStatus.OK:
+                    status = RunStatus.FALLBACK
                     extra["error"] = f"ORTModule fell back to PyTorch: {extra['fallback']['reason']}"
         if self.steps:
             from ortlab.verdict import state

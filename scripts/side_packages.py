@@ -2,9 +2,10 @@
 python scripts/side_packages.py [--lock NAME]... [FOLDER] (default lock: requirements-side.lock; default folder:
 <this environment>/side-<lock hash>; FOLDER only with one lock).
 
-Three side locks: requirements-side.lock (the newest transformers, for the model-family tests),
-requirements-zoo.lock (torchvision and timm, for the model-zoo tests of the verdict and of `check`) and
-requirements-report.lock (Google Model Explorer and its ONNX adapter, for the per-node overlay test). Each is
+Four side locks: requirements-side.lock (the newest transformers, for the model-family tests),
+requirements-zoo.lock (torchvision and timm, for the model-zoo tests of the verdict and of `check`),
+requirements-report.lock (Google Model Explorer and its ONNX adapter, for the per-node overlay test) and
+requirements-typecheck.lock (mypy, for the type check of the fast tier, tests/test_types.py). Each is
 installed with --no-deps beside the pinned torch, into its own folder, which goes first on PYTHONPATH for the
 processes that use it; ortlab's environment is not touched. Installed once: a `.complete` marker is written last,
 so an interrupted install is redone. A lock whose packages need a newer Python prints an empty line (the newest
@@ -19,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCKS = {"requirements-side.lock": (3, 11), "requirements-zoo.lock": (3, 10),  # each lock's oldest Python
-         "requirements-report.lock": (3, 10)}
+         "requirements-report.lock": (3, 10), "requirements-typecheck.lock": (3, 10)}
 
 
 def default_folder(lock: Path) -> Path:

@@ -9,6 +9,7 @@ from typing import Any
 from ortlab.activations.diff import compare
 from ortlab.activations.errors import FailedBurstError, StatsFileError
 from ortlab.activations.results import Divergence
+from ortlab.run import RunStatus
 
 # Not an ORT option: parity mode (dropout 0, compute optimizer off, deterministic algorithms) in both runs.
 PARITY = "parity"
@@ -100,7 +101,7 @@ def bisect(model: Any = None, model_kwargs: dict | None = None, *, steps: int = 
 
 
 def _check(run) -> None:
-    if run.status != "ok":
+    if run.status != RunStatus.OK:
         raise FailedBurstError(f"{run.backend} burst {run.path.name} ended {run.status}: {run.error}")
 
 
@@ -152,7 +153,7 @@ def _try(session, name: str, value: Any, options, steps: int, found: Divergence,
     except BurstError as e:  # e.g. an import-time option in an in-process session
         return {**row, "first divergence": f"not tried: {e}", "disappears": False, "evidence": "-"}
     row["run"] = run.path.name
-    if run.status != "ok":
+    if run.status != RunStatus.OK:
         return {**row, "first divergence": f"burst {run.status}: {run.error}", "disappears": False,
                 "evidence": "-"}
     try:

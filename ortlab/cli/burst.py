@@ -17,7 +17,7 @@ from ortlab.cli.common import (
     print_json,
     seed,
 )
-from ortlab.run import ENDED_EARLY
+from ortlab.run import ENDED_EARLY, RunStatus
 
 
 def cmd_burst(args) -> int:
@@ -90,7 +90,7 @@ def outcome(runs, comparison, allow_fallback: bool) -> int:
     back (unless allowed) or a verdict that diverged; else 0."""
     for run in runs:
         for key in ("error", "hint"):
-            if run.meta.get(key) and run.status != "ok":
+            if run.meta.get(key) and run.status != RunStatus.OK:
                 print(f"ortlab burst: {run.backend}: {run.meta[key]}", file=sys.stderr)
     if any(r.status in ENDED_EARLY for r in runs):
         return 130
@@ -98,7 +98,7 @@ def outcome(runs, comparison, allow_fallback: bool) -> int:
         if comparison is not None else []
     for verdict in diverged:
         print(f"ortlab burst: {verdict.headline}", file=sys.stderr)
-    accepted = ("ok", "fallback") if allow_fallback else ("ok",)
+    accepted = (RunStatus.OK, RunStatus.FALLBACK) if allow_fallback else (RunStatus.OK,)
     return 1 if diverged or not all(r.status in accepted for r in runs) else 0
 
 

@@ -13,6 +13,7 @@ from ortlab.cli.common import (
     positive_int,
     print_json,
 )
+from ortlab.run import RunStatus
 
 
 def cmd_plans(args) -> int:
@@ -27,7 +28,7 @@ def cmd_plans(args) -> int:
         if args.sweep:
             return _print_sweep(plan_sweep(session, steps=steps), args.json)
         run = session.burst("ortmodule", steps, {}, collect={"plans": {}}, progress=False)
-        if run.status != "ok":
+        if run.status != RunStatus.OK:
             print(f"ortlab plans: the burst {run.status}: {run.error}", file=sys.stderr)
             return 1
         return _print_plans(run, args.json)

@@ -72,7 +72,7 @@ class Blocker:
         where = ", ".join(x for x in (f"{modules} {self.module}" if self.module else None,
                                       f"at {self.source}" if self.source else None) if x)
         types = f" on {', '.join(self.dtypes)}" if self.dtypes else ""
-        device = {True: "; ORT has it on CUDA", False: "; not on CUDA either"}.get(self.cuda, "")
+        device = "" if self.cuda is None else "; ORT has it on CUDA" if self.cuda else "; not on CUDA either"
         text = f"{self.kind}: {self.op}{types}" + (f" ({where}{device})" if where else f" ({device[2:]})" if device
                                                    else "")
         if self.count > 1:

@@ -124,7 +124,8 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
             verified(model, inputs, found, opset, log, chosen)  # what is left, with the fixes that would remove it
     seconds["verify fixes"] = time.perf_counter() - started
     remaining, exported = found.blockers, found.exported
-    trains, hazards = None, []
+    trains = None
+    hazards: list[dict[str, Any]] = []
     if train_step and not remaining:
         started = time.perf_counter()
         added: dict[str, set] = {}  # a fix a step named -> the blockers (keys) it was named for

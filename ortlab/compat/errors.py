@@ -51,7 +51,8 @@ class ReadError:
         lead = ", ".join(x for x in (self.op and f"op {self.op}", self.dtype and f"dtype {self.dtype}",
                                      self.node and f"node {self.node}") if x)
         tail = " ".join(x for x in (self.code, self.location and f"at {self.location}") if x)
-        text = f"{lead}: {self.message}" if lead and (self.op or self.node) not in self.message else self.message
+        subject = self.op or self.node  # the message may name it already
+        text = f"{lead}: {self.message}" if lead and not (subject and subject in self.message) else self.message
         return f"{text} (ORT {tail})" if tail else text
 
 
@@ -67,8 +68,8 @@ def read_error(text: str) -> ReadError:
         code, body = m["code"], m["rest"]
     if m := _ENFORCE.search(body):
         body = m["rest"]
-    elif location and body is text:  # an ORT_THROW: the signature ends where the message starts
-        body = _after_signature(text[_LOCATION.search(text).end():])
+    elif location and body is text and (where := _LOCATION.search(text)):  # an ORT_THROW: the signature ends
+        body = _after_signature(text[where.end():])  # where the message starts
     body = " ".join(body.split())
     op = node = dtype = None
     for pattern in _SHAPES:
@@ -101,13 +102,14 @@ def readable(text: str) -> str:
 
 def failure_stage(exc: BaseException) -> str | None:
     """Where inside ORTModule an exception came from, named from the deepest ORT frames of its traceback."""
-    frames = []
+    frames: list[traceback.FrameSummary] = []
     seen = set()
     first = exc
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        frames += traceback.extract_tb(exc.__traceback__)
-        exc = exc.__cause__ or exc.__context__
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        frames += traceback.extract_tb(link.__traceback__)
+        link = link.__cause__ or link.__context__
     names = [(f.filename, f.name) for f in frames if "onnxruntime" in f.filename]
     for needle, stage in _ort.FAILURE_STAGES:
         hits = [(file, name) for file, name in names if needle in file or name == needle]

@@ -26,7 +26,7 @@ from typing import Any
 from ortlab.engine import messages as m
 from ortlab.errors import OrtlabError
 from ortlab.options import Options, ReadAt
-from ortlab.run import mark
+from ortlab.run import RunStatus, mark
 
 KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
 _log_numbers = itertools.count()
@@ -235,11 +235,13 @@ class Client:
                     raise WorkerError(f"the worker died ({what}) before the burst started; its log: {w.log_path}\n"
                                       f"{tail(w.log_path)}")
                 if stop_requested.is_set():
-                    mark(path, "stopped", error=f"stopped: the worker was terminated ({what}) because "
-                                               f"{grace.reason or 'it did not end the burst after the Stop request'}")
+                    mark(path, RunStatus.STOPPED,
+                         error=f"stopped: the worker was terminated ({what}) because "
+                               f"{grace.reason or 'it did not end the burst after the Stop request'}")
                 else:
-                    mark(path, "crashed", error=f"the worker process died ({what}) during the burst; the log is kept "
-                                               f"in {path / 'log.txt'}, the worker's in {w.log_path}")
+                    mark(path, RunStatus.CRASHED,
+                         error=f"the worker process died ({what}) during the burst; the log is kept "
+                               f"in {path / 'log.txt'}, the worker's in {w.log_path}")
                 return path
             if isinstance(msg, m.Started):
                 path = Path(msg.path)

@@ -12,12 +12,13 @@ from typing import Any
 
 from ortlab.engine.backends import check_available, checked_settings, registered
 from ortlab.engine.collectors import check as check_collectors
-from ortlab.engine.types import BurstError, Device, Optimizer, Precision, Sampler
+from ortlab.engine.types import BurstError, Choice, Device, Optimizer, Precision, Sampler
 from ortlab.options import Options
 
 __all__ = ["BurstConfig", "BurstError", "make_optimizer", "resolve_device"]
 
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
+CHOICES: dict[str, type[Choice]] = {"optimizer": Optimizer, "precision": Precision, "device": Device}
 _ELSEWHERE: ContextVar[bool] = ContextVar("ortlab_config_elsewhere", default=False)
 
 
@@ -31,6 +32,7 @@ def made_elsewhere() -> Iterator[None]:
     finally:
         _ELSEWHERE.reset(token)
 
+
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -40,11 +42,13 @@ class BurstConfig:
     backend: str = "ortmodule"
     steps: int = 20
     options: Options = field(default_factory=Options)
-    optimizer: str = "auto"  # the workload's own (Workload.optimizer) when it brings one, else adamw
+    # the closed sets (engine.types) are members of their Enum once the config exists; a plain string is taken
+    # and turned into its member, and to_dict() writes the plain strings
+    optimizer: Optimizer = Optimizer.AUTO  # the workload's own (Workload.optimizer) when it brings one, else adamw
     lr: float = 1e-3
     seed: int = 0
-    precision: str = "fp32"
-    device: str = "auto"
+    precision: Precision = Precision.FP32
+    device: Device = Device.AUTO
     parity: bool = False
     out: str = "runs"
     name: str | None = None
@@ -55,7 +59,7 @@ class BurstConfig:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     save_checkpoint: bool = False
-    sampler: str | None = None  # for a workload with a dataset (ortlab.engine.sampling)
+    sampler: Sampler | None = None  # for a workload with a dataset (ortlab.engine.sampling)
     # compatibility fixes for ORTModule bursts (ortlab.compat.registry): "auto" (what `ortlab check` recommends
     # for this model), fix names, or () for none; a PyTorch burst runs the model as written
     fixes: str | tuple[str, ...] = ()
@@ -66,17 +70,11 @@ class BurstConfig:
     compile: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        def check(label, value, allowed):
-            if value not in [str(a) for a in allowed]:
-                raise BurstError(f"{label} {value!r} is not allowed; allowed: {', '.join(allowed)}")
-
         registered(self.backend)
-        check("optimizer", self.optimizer, Optimizer)
-        check("precision", self.precision, Precision)
-        check("device", self.device, Device)
-        if self.sampler is not None and self.sampler not in [str(s) for s in Sampler]:
-            raise BurstError(f"sampler {self.sampler!r} is not allowed; allowed: {', '.join(Sampler)} (or None: "
-                             "a dataset in order)")
+        for name, choice in CHOICES.items():  # Choice(value): the member, or a BurstError naming what is allowed
+            object.__setattr__(self, name, choice(getattr(self, name)))
+        if self.sampler is not None:
+            object.__setattr__(self, "sampler", Sampler(self.sampler))
         if self.sampler == Sampler.LOAD_BALANCING:
             from ortlab.stacks import ortmodule_unavailable
 
@@ -136,7 +134,7 @@ class BurstConfig:
                              "so that the launches on every machine find each other")
         if not isinstance(self.save_checkpoint, bool):
             raise BurstError(f"save_checkpoint {self.save_checkpoint!r} is not allowed; allowed: True or False")
-        if self.optimizer == "zero1" and not self.distributed:
+        if self.optimizer is Optimizer.ZERO1 and not self.distributed:
             raise BurstError("optimizer 'zero1' shards AdamW across processes and needs nproc * nnodes >= 2; "
                              f"with one process use one of: {', '.join(o for o in Optimizer if o != Optimizer.ZERO1)}")
         if self.save_checkpoint and not self.distributed:
@@ -155,6 +153,8 @@ class BurstConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["options"] = self.options.to_dict()
+        for name in (*CHOICES, "sampler"):  # plain strings, as runs on disk have always said
+            d[name] = None if d[name] is None else str(d[name])
         return d
 
     @classmethod
@@ -162,7 +162,7 @@ class BurstConfig:
         return cls(**{**d, "options": Options(d.get("options") or {})})
 
 
-def resolve_device(requested: str):
+def resolve_device(requested: Device | str):
     import torch
 
     if requested == "cuda" and not torch.cuda.is_available():
@@ -172,7 +172,7 @@ def resolve_device(requested: str):
     return torch.device(requested)
 
 
-def make_optimizer(name: str, params, lr: float, device):
+def make_optimizer(name: Optimizer | str, params, lr: float, device):
     import torch
 
     if name in ("adamw", "auto"):  # "auto" here: the workload brought no optimizer of its own

@@ -41,9 +41,9 @@ class Checksums:
         if self._views and all(v.dtype == torch.int32 and v.is_cpu and v.is_contiguous() for v in self._views):
             self._kernel = sums_kernel()
         if self._kernel is not None:  # the views keep the parameters' memory alive, so these addresses stay valid
-            self._addresses = np.array([v.data_ptr() for v in self._views], np.int64)
-            self._counts = np.array([v.numel() for v in self._views], np.int64)
-            self._sums = np.zeros(len(self._views), np.uint32)
+            self._addresses: np.ndarray = np.array([v.data_ptr() for v in self._views], np.int64)
+            self._counts: np.ndarray = np.array([v.numel() for v in self._views], np.int64)
+            self._sums: np.ndarray = np.zeros(len(self._views), np.uint32)
 
     def __call__(self) -> list[int]:
         if self._kernel is not None:
@@ -106,6 +106,8 @@ class Exchange:
     def ride(self, loss: torch.Tensor) -> torch.Tensor:
         """`loss`, unchanged, with the rider's gradient attached: the posted row (zeros when nothing was posted; DDP
         expects a gradient for every parameter in every backward)."""
+        if self.rider is None:
+            raise RuntimeError("ride() before carrier(): the rider parameter does not exist yet")
         block = torch.zeros(self.world, self.width, dtype=torch.float32, device=self.rider.device)
         if self._row is not None:
             block[self.rank] = self._row.to(self.rider.device) * self.world  # DDP averages: the sum is what is sent
@@ -113,7 +115,7 @@ class Exchange:
         return _Ride.apply(loss, self.rider, block.view(-1))
 
     def collect(self, device: torch.device) -> Table:
-        if self._carried and self.rider.grad is not None:  # _carried: ride() ran, so the rider exists
+        if self._carried and self.rider is not None and self.rider.grad is not None:  # ride() ran
             block = self.rider.grad.view(self.world, self.width)
             self.rider.grad = None
         else:
@@ -124,6 +126,8 @@ class Exchange:
                      stop=[round(r[2 * self.n]) != 0 for r in rows], figures=[r[2 * self.n + 1:] for r in rows])
 
     def _gather(self, device: torch.device) -> torch.Tensor:
+        if self._row is None:
+            raise RuntimeError("collect() before post(): no row to send")
         row = self._row.to(device)
         everyone = torch.empty(self.world * self.width, dtype=torch.float32, device=device)
         dist.all_gather_into_tensor(everyone, row)

@@ -30,7 +30,7 @@ from ortlab.engine.config import BurstConfig, BurstError, resolve_device
 from ortlab.engine.machine import available_cores, load_average, warn_oversubscribed
 from ortlab.engine.orphan import on_parent_death
 from ortlab.options import Options
-from ortlab.run import Run, RunWriter, load_run, mark, new_run_dir, write_json
+from ortlab.run import Run, RunStatus, RunWriter, load_run, mark, new_run_dir, write_json
 
 KILL_GRACE_S = 5.0  # after SIGTERM to the agent, before SIGKILL
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("ORTLAB_COLLECTIVE_TIMEOUT_S", 300))  # no collective waits forever
@@ -71,7 +71,7 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
         stop = _follow(proc, path, cfg.nproc, writer, on_step, should_stop, stop_again)
     except BaseException as e:  # e.g. a callback that raised: no rank outlives the burst, no run stays "running"
         _end(proc)
-        writer.finish("failed", error=f"the launching process failed while following the ranks: {e!r}")
+        writer.finish(RunStatus.FAILED, error=f"the launching process failed while following the ranks: {e!r}")
         raise
     result = _read_json(spec_dir / "result.json") or {"error": f"the launcher ended with code {proc.returncode} "
                                                                f"without a result; its log: {path / 'log.txt'}"}
@@ -100,7 +100,8 @@ def _check_graphs(local: list[Path], extra: dict[str, Any]) -> None:
     from ortlab.graphs.ranks import check
 
     runs = [load_run(p) for p in local if (p / "meta.json").is_file()]
-    info = check({int(r.path.name): run_stage_folders(r) for r in runs if r.status in ("ok", "interrupted")})
+    info = check({int(r.path.name): run_stage_folders(r) for r in runs
+                  if r.status in (RunStatus.OK, RunStatus.INTERRUPTED)})
     if info is not None:
         extra["rank_graphs"] = info
         if not info["identical"]:
@@ -222,16 +223,16 @@ def _outcome(path: Path, result: dict[str, Any], stopped: str | None) -> tuple[s
     for r, run in ranks.items():
         if r == culprit:
             _mark_culprit(r, run, failures.get(str(r)))
-        elif run.status == "running":  # ended by the agent
+        elif run.status == RunStatus.RUNNING:  # ended by the agent
             why = ("the Stop request" if stopped is not None else f"rank {culprit} failed" if culprit is not None
                    else "the launch")
-            mark(run.path, "stopped", error=f"rank {r} was ended by the launcher after {why}")
-        elif culprit is not None and run.status == "failed" and run.meta.get("collective"):
-            write_json(run.path / "meta.json", {**run.meta, "status": "stopped",
+            mark(run.path, RunStatus.STOPPED, error=f"rank {r} was ended by the launcher after {why}")
+        elif culprit is not None and run.status == RunStatus.FAILED and run.meta.get("collective"):
+            write_json(run.path / "meta.json", {**run.meta, "status": str(RunStatus.STOPPED),
                                                 "error": f"stopped after rank {culprit} failed: {run.error}"})
     ranks = _rank_runs(path)
     rows = [_rank_row(r, run) for r, run in ranks.items()]
-    rows += [{"rank": int(r), "status": "crashed", "error": f"ended ({_signal_name(f['exitcode'])}) before its "
+    rows += [{"rank": int(r), "status": RunStatus.CRASHED, "error": f"ended ({_signal_name(f['exitcode'])}) before its "
               f"burst started: {f['message']}"} for r, f in failures.items() if int(r) not in ranks]
     extra: dict[str, Any] = {"ranks": sorted(rows, key=lambda row: row["rank"])}
     synced = [run.meta["in_sync"] for run in ranks.values() if "in_sync" in run.meta]
@@ -253,22 +254,23 @@ def _outcome(path: Path, result: dict[str, Any], stopped: str | None) -> tuple[s
         others = "; the other ranks were stopped" if len(ranks) > 1 else ""
         extra["error"] = f"{run.error or f'rank {culprit} failed'}{others}; its log: {run.path / 'log.txt'}"
         extra["failed_rank"] = culprit
-        return ("crashed" if run.status == "crashed" else "failed"), extra
+        return (RunStatus.CRASHED if run.status == RunStatus.CRASHED else RunStatus.FAILED), extra
     if stopped is not None:
-        clean = bool(rows) and {row["status"] for row in rows} <= {"ok", "interrupted"}
+        clean = bool(rows) and {row["status"] for row in rows} <= {RunStatus.OK, RunStatus.INTERRUPTED}
         extra["error"] = ("interrupted by the user: every rank ended after the same step" if clean else
                           f"stopped: the ranks were ended because {stopped or 'they did not end after the Stop'}")
-        return ("interrupted" if clean else "stopped"), extra
-    if result.get("ok") and rows and all(row["status"] == "ok" for row in rows):
-        return "ok", extra
-    fell_back = [run for run in ranks.values() if run.status == "fallback"]
-    if result.get("ok") and rows and fell_back and all(row["status"] in ("ok", "fallback") for row in rows):
+        return (RunStatus.INTERRUPTED if clean else RunStatus.STOPPED), extra
+    if result.get("ok") and rows and all(row["status"] == RunStatus.OK for row in rows):
+        return RunStatus.OK, extra
+    fell_back = [run for run in ranks.values() if run.status == RunStatus.FALLBACK]
+    if result.get("ok") and rows and fell_back and all(row["status"] in (RunStatus.OK, RunStatus.FALLBACK)
+                                                       for row in rows):
         first = fell_back[0]
         extra.update(error=f"rank {first.meta.get('rank')}: {first.error}", fallback=first.meta.get("fallback"))
-        return "fallback", extra
+        return RunStatus.FALLBACK, extra
     detail = result.get("error") or "; ".join(f"rank {row['rank']}: {row['error']}" for row in rows if "error" in row)
     extra["error"] = f"the launch failed: {detail or 'no rank reported'}; see {path / 'log.txt'}"
-    return "failed", extra
+    return RunStatus.FAILED, extra
 
 
 def _rank_runs(path: Path) -> dict[int, Run]:
@@ -279,7 +281,7 @@ def _rank_row(rank: int, run: Run) -> dict[str, Any]:
     merged = {**run.summary(), **run.meta, "rank": rank, "status": run.status}
     row = {k: merged.get(k) for k in RANK_KEYS}
     row.update(balance.rank_fields(run.metrics))
-    if run.status != "ok" and run.error:
+    if run.status != RunStatus.OK and run.error:
         row["error"] = run.error
     return row
 
@@ -288,39 +290,40 @@ def _own_failures(failures: dict[str, Any], ranks: dict[int, Run]) -> dict[str, 
     """The agent's failure records less the ranks it ended itself: once a rank fails, torch 2.7+'s agent ends the
     ones still running with SIGTERM and reports them too (2.6 reported only the first). A rank it ended while
     another had failed waiting for it in a collective did not die by itself: it hung."""
-    waited = any(run.status == "failed" and run.meta.get("collective") for run in ranks.values())
+    waited = any(run.status == RunStatus.FAILED and run.meta.get("collective") for run in ranks.values())
     return {r: f for r, f in failures.items()
             if not (waited and f.get("exitcode") == -signal.SIGTERM and int(r) in ranks
-                    and ranks[int(r)].status == "running")}
+                    and ranks[int(r)].status == RunStatus.RUNNING)}
 
 
 def _culprit(ranks: dict[int, Run], failures: dict[str, Any]) -> int | None:
     """The rank that ended the burst: one that failed by itself (not in a collective because a peer was gone),
     else one that died, else one still running while the others timed out waiting for it (it hung)."""
     own = [(run.meta.get("failed_at") or float("inf"), r) for r, run in ranks.items()
-           if run.status == "failed" and not run.meta.get("collective")]
+           if run.status == RunStatus.FAILED and not run.meta.get("collective")]
     if own:
         return min(own)[1]
     died = [(f.get("timestamp") or 0, int(r)) for r, f in failures.items()
-            if int(r) in ranks and ranks[int(r)].status == "running"]
+            if int(r) in ranks and ranks[int(r)].status == RunStatus.RUNNING]
     if died:
         return min(died)[1]
-    waited = [r for r, run in ranks.items() if run.status == "failed"]
-    running = [(len(run.metrics), r) for r, run in ranks.items() if run.status == "running"]
+    waited = [r for r, run in ranks.items() if run.status == RunStatus.FAILED]
+    running = [(len(run.metrics), r) for r, run in ranks.items() if run.status == RunStatus.RUNNING]
     if waited and running:
         return min(running)[1]
     return min(waited) if waited else None
 
 
 def _mark_culprit(rank: int, run: Run, failure: dict[str, Any] | None) -> None:
-    if run.status != "running":
+    if run.status != RunStatus.RUNNING:
         return
     step = len(run.metrics)
     if failure is not None:
-        mark(run.path, "crashed", error=f"rank {rank} died ({_signal_name(failure['exitcode'])}) during step {step}")
+        mark(run.path, RunStatus.CRASHED,
+             error=f"rank {rank} died ({_signal_name(failure['exitcode'])}) during step {step}")
     else:
-        mark(run.path, "failed", error=f"rank {rank} hung in step {step}: the other ranks waited "
-                                       f"{COLLECTIVE_TIMEOUT_S:.0f} s for it in a collective")
+        mark(run.path, RunStatus.FAILED, error=f"rank {rank} hung in step {step}: the other ranks waited "
+                                                 f"{COLLECTIVE_TIMEOUT_S:.0f} s for it in a collective")
 
 
 def _signal_name(code: int) -> str:

@@ -31,7 +31,7 @@ from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
 from ortlab.engine.types import BurstError, Transition
 from ortlab.options import Options, ReadAt
-from ortlab.run import RunWriter, new_run_dir
+from ortlab.run import RunStatus, RunWriter, new_run_dir
 from ortlab.snapshot import Snapshot
 from ortlab.versions import versions
 from ortlab.workload import ModelRef, call_model, to_device
@@ -61,8 +61,9 @@ class _Burst:
     stage: str = "setup"  # what the burst is doing now: named in a failure
     steps_done: int = 0
     forward_s: float = 0.0  # the last step's forward and loss: this process's own work (ortlab.engine.ranks)
-    status: str = "ok"
-    stack: contextlib.ExitStack | None = None  # what the burst enters for its length (fixes, observers)
+    status: str = RunStatus.OK  # a RunStatus
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # what the burst enters for its length
+    # (fixes, observers): Engine.run enters its own
     state: Any = None  # the backend's own state during the burst
     began: bool = False  # the backend began the burst (its outcome, finish and write are due)
     first: dict[str, Any] | None = None  # a parity burst's first step (ortlab.verdict.record): judged elsewhere
@@ -198,7 +199,7 @@ class Engine:
                 try:
                     self._train(b, on_step, should_stop)
                 except KeyboardInterrupt:
-                    b.status = "interrupted"
+                    b.status = RunStatus.INTERRUPTED
                     b.extra["error"] = f"interrupted by the user during step {b.steps_done} ({b.stage})"
                 except Exception as e:
                     self._failed(b, e)
@@ -217,7 +218,7 @@ class Engine:
             if b.first is not None and b.steps_done:
                 self._record(b)
         except KeyboardInterrupt:  # Ctrl-C while the burst's outputs were being entered or written: said, not "ok"
-            b.status = "interrupted"
+            b.status = RunStatus.INTERRUPTED
             b.extra.setdefault("error", f"interrupted by the user after step {b.steps_done} ({b.stage}), while "
                                         "the run's files were written: some may be missing")
         finally:
@@ -268,7 +269,7 @@ class Engine:
             self.current = self.backend(cfg.backend)
         except BaseException as e:
             interrupted = isinstance(e, KeyboardInterrupt)
-            writer.finish("interrupted" if interrupted else "failed",
+            writer.finish(RunStatus.INTERRUPTED if interrupted else RunStatus.FAILED,
                           error="interrupted by the user before its first step" if interrupted
                           else f"the burst could not start: {type(e).__name__}: {e}")
             raise
@@ -362,6 +363,7 @@ class Engine:
                 with b.backend.forward(self, b, step, inputs):
                     outputs = call_model(b.runner, inputs)
                 b.stage = "loss"
+                assert self.workload.loss is not None  # a Workload has loss or step_loss (ortlab.workload)
                 loss = self.workload.loss(outputs, target)
         if self.time_forward and b.device.type == "cuda":
             torch.cuda.synchronize()  # the forward's kernels are asynchronous
@@ -395,7 +397,7 @@ class Engine:
 
     def _failed(self, b: _Burst, e: Exception) -> None:
         """A failed burst: the stage named (inside a backend: where the backend says), a hint when one is known."""
-        b.status = "failed"
+        b.status = RunStatus.FAILED
         where = (b.backend.where_failed(self, b, e) if b.began else None) or b.stage
         b.extra["error"] = f"{b.cfg.backend} burst failed in {where} at step {b.steps_done}: {root_message(e)}"
         b.extra["failed_stage"] = where

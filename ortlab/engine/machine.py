@@ -35,8 +35,8 @@ def available_cores() -> int:
 
 def _cgroup_quota() -> float | None:
     try:  # cgroup v2: "max 100000" or "200000 100000"
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
+        limit, every = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if limit == "max" else int(limit) / int(every)
     except (OSError, ValueError):
         pass
     try:  # cgroup v1

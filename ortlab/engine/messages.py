@@ -17,7 +17,7 @@ class Init:
     kind: str
     target: Any
     kwargs: tuple
-    label: str | None
+    label: str
     seed: int
     import_options: dict[str, Any]
     snapshot: str | None = None

@@ -11,7 +11,12 @@ def chain(*callbacks: Callable[[dict], None] | None) -> Callable[[dict], None] |
     live = [c for c in callbacks if c]
     if not live:
         return None
-    return lambda row: [c(row) for c in live]
+
+    def call(row: dict) -> None:
+        for c in live:
+            c(row)
+
+    return call
 
 
 class Bar:

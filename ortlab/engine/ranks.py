@@ -28,7 +28,7 @@ from ortlab.engine.orphan import on_parent_death
 from ortlab.engine.sampling import Feed
 from ortlab.errors import InputError
 from ortlab.options import Options
-from ortlab.run import RunWriter, load_run
+from ortlab.run import RunStatus, RunWriter, load_run
 from ortlab.snapshot import Snapshot
 
 CHECKPOINT = "checkpoint.pt"
@@ -67,6 +67,12 @@ class RankEngine(Engine):
         self._sums: list[int] = []  # the step's checksums and Stop flag, taken as it began
         self._stop = False
 
+    def _checksums_now(self) -> list[int]:
+        """The parameters' checksums now (set once the burst has prepared)."""
+        if self.checksums is None:
+            raise RuntimeError("parameter checksums asked for before the burst prepared")
+        return self.checksums()
+
     def _feed(self, cfg: BurstConfig) -> Feed:
         return Feed(self.workload, cfg.sampler, self.world, self.rank, cfg.seed)
 
@@ -82,9 +88,9 @@ class RankEngine(Engine):
         b.writer.write("meta.json", b.writer.meta)
         b.extra["in_sync"] = True
         self.checksums = Checksums(list(self.model.parameters()))  # after the model moved to the burst's device
-        stats = b.collectors.get("stats")
-        if stats is not None:  # the gradients every rank must agree on: after the all-reduce, before the update
-            b.optimizer.register_step_pre_hook(lambda *_: stats.on_parameter_grads(self.model.named_parameters()))
+        on_grads = getattr(b.collectors.get("stats"), "on_parameter_grads", None)  # collector "stats"'s
+        if on_grads is not None:  # the gradients every rank must agree on: after the all-reduce, before the update
+            b.optimizer.register_step_pre_hook(lambda *_: on_grads(self.model.named_parameters()))
         return b
 
     def _ddp(self, module: torch.nn.Module, b: _Burst):
@@ -119,7 +125,7 @@ class RankEngine(Engine):
         if step == 0:
             self.first_step_at = started
         b.stage = "in-sync check"
-        self._sums, self._stop = self.checksums(), self.stop_file.exists()
+        self._sums, self._stop = self._checksums_now(), self.stop_file.exists()
         row = super()._step(b, step)
         row["started_s"] = started - self.first_step_at  # consecutive starts: whole iterations, all included
         b.stage = "in-sync check"
@@ -140,7 +146,7 @@ class RankEngine(Engine):
     def _last_check(self, b: _Burst) -> None:
         """The parameters after the last update (no step begins with them): an all-gather of its own."""
         b.stage = "in-sync check"
-        self.exchange.post(self.checksums(), self.stop_file.exists())
+        self.exchange.post(self._checksums_now(), self.stop_file.exists())
         self._settle(b, b.steps_done, self.exchange.collect(b.device))
 
     def _settle(self, b: _Burst, step: int, table: Table) -> bool:
@@ -164,7 +170,7 @@ class RankEngine(Engine):
             name_of = {id(p): n for n, p in self.model.named_parameters()}
             owned = {name_of[id(p)]: p.detach().float().cpu() for group in b.optimizer.optim.param_groups
                      for p in group["params"]}
-            shards = [None] * self.world if self.rank == 0 else None
+            shards: list[Any] | None = [None] * self.world if self.rank == 0 else None
             dist.gather_object(owned, shards, dst=0)
             owned = {k: v for shard in shards or [] for k, v in shard.items()}
         if self.rank != 0:
@@ -201,7 +207,7 @@ def _log_to(path: Path) -> None:
 def _failed_early(folder: Path, cfg: BurstConfig, rank: int, error: str, bad_input: str | None = None) -> None:
     writer = RunWriter(folder, {"backend": cfg.backend, "config": cfg.to_dict(), "rank": rank, "pid": os.getpid()})
     extra = {"bad_input": bad_input} if bad_input else {}
-    writer.finish("failed", error=error, failed_at=time.time(), **extra)
+    writer.finish(RunStatus.FAILED, error=error, failed_at=time.time(), **extra)
     print(f"[ortlab] {error}", flush=True)
 
 
@@ -237,7 +243,7 @@ def main(spec_path: str) -> int:
         return 1
     status = load_run(path).status
     dist.destroy_process_group()
-    return 0 if status in ("ok", "interrupted") else 1
+    return 0 if status in (RunStatus.OK, RunStatus.INTERRUPTED) else 1
 
 
 if __name__ == "__main__":

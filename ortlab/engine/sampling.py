@@ -9,6 +9,7 @@ longest sample computes) and `padding` (tokens - load)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ortlab.engine.types import BurstError
@@ -46,8 +47,10 @@ class Feed:
     def batch(self, step: int) -> tuple[Any, Any]:
         indices = self.indices(step)
         if indices is None:
+            assert self.workload.batch is not None  # a Workload without a dataset has batch(step)
             return self.workload.batch(step * self.world + self.rank)
-        return self.workload.collate([self.workload.dataset[i] for i in indices])
+        dataset, collate, _ = self._data()
+        return collate([dataset[i] for i in indices])
 
     def load(self, step: int) -> dict[str, int] | None:
         """`samples`, `load`, `tokens`, `padding` of this process's batch at `step`, or None without complexity."""
@@ -60,13 +63,13 @@ class Feed:
 
     def _cost(self, i: int) -> int:
         if i not in self._complexity:
-            self._complexity[i] = int(self.workload.complexity(self.workload.dataset[i]))
+            self._complexity[i] = self._cost_of_sample(self._data()[0][i])
         return self._complexity[i]
 
     def _epoch(self, epoch: int) -> list[list[int]]:
         """This rank's batches of one pass over the dataset (the same count on every rank)."""
         if epoch not in self._epochs:
-            size, dataset = self.workload.batch_size, self.workload.dataset
+            dataset, _, size = self._data()
             if self.sampler == "distributed":
                 from torch.utils.data import DistributedSampler
 
@@ -90,4 +93,12 @@ class Feed:
         return self._epochs[epoch]
 
     def _cost_of_sample(self, sample: Any) -> int:
-        return int(self.workload.complexity(sample))
+        complexity = self.workload.complexity
+        assert complexity is not None  # asked only with it: load() checks, the load-balancing sampler needs it
+        return int(complexity(sample))
+
+    def _data(self) -> tuple[Sequence[Any], Callable[[list[Any]], tuple[Any, Any]], int]:
+        """The workload's dataset, collate and batch size: a Workload with a dataset has all three (its checks)."""
+        w = self.workload
+        assert w.dataset is not None and w.collate is not None and w.batch_size is not None
+        return w.dataset, w.collate, w.batch_size

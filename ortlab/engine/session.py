@@ -20,6 +20,7 @@ from ortlab.engine import messages as m
 from ortlab.engine.backends import parse_backends
 from ortlab.engine.client import Client, WorkerError
 from ortlab.engine.progress import Bar, chain
+from ortlab.engine.types import Device, Optimizer, Precision, Sampler
 from ortlab.options import Options
 from ortlab.run import ENDED_EARLY, Run, load_run
 
@@ -67,12 +68,19 @@ class Session:
 
     # -- public
 
+    def _shell_options(self) -> Options:
+        """The shell's ORTMODULE_* options (read in __post_init__ when none were given)."""
+        if self.shell_options is None:
+            self.shell_options = Options.from_environ()
+        return self.shell_options
+
     def burst(self, backend: str = "ortmodule", steps: int = 20, options: Options | dict | None = None, *,
-              optimizer: str = "auto", lr: float = 1e-3, seed: int = 0, precision: str = "fp32",
-              device: str = "auto", parity: bool = False, name: str | None = None, progress: bool = True,
+              optimizer: Optimizer | str = "auto", lr: float = 1e-3, seed: int = 0,
+              precision: Precision | str = "fp32", device: Device | str = "auto",
+              parity: bool = False, name: str | None = None, progress: bool = True,
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
-              save_checkpoint: bool = False, sampler: str | None = None, fixes: Any = (),
+              save_checkpoint: bool = False, sampler: Sampler | str | None = None, fixes: Any = (),
               perturb: float = 0.0, compile: dict[str, Any] | None = None) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
@@ -87,12 +95,13 @@ class Session:
         `perturb`: the initial parameters times (1 + perturb), for a noise reference."""
         from ortlab.engine.config import BurstConfig
 
-        cfg = BurstConfig(backend=backend, steps=steps, options=self.shell_options.overlaid(options),
-                          optimizer=optimizer, lr=lr, seed=seed, precision=precision, device=device, parity=parity,
+        cfg = BurstConfig(backend=backend, steps=steps, options=self._shell_options().overlaid(options),
+                          optimizer=Optimizer(optimizer), lr=lr, seed=seed, precision=Precision(precision),
+                          device=Device(device), parity=parity,
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                          save_checkpoint=save_checkpoint, sampler=sampler, fixes=fixes, perturb=perturb,
-                          compile=compile or {})
+                          save_checkpoint=save_checkpoint, sampler=None if sampler is None else Sampler(sampler),
+                          fixes=fixes, perturb=perturb, compile=compile or {})
         run = self._burst(cfg, on_step, progress)
         self.runs.append(run)
         self.transition_rows.extend(run.read_json("transitions.json", []))
@@ -170,7 +179,7 @@ class Session:
         from ortlab.compat.registry import parse
 
         fixes = parse(fixes)  # bad names fail here, before a worker starts
-        options = self.shell_options.overlaid(options)
+        options = self._shell_options().overlaid(options)
         out = str(Path(self.out).expanduser().resolve())
         if self.in_process:
             with self._lock:

@@ -8,26 +8,38 @@ is asked with, which widgets and the CLI read instead of retyping (their values 
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ortlab.enums import StrEnum
-from ortlab.errors import InputError
-
-# The running ortlab.engine.loop.Engine, the state of one burst (loop._Burst) and a BurstConfig, as a backend or
-# a collector is handed them; named, not imported (this module is a leaf).
-Engine = Any
-Burst = Any
-Config = Any
+from ortlab.errors import InputError, did_you_mean
 
 
 class BurstError(InputError):
     """A burst that cannot start as asked (bad argument, device or optimizer not available here)."""
 
 
-class Optimizer(StrEnum):
+class Choice(StrEnum):
+    """A closed set a burst is asked with: `Kind(value)` turns a user's plain string into the member, and a value
+    outside the set raises a BurstError naming the set and what it allows (the class's name, lower case)."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Choice:
+        raise BurstError(f"{cls.__name__.lower()} {value!r} is not allowed; allowed: {', '.join(cls)}{cls._besides()}"
+                         + did_you_mean(str(value), list(cls)))
+
+    @classmethod
+    def _besides(cls) -> str:
+        """What else is allowed where the set is asked for (said after the members)."""
+        return ""
+
+    def __repr__(self) -> str:  # the plain string, as the messages and a BurstConfig's repr have always shown it
+        return repr(self.value)
+
+
+class Optimizer(Choice):
     AUTO = "auto"  # the workload's own optimizer and scheduler when it brings them (a Trainer's), else adamw
     ADAMW = "adamw"
     SGD = "sgd"
@@ -36,23 +48,27 @@ class Optimizer(StrEnum):
     ZERO1 = "zero1"  # AdamW sharded across ranks
 
 
-class Precision(StrEnum):
+class Precision(Choice):
     FP32 = "fp32"
     FP16 = "fp16"  # CUDA only: torch.autocast float16 + GradScaler
     BF16 = "bf16"  # torch.autocast bfloat16, no GradScaler (CPU and CUDA; ORTModule: CUDA only)
 
 
-class Device(StrEnum):
+class Device(Choice):
     AUTO = "auto"
     CPU = "cpu"
     CUDA = "cuda"
 
 
-class Sampler(StrEnum):
+class Sampler(Choice):
     """How a workload's dataset is shared among ranks (ortlab.engine.sampling); None: in order."""
 
     DISTRIBUTED = "distributed"
     LOAD_BALANCING = "load_balancing"
+
+    @classmethod
+    def _besides(cls) -> str:
+        return " (or None: a dataset in order)"
 
 
 @dataclass
@@ -70,6 +86,88 @@ class Transition:
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "step": self.step, "action": self.action, "reason": self.reason,
                 "changes": self.changes, "ort_exported": self.ort_exported}
+
+
+class Config(Protocol):
+    """What a backend or a collector reads of the burst's BurstConfig (ortlab.engine.config; a Protocol: this
+    module imports nothing from the engine). The type checker holds BurstConfig to it."""
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def parity(self) -> bool: ...
+
+    @property
+    def collect(self) -> dict[str, dict[str, Any]]: ...
+
+    @property
+    def compile(self) -> dict[str, Any]: ...
+
+    @property
+    def fixes(self) -> str | tuple[str, ...]: ...
+
+    @property
+    def distributed(self) -> bool: ...
+
+    def effective_options(self) -> Any: ...
+
+
+class Burst(Protocol):
+    """What a backend reads and sets of one running burst (ortlab.engine.loop._Burst): its config, folder, writer,
+    options, collectors and exit stack; the module that trains, its status and stage, its own state and records."""
+
+    @property
+    def cfg(self) -> Config: ...
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def writer(self) -> Any: ...
+
+    @property
+    def options(self) -> Any: ...
+
+    @property
+    def collectors(self) -> dict[str, Collector]: ...
+
+    @property
+    def stack(self) -> ExitStack: ...
+
+    @property
+    def first_inputs(self) -> Any: ...
+
+    @property
+    def extra(self) -> dict[str, Any]: ...
+
+    @property
+    def transitions(self) -> list[Transition]: ...
+
+    runner: Any
+    state: Any
+    stage: str
+    status: str  # an ortlab.run.RunStatus (ortlab.run is not imported here: it reaches the verdict, which reaches
+    # the engine)
+
+
+class Engine(Protocol):
+    """What a backend reads of the running engine (ortlab.engine.loop.Engine): the model and its workload, and a
+    transition the worker left for the next wrap."""
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def workload(self) -> Any: ...
+
+    pending_transition: Transition | None
 
 
 @runtime_checkable

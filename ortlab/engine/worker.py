@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ortlab.engine import messages as m
 from ortlab.engine.orphan import on_parent_death
-from ortlab.run import mark
+from ortlab.run import RunStatus, mark
 
 PARENT_DIED = "the ortlab process that started this burst died (its kernel or command ended); the worker stopped"
 
@@ -37,7 +37,7 @@ class _Orphan:
     def die(self) -> None:
         if self.current is not None:
             with contextlib.suppress(OSError):  # the run's folder may be gone with its disk
-                mark(self.current, "crashed", error=PARENT_DIED)
+                mark(self.current, RunStatus.CRASHED, error=PARENT_DIED)
         remove_log(self.log)  # the run says why it ended; nobody is left to name the log
         os._exit(3)
 
@@ -83,6 +83,10 @@ def _serve(conn: Connection, log: Path | None = None) -> None:
                 if msg.reason:
                     engine.pending_transition = Transition("", 0, "new worker", msg.reason, msg.changes)
                 send(m.Ready(engine.workload.describe()))
+            elif isinstance(msg, m.Shutdown):
+                return
+            elif engine is None:  # the parent sends Init first: anything else before it is the parent's bug
+                raise RuntimeError(f"{type(msg).__name__} before Init")
             elif isinstance(msg, m.RunBurst):
                 with _stop_on_sigint() as stop:
                     path = engine.run(BurstConfig.from_dict(msg.config), on_step=lambda row: send(m.Step(row)),
@@ -99,14 +103,13 @@ def _serve(conn: Connection, log: Path | None = None) -> None:
             elif isinstance(msg, m.RunLocalize):
                 send(m.Checked(engine.localize(BurstConfig.from_dict(msg.config), msg.fixes, lambda n, row: send(
                     m.Tried(n, row.to_dict())), msg.repro, msg.known, msg.origin)))
-            elif isinstance(msg, m.Shutdown):
-                return
         except KeyboardInterrupt:
             send(m.Failed("interrupted", "stopped before the burst started"))
         except InputError as e:
-            if getattr(e, "traceback", None):  # the user's own exception (a factory that raised): its log holds it
-                print(e.traceback, file=sys.stderr, flush=True)
-            send(m.Failed(type(e).__name__, str(e), bad_input=True, traceback=getattr(e, "traceback", None)))
+            told = getattr(e, "traceback", None)
+            if told:  # the user's own exception (a factory that raised): its log holds it
+                print(told, file=sys.stderr, flush=True)
+            send(m.Failed(type(e).__name__, str(e), bad_input=True, traceback=told))
         except (ImportError, ValueError) as e:
             traceback.print_exc()
             send(m.Failed(type(e).__name__, str(e)))

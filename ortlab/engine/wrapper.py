@@ -76,7 +76,7 @@ class Wrapper:
         if self.ort_module is None or key != self._key:
             first = self.ort_module is None
             changes = {}
-            if not first:
+            if not first and self._key is not None and self._options is not None:  # both set with the wrap
                 changes = {k: {"old": old, "new": new} for k, (old, new) in self._options.diff(options).items()
                            if options_read_at(k) is not ReadAt.IMPORT}
                 if parity != self._key[1]:
@@ -125,7 +125,7 @@ class Wrapper:
         if not options["save_onnx"] or options["save_onnx_path"]:
             return
         onnx_dir.mkdir(parents=True, exist_ok=True)
-        self.internals().set_onnx_save_path(onnx_dir)
+        self._wrapped().set_onnx_save_path(onnx_dir)
 
     def _wrap(self, options: Options, onnx_dir: Path):
         return build_ortmodule(self.module, options, onnx_dir)
@@ -136,10 +136,17 @@ class Wrapper:
         """ORT's private state of the current wrap, in the module's current mode (None before the first wrap)."""
         return None if self.ort_module is None else _ort.Wrap(self.ort_module, self.module.training)
 
+    def _wrapped(self) -> _ort.Wrap:
+        """`internals()` where a wrap exists (after `prepare`)."""
+        wrap = self.internals()
+        if wrap is None:
+            raise RuntimeError("ORTModule is not wrapped yet: prepare() first")
+        return wrap
+
     def exported_since_last_check(self) -> bool:
         """Whether ORT exported the current ORTModule (first time or again) since the last call, from ORT's own
         exported-model record."""
-        info = self.internals().exported_model()
+        info = self._wrapped().exported_model()
         seen = self._export_seen.get(id(self.ort_module))
         changed = info is not None and info is not seen  # the record is a new object after every export
         self._export_seen[id(self.ort_module)] = info
@@ -147,7 +154,7 @@ class Wrapper:
 
     def exported(self, inputs: Any, hazards: list[dict[str, Any]]) -> None:
         """The current ORTModule exported on `inputs`: remember what its graph was exported with and reads."""
-        read = self.internals().graph_inputs_read() or set()
+        read = self._wrapped().graph_inputs_read() or set()
         self.watch = InputWatch.exported(self.module, inputs, read, hazards)
         self.export_pending = False
         self._graphs[self.watch.key(inputs)] = (self.ort_module, self.watch)
@@ -159,7 +166,7 @@ class Wrapper:
         graph-per-value, such inputs get a graph of their own (a new export once per distinct value, parameters
         shared) instead of being ignored."""
         changes = self.watch.changes(inputs) if self.watch is not None else []
-        if not changes or not per_value:
+        if not changes or not per_value or self.watch is None:
             return self.ort_module, None, changes
         what = ", ".join(f"{c['input']} {c['old']} -> {c['new']}" for c in changes)
         found = self._graphs.get(self.watch.key(inputs))
@@ -179,16 +186,16 @@ class Wrapper:
 
     def fallback_error(self) -> BaseException | None:
         """The exception that made ORTModule fall back to PyTorch (None: it did not, or nothing is wrapped)."""
-        return None if self.ort_module is None else self.internals().fallback()
+        return None if self.ort_module is None else self._wrapped().fallback()
 
     def overhead(self) -> dict[str, float]:
         """ORT's first-time initialization breakdown in seconds (export, graph building, session creation ...)."""
-        return self.internals().init_overhead()
+        return self._wrapped().init_overhead()
 
     def input_shapes(self, inputs: Any) -> dict[str, list[int]]:
         """The concrete shape of each graph input for these inputs, through ORT's own input accessors (the
         memory account evaluates the graph's symbolic dimensions with them)."""
-        info = self.internals().post_export()
+        info = self._wrapped().post_export()
         if info is None:
             return {}
         args, kwargs = call_arguments(inputs)
@@ -204,7 +211,7 @@ class Wrapper:
 
     def post_export(self) -> dict[str, Any]:
         """What ORT's GraphTransitionManager knows about the exported graph."""
-        info = self.internals().post_export()
+        info = self._wrapped().post_export()
         return {} if info is None else info.to_dict()
 
 

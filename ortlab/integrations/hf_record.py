@@ -10,6 +10,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ortlab.recorder import Recorder, checked_collect
+from ortlab.run import RunStatus
 
 # what the run keeps of the Trainer's arguments (meta.json "trainer")
 ARGUMENTS = ("learning_rate", "weight_decay", "warmup_steps", "warmup_ratio", "lr_scheduler_type", "max_steps",
@@ -30,7 +31,7 @@ class RecordCallback(TrainerCallback):
         self._waiting: int | None = None  # the step whose row waits for the Trainer's log of its loss
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        self._close("failed", "a new train() began before the last one ended")
+        self._close(RunStatus.FAILED, "a new train() began before the last one ended")
         if not state.is_world_process_zero:  # several processes: the first records, as the Trainer logs
             return
         trainer = {k: _plain(getattr(args, k, None)) for k in ARGUMENTS}
@@ -61,7 +62,7 @@ class RecordCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush()
-        self._close("ok")
+        self._close(RunStatus.OK)
 
     def _flush(self) -> None:
         if self.recorder is not None and self._waiting is not None:
@@ -69,15 +70,15 @@ class RecordCallback(TrainerCallback):
             self.recorder.step()
 
     def _at_exit(self) -> None:
-        self._close("failed", f"the process ended during train() after {self.recorder.steps} steps (an exception "
-                    "in train() reaches no callback)")
+        self._close(RunStatus.FAILED, f"the process ended during train() after {self.recorder.steps} steps (an "
+                    "exception in train() reaches no callback)")
 
     def _close(self, status: str, why: str = "") -> None:
         if self.recorder is None:
             return
         atexit.unregister(self._at_exit)
         recorder, self.recorder = self.recorder, None
-        error = RuntimeError(why) if status != "ok" else None
+        error = RuntimeError(why) if status != RunStatus.OK else None
         recorder.__exit__(None if error is None else RuntimeError, error, None)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from ortlab.recorder import Recorder, checked_collect
+from ortlab.run import RunStatus
 
 try:  # the same package under its older name, so that its Trainer accepts the callback too
     from pytorch_lightning import Callback as _OlderCallback
@@ -26,7 +27,7 @@ class _Recording:
         self._loss: Any = None  # this optimizer step's micro-batch losses, summed (each is loss / accumulation)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._close("failed", "a new fit() began before the last one ended")
+        self._close(RunStatus.FAILED, "a new fit() began before the last one ended")
         if not trainer.is_global_zero:  # several processes: the first records, as Lightning logs
             return
         model = _ortmodule_in(pl_module) or pl_module
@@ -55,16 +56,16 @@ class _Recording:
             self.recorder.step(loss=loss)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self._close("ok")
+        self._close(RunStatus.OK)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self._close("failed", exception)
+        self._close(RunStatus.FAILED, exception)
 
     def _close(self, status: str, error: Any = None) -> None:
         if self.recorder is None:
             return
         recorder, self.recorder = self.recorder, None
-        if status == "ok":
+        if status == RunStatus.OK:
             recorder.__exit__(None, None, None)
             return
         error = error if isinstance(error, BaseException) else RuntimeError(str(error))

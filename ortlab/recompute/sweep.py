@@ -17,6 +17,7 @@ from ortlab.account.record import MB
 from ortlab.recompute.errors import PlanError
 from ortlab.recompute.figures import pareto_figure, saving_figure
 from ortlab.recompute.table import PLANS_FILE, plan_config, plans, write_config
+from ortlab.run import RunStatus
 
 COLUMNS = ["set", "plans", "memory_opt_level", "status", "median_step_ms", "accounted_peak_mb", "accounted_saving_mb",
            "predicted_saving_mb", "accounted_stash_mb", "stash_saving_mb", "accounted_exact", "recompute_nodes",
@@ -89,7 +90,7 @@ def plan_sweep(session_or_model=None, steps: int = 6, sets: Mapping[str, Any] | 
     kwargs = dict(parity=parity, progress=progress, collect=collect, **burst_kwargs)
     try:
         baseline = session.burst("ortmodule", steps, base, name="plans-none", **kwargs)
-        if baseline.status != "ok":
+        if baseline.status != RunStatus.OK:
             raise PlanError(f"the no-plan burst did not finish ({baseline.status}): {baseline.error}")
         table = plans(baseline)
         chosen = dict(sets) if sets is not None else default_sets(table, top)
@@ -191,7 +192,7 @@ def _compare(df, runs: dict[str, Any], reference: str, rtol: float) -> list[str]
             notes.append(f"{row.set}: loss differs from '{reference}' by {diff:.2e} (relative, > {rtol:g}): "
                          "recompute should not change the loss; if the model uses dropout, the recomputed "
                          "graph can draw other masks (compare with dropout 0 or parity=True)")
-        if row.status != "ok":
+        if row.status != RunStatus.OK:
             notes.append(f"{row.set}: the burst is {row.status}: {runs[row.set].error}")
         if row.account_missing:
             notes.append(f"{row.set}: no memory account: {row.account_missing}")

@@ -11,7 +11,7 @@ from typing import Any
 from ortlab.reporting import views
 from ortlab.reporting.provenance import command, python_call, repro_script, what_ran
 from ortlab.reporting.sources import Sources
-from ortlab.run import Run
+from ortlab.run import Run, RunStatus
 
 SECTIONS = ("what was run", "summary", "verdict", "loss curves", "where the time goes", "what changed in the time",
             "memory", "first divergence", "exported graphs", "recompute plans", "tuning", "how to reproduce")
@@ -79,7 +79,8 @@ def _summary(runs: list[Run], names: dict[str, str], pairs: list[tuple[Run, Run]
                  if math.isfinite(x) and math.isfinite(y)]
         versus.append({"run": names[run.path.name], "against": names[reference.path.name],
                        "max_loss_diff": max(diffs) if diffs else None, "step_time_ratio": ratio,
-                       "not_compared": f"it fell back to PyTorch ({run.error})" if run.status == "fallback" else None})
+                       "not_compared": f"it fell back to PyTorch ({run.error})" if run.status == RunStatus.FALLBACK
+                       else None})
     return {"columns": [names[r.path.name] for r in runs], "rows": rows, "versus": versus,
             "recommendations": _recommendations(runs, pairs)}
 

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.options import Options
+from ortlab.run import RunStatus
 from ortlab.tuning import measure
 from ortlab.tuning.goals import BETTER, METRICS, MISSES, SAME, WORSE, Goals, decide, measured, score
 from ortlab.tuning.space import Candidate, Pruned
+from ortlab.verdict.judge import VerdictStatus
 
 BASELINE = "baseline"
 FILE = "tune.json"
@@ -53,7 +55,7 @@ class Tuning:
         figures, self.noise = measure.baseline(rows)
         self.base_values = measure.metric_values(figures)
         row = {"candidate": BASELINE, "outcome": "baseline", "options": {}, "knobs": [], "restart": False,
-               "status": "ok", "repeats": len(rows), **figures}
+               "status": RunStatus.OK, "repeats": len(rows), **figures}
         self.rows = [row, *self.rows[1:]] if self.rows else [row]
         row["reasons"] = [self._noise_words()]
         self.save()
@@ -79,13 +81,13 @@ class Tuning:
     def finish(self) -> None:
         """Choose the best (the best score among agreeing, better candidates; else the baseline) and the notes."""
         for row in self.rows[1:]:  # against the baseline's final figures and noise (confirmations add repeats)
-            if row.get("verdict") == "agree" and row.get("outcome") in DECIDED:
+            if row.get("verdict") == VerdictStatus.AGREE and row.get("outcome") in DECIDED:
                 confirmed = [n for n in row["reasons"] if n.startswith(("confirmed", "not confirmed"))]
                 self.decide(row)
                 row["reasons"] += confirmed
         better = [r for r in self.rows[1:] if r.get("outcome") == BETTER]
         self.best_name = max(better, key=lambda r: r["score"])["candidate"] if better else BASELINE
-        if self.baseline_verdict and self.baseline_verdict.get("verdict") == "agree":
+        if self.baseline_verdict and self.baseline_verdict.get("verdict") == VerdictStatus.AGREE:
             self.notes.append("every setting is guarded by a parity burst (dropout off, compute optimizer off) "
                               "judged against one PyTorch parity burst: what ORT's compute optimizer changes is not "
                               "judged")
@@ -183,14 +185,14 @@ class Tuning:
             repeats = self.rows[0].get("repeats", 0)
             done.append(f"the baseline ({repeats} burst{'s' if repeats != 1 else ''})")
         verdict = (self.baseline_verdict or {}).get("verdict")
-        if verdict not in (None, "not judged"):
+        if verdict not in (None, VerdictStatus.NOT_JUDGED):
             done.append(f"its verdict ({verdict})")
         if measured:
             done.append(f"{len(measured)} candidate{'s' if len(measured) != 1 else ''} "
                         f"({', '.join(r['candidate'] for r in measured)})")
         if self.improved:
             done.append(f"the best of those: {self.best_name}")
-        left = [] if verdict not in (None, "not judged") else ["the baseline's verdict"]
+        left = [] if verdict not in (None, VerdictStatus.NOT_JUDGED) else ["the baseline's verdict"]
         cut = [f"{r['candidate']} ({'; '.join(r.get('reasons') or [])})" for r in self.rows[1:]
                if r.get("outcome") == "stopped"]
         ran = {r["candidate"] for r in self.rows}

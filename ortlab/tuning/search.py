@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.options import Options
+from ortlab.run import RunStatus
 from ortlab.tuning import measure, space
 from ortlab.tuning.errors import TuneError
 from ortlab.tuning.goals import BETTER, parse_goals
 from ortlab.tuning.result import BASELINE, FILE, Tuning
 from ortlab.tuning.strategy import choose
+from ortlab.verdict.judge import VerdictStatus
 
-STOPPED = ("stopped", "interrupted")
+STOPPED = (RunStatus.STOPPED, RunStatus.INTERRUPTED)  # a user's Stop (ortlab.run.ENDED_EARLY)
 _clock = time.monotonic  # the budget's clock (a test replaces it)
 
 
@@ -140,7 +142,7 @@ class Tuner:
             result.runs[f"{BASELINE} {k}"] = run
             if run.status in STOPPED:
                 return self._stop(result)
-            if run.status != "ok":
+            if run.status != RunStatus.OK:
                 raise TuneError(f"model {self.session.ref.describe()} does not run on ORTModule with these options "
                                 f"(the baseline burst ended {run.status}: {_first_line(run.error)}); see `ortlab check"
                                 f"{_model_flag(self.session)}`, which names every blocker and its fix")
@@ -179,18 +181,19 @@ class Tuner:
         during it: "not judged", status "stopped"."""
         run = self._burst("ortmodule", self.guard_steps, options, name, {}, parity=True)
         if run.status in STOPPED or self.stopped:
-            return {"verdict": "not judged", "cause": "stopped during its guard's parity burst", "run": str(run.path),
-                    "status": "stopped"}
-        if run.status != "ok":
-            return {"verdict": "not judged", "cause": f"the guard burst ended {run.status}: {_first_line(run.error)}",
+            return {"verdict": VerdictStatus.NOT_JUDGED, "cause": "stopped during its guard's parity burst",
+                    "run": str(run.path), "status": RunStatus.STOPPED}
+        if run.status != RunStatus.OK:
+            return {"verdict": VerdictStatus.NOT_JUDGED,
+                    "cause": f"the guard burst ended {run.status}: {_first_line(run.error)}",
                     "run": str(run.path), "status": run.status}
         try:
             verdict = self.session.judge(self.reference, run)
         except KeyboardInterrupt:  # Ctrl-C: the verdict was not reached
             self._stopped.set()
         if self.stopped:  # a Stop during the verdict: its evidence may be cut short, so it is no verdict
-            return {"verdict": "not judged", "cause": "stopped during its verdict", "run": str(run.path),
-                    "status": "stopped"}
+            return {"verdict": VerdictStatus.NOT_JUDGED, "cause": "stopped during its verdict", "run": str(run.path),
+                    "status": RunStatus.STOPPED}
         cause = None
         if verdict.diverged:  # what diverged (the headline), then the first cause the verdict names
             cause = "; ".join([verdict.headline.removeprefix("DIVERGED: "), *(c["text"] for c in verdict.causes[:1])])
@@ -220,7 +223,7 @@ class Tuner:
         if run.status in STOPPED:
             result.stopped = True
             row.update(outcome="stopped", reasons=["stopped before it finished"])
-        elif run.status != "ok":
+        elif run.status != RunStatus.OK:
             error = _whole_error(run)
             where = f" (the whole message: {run.path / 'log.txt'}, tune.json)" if error != run.error else ""
             row.update(outcome="failed", reasons=[f"the burst ended {run.status}: {_first_line(run.error)}{where}"],
@@ -237,7 +240,7 @@ class Tuner:
                 row.update(outcome="stopped", reasons=[f"{guard['cause']}: not judged"])
             elif guard["verdict"] == "diverged":
                 row.update(outcome="rejected", reasons=[f"verdict diverged: {guard['cause']}"])
-            elif guard["verdict"] != "agree":
+            elif guard["verdict"] != VerdictStatus.AGREE:
                 row.update(outcome="not judged", reasons=[guard["cause"] or guard.get("headline", "")])
             else:
                 result.decide(row)
@@ -259,12 +262,12 @@ class Tuner:
         self._say("confirm", f"  confirming {row['candidate']}: the baseline again, then the candidate, back to back",
                   candidate=row["candidate"])
         again = self._burst("ortmodule", self.steps, self.base, f"tune-baseline-again-{i}", measure.COLLECT)
-        if again.status != "ok" or self.stopped:
+        if again.status != RunStatus.OK or self.stopped:
             return self._unconfirmed(result, row, again)
         self._baseline_rows.append(measure.figures(again, self.warmup))
         result.save_baseline(self._baseline_rows)
         second = self._burst("ortmodule", self.steps, options, f"tune-{i}-again", measure.COLLECT)
-        if second.status != "ok" or self.stopped:
+        if second.status != RunStatus.OK or self.stopped:
             return self._unconfirmed(result, row, second)
         both = [dict(row), measure.figures(second, self.warmup)]
         merged, _ = measure.baseline(both)

@@ -39,7 +39,8 @@ def causes(run: Any, state: dict[str, Any] | None, applied: list[str], measured:
     buffers = _buffer_causes([d for d in differ if d["kind"] == "buffer"], backend, applied, measured)
     inputs = [{**h, "kind": "input ORT did not re-export for"} for h in run.meta.get("ignored_inputs") or []]
     frozen = measured["losses"] or any(d["kind"] in ("parameter", FROZEN) for d in differ)
-    pointed, harmless = [], []
+    pointed: list[dict[str, Any]] = []
+    harmless: list[dict[str, Any]] = []
     for h in run.meta.get("hazards") or []:
         benign = h.get("in_torch") or h["kind"].startswith("in-place update")
         (pointed if frozen and not benign else harmless).append(h)

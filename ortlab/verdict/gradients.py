@@ -104,7 +104,7 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
     scale = total if exact is None else math.sqrt(
         sum(float(g.double().norm()) ** 2 for g in exact.grads.values() if g is not None))
     floor = FLOOR * total
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, g_pt in pytorch.grads.items():
         g_ort = ortmodule.grads.get(name)
         module = name.rpartition(".")[0]

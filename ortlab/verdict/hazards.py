@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 # The start of a TracerWarning's message -> what it means for the graph
@@ -70,7 +71,7 @@ def harmless(hazard: dict[str, Any]) -> bool:
 
 def in_torch(filename: str | None) -> bool:
     """Whether a warning came from torch.nn's own modules and functions."""
-    return bool(filename) and bool(_TORCH_NN.search(filename.replace("\\", "/")))
+    return filename is not None and bool(_TORCH_NN.search(filename.replace("\\", "/")))
 
 
 def unique(hazards: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -129,7 +130,7 @@ def frame_kind(filename: str) -> str:
 def _caller() -> tuple[str | None, int | None]:
     """The innermost frame of the model's code on the stack (the user's line that made torch warn); (None, None)
     when there is none (a warning after the trace: the module then names the place)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         kind = "skip" if frame.f_code.co_filename == warnings.__file__ else frame_kind(frame.f_code.co_filename)
         if kind == "user":
@@ -142,7 +143,7 @@ def _caller() -> tuple[str | None, int | None]:
 
 def _module(names: dict[int, tuple[str, str]]) -> tuple[str | None, str | None]:
     """The innermost module of the model whose forward is on the stack: its path and class."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if owner is not None and id(owner) in names and frame.f_code.co_name == "forward":

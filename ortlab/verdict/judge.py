@@ -20,8 +20,21 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ortlab.enums import StrEnum
+
 FILE = "verdict.json"  # in the other backend's run folder
-AGREE, DIVERGED, NOT_JUDGED = "agree", "diverged", "not judged"
+
+
+class VerdictStatus(StrEnum):
+    """What a verdict says (verdict.json's `status`); the tuner, the recommendation and the widgets compare
+    through it."""
+
+    AGREE = "agree"
+    DIVERGED = "diverged"
+    NOT_JUDGED = "not judged"
+
+
+AGREE, DIVERGED, NOT_JUDGED = VerdictStatus.AGREE, VerdictStatus.DIVERGED, VerdictStatus.NOT_JUDGED
 LOSS_NOISE_FACTOR = 10.0  # without float64: the loss may be this many times further from PyTorch's than the noise pair
 LOSS_FLOOR = 1e-5  # ... plus this much, relative to the loss
 LABELS = {"ortmodule": "ORT", "compile": "torch.compile"}  # whose gradient, in the headline
@@ -31,7 +44,7 @@ LABELS = {"ortmodule": "ORT", "compile": "torch.compile"}  # whose gradient, in 
 class Verdict:
     """`status`: agree, diverged or not judged; `headline`: the judgement in words; the evidence as plain data."""
 
-    status: str
+    status: VerdictStatus
     headline: str
     gradients: dict[str, Any] | None = None
     losses: dict[str, Any] | None = None
@@ -44,9 +57,12 @@ class Verdict:
         """Whether the two backends train different models."""
         return self.status == DIVERGED
 
+    def __post_init__(self) -> None:
+        self.status = VerdictStatus(self.status)  # read back from verdict.json: the plain string
+
     def to_dict(self) -> dict[str, Any]:
         """The verdict as plain data (verdict.json)."""
-        return asdict(self)
+        return {**asdict(self), "status": str(self.status)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
@@ -80,6 +96,7 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     from ortlab.verdict import ensemble as en
     from ortlab.verdict import state as states
 
+    # "ok" is ortlab.run.RunStatus.OK: ortlab.run reads verdicts, so the verdict does not import it
     if ortmodule is None or ortmodule.status != "ok" or pytorch.status != "ok":
         which = ortmodule if ortmodule is not None and ortmodule.status != "ok" else pytorch
         return Verdict(NOT_JUDGED, f"not judged: the {which.backend} run ended {which.status}")
@@ -99,7 +116,8 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     if grads is not None and not grads["agree"]:
         evidence.append(_gradient_text(grads, who))
     pt_state, ort_state = states.read(pytorch.path), states.read(ortmodule.path)
-    state, differ = None, []
+    state: dict[str, Any] | None = None
+    differ: list[dict[str, Any]] = []
     if pt_state and ort_state:
         differ = states.differing(pt_state, ort_state, states.read(noise.path) if noise is not None else None,
                                   exact["state"] if exact else None, [m["state"] for m in members])

@@ -269,11 +269,11 @@ class _Search:
             return self._record(Tried(path, cls, SKIPPED, seconds, f"cannot run on ORTModule alone: "
                                                                    f"{root_message(e)}"))
         seconds = time.perf_counter() - started
-        rows = [self._judge(n[len(path) + 1:] if path else n, ort.grads.get(n), fp32.grads.get(n),
-                            exact.grads.get(n)) for n in names]
+        judged = [self._judge(n[len(path) + 1:] if path else n, ort.grads.get(n), fp32.grads.get(n),
+                              exact.grads.get(n)) for n in names]
         if has_input:
-            rows.append(self._judge(INPUT, ort.inputs.get(path), fp32.inputs[path], exact.inputs.get(path)))
-        rows = [r for r in rows if r is not None]
+            judged.append(self._judge(INPUT, ort.inputs.get(path), fp32.inputs[path], exact.inputs.get(path)))
+        rows = [r for r in judged if r is not None]
         rows.sort(key=lambda r: (r["diverged"], r["ratio"]), reverse=True)
         worst = rows[0] if rows else None
         verdict = REPRODUCES if worst and worst["diverged"] else AGREES
@@ -349,7 +349,7 @@ class _Search:
 
 
 class _Taps:
-    def __init__(self):
+    def __init__(self) -> None:
         self.grads: dict[str, Any] = {}
         self.order: list[str] = []
         self.aliases: dict[str, tuple[Any, int]] = {}  # each tapped input and its version when passed on

@@ -238,9 +238,9 @@ def _allclose(pytorch: Any, other: Any) -> bool:
     pt, ot = pytorch.losses, other.losses
     if not pt or len(pt) != len(ot) or not close_numbers(ot, pt):
         return False
-    a, b = state.read(pytorch.path), state.read(other.path)
-    for name, entry in (a or {}).items():
-        if name not in (b or {}):
+    a, b = state.read(pytorch.path) or {}, state.read(other.path) or {}
+    for name, entry in a.items():
+        if name not in b:
             continue
         if state.whole(entry):
             if state.distance(entry, b[name]) > 0:

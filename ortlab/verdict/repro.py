@@ -32,7 +32,7 @@ class Repro:
     @property
     def text(self) -> str:
         """What was found and written, as `ortlab repro` prints it."""
-        if self.script is None:
+        if self.script is None or self.data is None:
             return self.localization.text
         return (f"{self.localization.text}\nwrote {self.script} (and {self.data.name} beside it); run it: "
                 f"{run_command(self.script)} (exit 1 while ORT's gradient is wrong)")

@@ -33,10 +33,11 @@ def write(workload: Any, batch: tuple[Any, Any], found: Localization, folder: Pa
 
     from ortlab.verdict import exact
 
-    module = workload.model.get_submodule(found.path) if found.path else workload.model
-    data = capture(workload, batch, found.path, seed)
+    path = found.path or ""  # "": the whole model
+    module = workload.model.get_submodule(path) if path else workload.model
+    data = capture(workload, batch, path, seed)
     cls = type(module)
-    slug = re.sub(r"\W", "_", found.path) or cls.__name__
+    slug = re.sub(r"\W", "_", path) or cls.__name__
     script = Path(folder) / f"repro_{slug}.py"
     model_name = type(workload.model).__name__
     case = {"class": f"{cls.__module__}:{cls.__qualname__}", "modules": _modules(module),

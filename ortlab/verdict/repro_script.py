@@ -16,10 +16,11 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
-CASE = {}  # what to load and how to judge: filled in by ortlab.verdict.repro
+CASE: dict[str, Any] = {}  # what to load and how to judge: filled in by ortlab.verdict.repro
 
 OK, WRONG, CANNOT_RUN = 0, 1, 2
 

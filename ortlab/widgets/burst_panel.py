@@ -16,6 +16,7 @@ from ortlab.engine.backends import BACKENDS, default_backends, has, unavailable
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
+from ortlab.run import RunStatus
 from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
@@ -52,7 +53,7 @@ def _running_ranks_run(out: Path, backend: str) -> Path | None:
             m = json.loads(meta.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if m.get("pid") == os.getpid() and m.get("status") == "running" and m.get("backend") == backend \
+        if m.get("pid") == os.getpid() and m.get("status") == RunStatus.RUNNING and m.get("backend") == backend \
                 and "nproc" in m:
             return meta.parent
     return None
@@ -60,7 +61,7 @@ def _running_ranks_run(out: Path, backend: str) -> Path | None:
 
 def _startup(run, summary: dict):
     """A run's start-up: ORT's init overhead when it exported, torch.compile's compile time, or why there is none."""
-    if run.status == "fallback":
+    if run.status == RunStatus.FALLBACK:
         return "fell back to PyTorch"
     if has(run.backend, "onnx_stages") and not run.ort.get("exported"):
         return "reused (no export)"
@@ -225,7 +226,7 @@ class BurstPanel(Background, W.VBox):
                 runs.append(run)
                 if run.ranks:  # the final curves: every rank's whole run
                     self._set_rank_curves(backend, {int(r.path.name): r.losses for r in run.ranks})
-                if run.status not in ("ok", "fallback"):
+                if run.status not in (RunStatus.OK, RunStatus.FALLBACK):
                     break
             self.last_verdicts = {}
             if len(runs) > 1 and has(runs[0].backend, "reference"):  # each other backend judged against PyTorch
@@ -234,7 +235,7 @@ class BurstPanel(Background, W.VBox):
                                       if r.status not in STOPPED}
             self.status.value = self._summary(runs, self.last_verdicts)
             self._show_distances()
-            if self.last_verdicts and all(r.status == "ok" for r in runs):
+            if self.last_verdicts and all(r.status == RunStatus.OK for r in runs):
                 from ortlab.recommend import recommend_runs
 
                 earlier = [r for r in self.session.runs if r not in runs]
@@ -341,11 +342,11 @@ class BurstPanel(Background, W.VBox):
         rows = []
         for run in runs:
             s = run.summary()
-            rows.append({"backend": run.backend, "status": "stopped" if run.status in STOPPED else run.status,
+            rows.append({"backend": run.backend, "status": RunStatus.STOPPED if run.status in STOPPED else run.status,
                          "fixes": ", ".join(s.get("fixes") or []) or None,
                          "steps": s.get("steps"),
                          "final loss": s.get("final_loss"),
-                         "median step (ms)": None if run.status == "fallback" or s.get("median_step_s") is None
+                         "median step (ms)": None if run.status == RunStatus.FALLBACK or s.get("median_step_s") is None
                          else s["median_step_s"] * 1000,
                          _process_label(run): s.get("peak_mem_mb"),
                          "kept for backward (MB)": s.get("saved_for_backward_mb"),

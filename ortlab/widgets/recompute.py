@@ -8,6 +8,7 @@ from pathlib import Path
 
 import ipywidgets as W
 
+from ortlab.run import RunStatus
 from ortlab.widgets import layout
 from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.images import figure_area
@@ -164,7 +165,7 @@ class RecomputePanel(Background, W.VBox):
         run = self.session.burst("ortmodule", self.steps.value, options, progress=False, name="plans-applied",
                                  collect={"plans": {"steady_peak": True}, "memory": {}})
         self.last_run = run
-        graph = (plans(run).attrs.get("execution_graph") or {}) if run.status == "ok" else {}
+        graph = (plans(run).attrs.get("execution_graph") or {}) if run.status == RunStatus.OK else {}
         later = run.metrics.iloc[1:]
         parts = [f"{run.status}: {len(entries)} plan(s) {', '.join(entries) or '(none)'}",
                  f"recompute nodes in the execution graph: {graph.get('recompute_nodes', 'unknown')}"]

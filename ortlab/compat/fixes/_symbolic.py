@@ -36,7 +36,9 @@ def _drop_if_empty(name: str) -> None:
     except ImportError:
         return
     table = getattr(registry, "_registry", None)
-    group = table.get(name) if isinstance(table, dict) else None
+    if not isinstance(table, dict):
+        return
+    group = table.get(name)
     if group is not None and not len(getattr(group, "_functions", ())):
         del table[name]
 

@@ -14,11 +14,12 @@ limit). `inplace=True` is computed out of place: the input is needed for the gra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OPS = ("HardSwish", "HardSigmoid", "Softplus", "Elu", "Selu", "Celu", "PRelu")
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -85,10 +86,11 @@ def prelu(input: Any, weight: Any, *, original: Any) -> Any:
     return F.relu(input) - weight * F.relu(-input)
 
 
-REPLACEMENTS = {"hardsigmoid": hardsigmoid, "hardswish": hardswish, "softplus": softplus, "mish": mish,
-                "elu": elu, "selu": selu, "celu": celu, "prelu": prelu}
+REPLACEMENTS: dict[str, Callable[..., Any]] = {
+    "hardsigmoid": hardsigmoid, "hardswish": hardswish, "softplus": softplus, "mish": mish, "elu": elu,
+    "selu": selu, "celu": celu, "prelu": prelu}
 
 
 FIX = Fix("activations", "F.hardswish, hardsigmoid, softplus, mish, elu, selu, celu and prelu written with relu, "
-          "where, exp and log", "module", removes=lambda b: b.kind == NO_GRADIENT and b.op in OPS,
+          "where, exp and log", FixKind.MODULE, removes=lambda b: b.kind == NO_GRADIENT and b.op in OPS,
           apply=replacing(REPLACEMENTS))

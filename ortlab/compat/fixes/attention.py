@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT, ORT_FAILED
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 SDPA_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_efficient_attention")
 
 
 def _configs(model: Any) -> list[Any]:
     """Every distinct Hugging Face config object among the model's modules (sub-models may hold their own)."""
-    seen = {}
+    seen: dict[int, Any] = {}
     for module in model.modules():
         config = getattr(module, "config", None)
         if config is not None and hasattr(config, "_attn_implementation"):
@@ -65,4 +65,4 @@ def _removes(blocker: Any) -> bool:
 
 
 FIX = Fix("eager-attention", "Hugging Face attention computed by its eager implementation instead of sdpa",
-          "module", removes=_removes, apply=_apply, applies_to=uses_sdpa)
+          FixKind.MODULE, removes=_removes, apply=_apply, applies_to=uses_sdpa)

@@ -7,7 +7,7 @@ buffers is undone, and the module runs once in PyTorch without gradients, which 
 training does. It costs one forward per step."""
 
 from ortlab.compat.blockers import BUFFER_UPDATE
-from ortlab.compat.registry import Fix, engine_side
+from ortlab.compat.registry import Fix, FixKind, engine_side
 
-FIX = Fix("pytorch-buffers", "buffers that forward mutates advanced by PyTorch, not by the export", "engine",
+FIX = Fix("pytorch-buffers", "buffers that forward mutates advanced by PyTorch, not by the export", FixKind.ENGINE,
           removes=lambda b: b.kind == BUFFER_UPDATE and b.op == "buffers", apply=engine_side)

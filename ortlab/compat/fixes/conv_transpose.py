@@ -13,7 +13,7 @@ from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT_KERNEL
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OPS = ("ConvTranspose", "ConvTransposeGrad")
 
@@ -68,5 +68,5 @@ REPLACEMENTS = {  # torch.nn.functional name -> its rewrite
 }
 
 FIX = Fix("conv-transpose", "F.conv_transpose1d/2d/3d computed as a convolution of the zero-stuffed input by the "
-          "flipped kernel", "module", removes=lambda b: b.kind == NO_GRADIENT_KERNEL and b.op in OPS,
+          "flipped kernel", FixKind.MODULE, removes=lambda b: b.kind == NO_GRADIENT_KERNEL and b.op in OPS,
           apply=replacing(REPLACEMENTS))

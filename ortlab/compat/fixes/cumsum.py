@@ -12,7 +12,7 @@ from typing import Any
 
 from ortlab.compat.blockers import INVALID_TYPE, NO_KERNEL
 from ortlab.compat.fixes._symbolic import registered, scalar_type
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OP = "aten::cumsum"
 
@@ -39,4 +39,4 @@ def _apply(model: Any) -> Iterator[None]:
 
 
 FIX = Fix("cumsum-int64", "exports torch.cumsum of bool and integer tensors on int64, as torch computes it",
-          "exporter", removes=lambda b: b.kind in (INVALID_TYPE, NO_KERNEL) and b.op == "CumSum", apply=_apply)
+          FixKind.EXPORTER, removes=lambda b: b.kind in (INVALID_TYPE, NO_KERNEL) and b.op == "CumSum", apply=_apply)

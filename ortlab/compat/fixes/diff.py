@@ -11,7 +11,7 @@ from typing import Any
 
 from ortlab.compat.blockers import UNSUPPORTED_OP
 from ortlab.compat.fixes._symbolic import const, registered, scalar_type
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OP = "aten::diff"
 _END = 2**63 - 1
@@ -39,5 +39,5 @@ def _apply(model: Any) -> Iterator[None]:
         yield
 
 
-FIX = Fix("diff", "exports torch.diff (aten::diff) as slices and a subtraction", "exporter",
+FIX = Fix("diff", "exports torch.diff (aten::diff) as slices and a subtraction", FixKind.EXPORTER,
           removes=lambda b: b.kind == UNSUPPORTED_OP and b.op == OP, apply=_apply)

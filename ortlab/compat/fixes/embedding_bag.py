@@ -13,7 +13,7 @@ from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT, ORT_FAILED, UNSUPPORTED_OP
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 
 def embedding_bag(input: Any, weight: Any, offsets: Any = None, max_norm: Any = None, norm_type: float = 2,
@@ -63,6 +63,6 @@ def uses_embedding_bag(model: Any) -> bool:
 REPLACEMENTS = {"embedding_bag": embedding_bag}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("embedding-bag", "F.embedding_bag computed as an embedding lookup and each bag's sum, mean or max",
-          "module", removes=lambda b: (b.kind in (ORT_FAILED, NO_GRADIENT) and b.op == "Loop") or (
+          FixKind.MODULE, removes=lambda b: (b.kind in (ORT_FAILED, NO_GRADIENT) and b.op == "Loop") or (
               b.kind == UNSUPPORTED_OP and b.op == "aten::embedding_bag"), apply=replacing(REPLACEMENTS),
           applies_to=uses_embedding_bag)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ortlab.compat.blockers import BUFFER_UPDATE
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 
 def embedding(input: Any, weight: Any, padding_idx: Any = None, max_norm: Any = None, norm_type: float = 2.0,
@@ -63,6 +63,6 @@ def uses_max_norm(model: Any) -> bool:
 REPLACEMENTS = {"embedding": embedding}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("embedding-max-norm", "Embedding's max_norm renormalization computed in the graph, and applied to the "
-          "weight by a PyTorch pass after each forward", "module",
+          "weight by a PyTorch pass after each forward", FixKind.MODULE,
           removes=lambda b: b.kind == BUFFER_UPDATE and b.op == "parameters",
           apply=replacing(REPLACEMENTS), applies_to=uses_max_norm)

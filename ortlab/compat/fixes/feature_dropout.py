@@ -13,7 +13,7 @@ from typing import Any
 
 from ortlab.compat.blockers import EXPORT_FAILED, UNSUPPORTED_OP
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OPS = ("aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout", "SymbolicValueError")
 ALPHA = 1.7580993408473766  # SELU's alpha times its scale: what alpha dropout sets dropped values to (negated)
@@ -79,4 +79,4 @@ REPLACEMENTS = {  # torch.nn.functional name -> its rewrite
 }
 
 FIX = Fix("feature-dropout", "F.dropout1d/2d/3d, alpha_dropout and feature_alpha_dropout in training as the input "
-          "times a dropout mask", "module", removes=_removes, apply=replacing(REPLACEMENTS))
+          "times a dropout mask", FixKind.MODULE, removes=_removes, apply=replacing(REPLACEMENTS))

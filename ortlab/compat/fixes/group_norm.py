@@ -13,7 +13,7 @@ from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT
 from ortlab.compat.fixes._patch import from_function, replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OP = "InstanceNormalization"
 
@@ -39,5 +39,6 @@ def group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None
 REPLACEMENTS = {"group_norm": group_norm}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("group-norm", "F.group_norm without weight or bias written out (per group: mean, biased variance, square "
-          "root)", "module", removes=lambda b: b.kind == NO_GRADIENT and b.op == OP and from_function(b, "group_norm"),
+          "root)", FixKind.MODULE,
+          removes=lambda b: b.kind == NO_GRADIENT and b.op == OP and from_function(b, "group_norm"),
           apply=replacing(REPLACEMENTS))

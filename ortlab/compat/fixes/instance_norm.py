@@ -13,7 +13,7 @@ from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT
 from ortlab.compat.fixes._patch import from_function, replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OP = "InstanceNormalization"
 
@@ -48,6 +48,6 @@ def instance_norm(input: Any, running_mean: Any = None, running_var: Any = None,
 
 REPLACEMENTS = {"instance_norm": instance_norm}  # torch.nn.functional name -> its rewrite
 
-FIX = Fix("instance-norm", "F.instance_norm written out (mean, biased variance, square root)", "module",
+FIX = Fix("instance-norm", "F.instance_norm written out (mean, biased variance, square root)", FixKind.MODULE,
           removes=lambda b: b.kind == NO_GRADIENT and b.op == OP and from_function(b, "instance_norm"),
           apply=replacing(REPLACEMENTS))

@@ -15,7 +15,7 @@ from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT_KERNEL
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OPS = ("Resize", "ResizeGrad")
 MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
@@ -49,14 +49,15 @@ def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: st
     if dims is None or antialias or input.dim() != dims + 2:
         return original(input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias)
     spatial = [int(s) for s in input.shape[2:]]
+    scales: list[float | None]
     if size is not None:
         out_sizes = [int(s) for s in (size if isinstance(size, list | tuple) else [size] * dims)]
-        scales: list[float | None] = [None] * dims
+        scales = [None] * dims
     else:
         factors = [float(f) for f in (scale_factor if isinstance(scale_factor, list | tuple)
                                       else [scale_factor] * dims)]
         out_sizes = [math.floor(s * f) for s, f in zip(spatial, factors, strict=True)]
-        scales = [None] * dims if recompute_scale_factor else factors
+        scales = [None] * dims if recompute_scale_factor else list(factors)
     x = input
     for axis, (n_in, n_out, scale) in enumerate(zip(spatial, out_sizes, scales, strict=True)):
         matrix = torch.tensor(weights(n_in, n_out, bool(align_corners), scale), dtype=x.dtype, device=x.device)
@@ -68,5 +69,5 @@ def interpolate(input: Any, size: Any = None, scale_factor: Any = None, mode: st
 REPLACEMENTS = {"interpolate": interpolate}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("linear-interpolation", "F.interpolate's linear, bilinear and trilinear modes computed as matrix "
-          "products", "module", removes=lambda b: b.kind == NO_GRADIENT_KERNEL and b.op in OPS,
+          "products", FixKind.MODULE, removes=lambda b: b.kind == NO_GRADIENT_KERNEL and b.op in OPS,
           apply=replacing(REPLACEMENTS))

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import UNSUPPORTED_OUTPUT
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 
 def _configs(model: Any) -> list[Any]:
     """Every distinct Hugging Face config among the model's modules that has use_cache on."""
-    seen = {}
+    seen: dict[int, Any] = {}
     for module in model.modules():
         config = getattr(module, "config", None)
         if config is not None and getattr(config, "use_cache", None) is True:
@@ -47,6 +47,6 @@ def _apply(model: Any) -> Iterator[None]:
 
 
 FIX = Fix("no-kv-cache", "a Hugging Face model's `use_cache` off for the burst: no KV cache returned (ORTModule "
-          "cannot flatten it)", "module",
+          "cannot flatten it)", FixKind.MODULE,
           removes=lambda b: b.kind == UNSUPPORTED_OUTPUT and b.op.split()[0].endswith("Cache"), apply=_apply,
           applies_to=lambda model: bool(_configs(model)))

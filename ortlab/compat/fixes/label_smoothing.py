@@ -13,7 +13,7 @@ from typing import Any
 
 from ortlab.compat.blockers import EXPORT_FAILED, UNSUPPORTED_OP
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OP = "aten::cross_entropy_loss"  # the exporter's symbolic refuses label smoothing: no symbolic, it reports
 
@@ -48,6 +48,6 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any
 REPLACEMENTS = {"cross_entropy": cross_entropy}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("label-smoothing", "F.cross_entropy with label_smoothing written as log_softmax, nll_loss and the "
-          "smoothing term", "module",
+          "smoothing term", FixKind.MODULE,
           removes=lambda b: (b.kind == EXPORT_FAILED and "label_smoothing" in b.message) or (
               b.kind == UNSUPPORTED_OP and b.op == OP), apply=replacing(REPLACEMENTS))

@@ -13,7 +13,7 @@ from typing import Any
 from ortlab.compat.blockers import ORT_FAILED
 from ortlab.compat.failures import NO_BIAS_NORM
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 
 def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, *,
@@ -28,4 +28,5 @@ def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any 
 REPLACEMENTS = {"layer_norm": layer_norm}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("layer-norm-bias", "F.layer_norm without a bias given weight * 0 (without a weight, bias * 0 + 1)",
-          "module", removes=lambda b: b.kind == ORT_FAILED and b.op == NO_BIAS_NORM, apply=replacing(REPLACEMENTS))
+          FixKind.MODULE, removes=lambda b: b.kind == ORT_FAILED and b.op == NO_BIAS_NORM,
+          apply=replacing(REPLACEMENTS))

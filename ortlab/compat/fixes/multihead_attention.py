@@ -16,7 +16,7 @@ from typing import Any
 
 from ortlab.compat.blockers import EXPORT_FAILED, NO_GRADIENT, ORT_FAILED
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 
 def _float_mask(mask: Any, dtype: Any) -> Any:
@@ -108,4 +108,4 @@ def _removes(blocker: Any) -> bool:
 REPLACEMENTS = {"multi_head_attention_forward": multi_head_attention_forward}  # torch.nn.functional name -> its rewrite
 
 FIX = Fix("explicit-attention", "F.multi_head_attention_forward computed as explicit attention on the module's "
-          "own weights", "module", removes=_removes, apply=replacing(REPLACEMENTS), applies_to=uses_attention)
+          "own weights", FixKind.MODULE, removes=_removes, apply=replacing(REPLACEMENTS), applies_to=uses_attention)

@@ -8,7 +8,7 @@ optimizer state is one. Not under DDP (several processes): DDP wraps one module.
 tensor)."""
 
 from ortlab.compat.blockers import BAKED_INPUT
-from ortlab.compat.registry import Fix, engine_side
+from ortlab.compat.registry import Fix, FixKind, engine_side
 
-FIX = Fix("graph-per-value", "an ORTModule graph per distinct value of an argument the export baked in", "engine",
+FIX = Fix("graph-per-value", "an ORTModule graph per distinct value of an argument the export baked in", FixKind.ENGINE,
           removes=lambda b: b.kind == BAKED_INPUT, apply=engine_side)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OPS = ("DepthToSpace", "SpaceToDepth")
 
@@ -33,5 +33,5 @@ REPLACEMENTS = {  # torch.nn.functional name -> its rewrite
     "pixel_unshuffle": pixel_unshuffle,
 }
 
-FIX = Fix("pixel-shuffle", "F.pixel_shuffle and F.pixel_unshuffle written as reshape, permute, reshape", "module",
+FIX = Fix("pixel-shuffle", "F.pixel_shuffle and F.pixel_unshuffle written as reshape, permute, reshape", FixKind.MODULE,
           removes=lambda b: b.kind == NO_GRADIENT and b.op in OPS, apply=replacing(REPLACEMENTS))

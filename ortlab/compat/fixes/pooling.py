@@ -11,7 +11,7 @@ from typing import Any
 
 from ortlab.compat.blockers import WRONG_GRADIENT
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OP = "aten::_adaptive_avg_pool2d"
 
@@ -28,5 +28,5 @@ def adaptive_avg_pool2d(input: Any, output_size: Any, *, original: Any) -> Any:
 
 REPLACEMENTS = {"adaptive_avg_pool2d": adaptive_avg_pool2d}  # torch.nn.functional name -> its rewrite
 
-FIX = Fix("global-avg-pool", "adaptive_avg_pool2d(x, 1) computed as x.mean((-2, -1), keepdim=True)", "module",
+FIX = Fix("global-avg-pool", "adaptive_avg_pool2d(x, 1) computed as x.mean((-2, -1), keepdim=True)", FixKind.MODULE,
           removes=lambda b: b.kind == WRONG_GRADIENT and b.op == OP, apply=replacing(REPLACEMENTS))

@@ -9,7 +9,7 @@ from typing import Any
 
 from ortlab.compat.blockers import UNSUPPORTED_OP
 from ortlab.compat.fixes._patch import replacing
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OP = "aten::rms_norm"
 
@@ -27,5 +27,5 @@ def rms_norm(input: Any, normalized_shape: Any, weight: Any = None, eps: float |
 
 REPLACEMENTS = {"rms_norm": rms_norm}  # torch.nn.functional name -> its rewrite
 
-FIX = Fix("rms-norm", "F.rms_norm written out (x / sqrt(mean(x^2) + eps) * weight)", "module",
+FIX = Fix("rms-norm", "F.rms_norm written out (x / sqrt(mean(x^2) + eps) * weight)", FixKind.MODULE,
           removes=lambda b: b.kind == UNSUPPORTED_OP and b.op == OP, apply=replacing(REPLACEMENTS))

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ortlab.compat.blockers import NO_GRADIENT, NO_GRADIENT_KERNEL, ORT_FAILED
-from ortlab.compat.registry import Fix
+from ortlab.compat.registry import Fix, FixKind
 
 OPS = ("GRU", "LSTM", "RNN")
 
@@ -101,6 +101,7 @@ def forward(self: Any, input: Any, hx: Any = None, *, original: Any) -> Any:
         x = torch.cat(outs, dim=-1) if directions == 2 else outs[0]
         if self.dropout and self.training and layer < self.num_layers - 1:
             x = F.dropout(x, self.dropout, True)
+    h_n: Any  # (h, c) for an LSTM, else h
     h_n = (torch.stack([h for h, _ in finals]), torch.stack([c for _, c in finals])) if lstm else torch.stack(finals)
     if self.batch_first and batched:
         x = x.transpose(0, 1)
@@ -129,5 +130,5 @@ def _removes(blocker: Any) -> bool:
 
 
 FIX = Fix("bidirectional-rnn", "bidirectional GRU/LSTM as two one-directional passes on the same weights, nn.RNN "
-          "as its cell written out", "module", removes=_removes, apply=_apply,
+          "as its cell written out", FixKind.MODULE, removes=_removes, apply=_apply,
           applies_to=lambda model: bool(_targets(model)))

@@ -86,7 +86,7 @@ BACKENDS: dict[str, Registered] = {r.name: r for r in (
 )}
 REFERENCE = next(r.name for r in BACKENDS.values() if r.reference)  # "pytorch"
 # The registered backends as a closed set of names (a str Enum: widgets and the CLI list it, runs keep the strings)
-BackendName = StrEnum("BackendName", {name.upper(): name for name in BACKENDS})
+BackendName = StrEnum("BackendName", {name.upper(): name for name in BACKENDS})  # type: ignore[misc]  # members: the registry's, not literals
 
 
 def registered(name: str) -> Registered:

@@ -85,7 +85,7 @@ class Compiled(Backend):
         key = tuple(sorted(chosen.items()))
         if self._module is None or key != self._key:
             first = self._module is None
-            changes = {} if first else {k: {"old": old, "new": chosen[k]} for k, old in self._key
+            changes = {} if first else {k: {"old": old, "new": chosen[k]} for k, old in self._key or ()
                                         if chosen[k] != old}
             if not first:
                 _dynamo.reset()

@@ -20,6 +20,7 @@ from ortlab.engine.backends import Backend
 from ortlab.engine.collectors import graph_key
 from ortlab.engine.types import Burst, Engine, Transition
 from ortlab.engine.wrapper import Wrapper, input_schema
+from ortlab.run import RunStatus
 from ortlab.verdict import hazards
 from ortlab.workload import call_model
 
@@ -110,7 +111,7 @@ class OrtBackend(Backend):
                 self._auto_fixes[key] = (tuple(report.fixes), [x.to_dict() for x in report.blockers])
             names, record["found"] = self._auto_fixes[key]
         else:
-            names = asked
+            names = tuple(asked)  # parse() left "auto" or a tuple of names
         b.stack.enter_context(registry.applied(engine.model, names))
         b.state.fixes = tuple(names)
         record["applied"] = list(names)
@@ -204,10 +205,10 @@ class OrtBackend(Backend):
         if error is not None:
             when = "at step 0 (every step ran on PyTorch)" if state.fallback_step == 0 else "during the burst"
             b.extra["fallback"] = fallback_record(error, state.fallback_step)
-            if b.status == "ok":
-                b.status = "fallback"
+            if b.status == RunStatus.OK:
+                b.status = RunStatus.FALLBACK
                 b.extra["error"] = f"ORTModule fell back to PyTorch {when}: {b.extra['fallback']['reason']}"
-        if (error is not None or (b.status == "failed" and state.failed_inside)) and b.first_inputs is not None:
+        if (error is not None or (b.status == RunStatus.FAILED and state.failed_inside)) and b.first_inputs is not None:
             self._locate_blockers(engine, b, error if error is not None else state.error)
 
     def _locate_blockers(self, engine: Engine, b: Burst, error: BaseException | None) -> None:
@@ -249,7 +250,7 @@ class OrtBackend(Backend):
         wrapper = self.wrapper
         if wrapper.ort_module is None:
             return
-        exported = any(t.ort_exported for t in b.transitions) or b.status == "failed"
+        exported = any(t.ort_exported for t in b.transitions) or b.status == RunStatus.FAILED
         info: dict[str, Any] = {"exported": exported}
         first = b.first_inputs
         readers = [("post_export", wrapper.post_export), ("fallback", wrapper.fallback),
