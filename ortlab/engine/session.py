@@ -166,7 +166,7 @@ class Session:
         for run in runs.values():
             if run is not reference and run.status not in ENDED_EARLY:
                 self.judge(reference, run)
-        return Comparison(**runs, backends=chosen)
+        return Comparison(runs=dict(runs), backends=chosen)
 
     def check(self, fixes: Any = "auto", options: Options | dict | None = None):
         """Will the model train on ORTModule? Every blocker at once, with its module and source line, the fixes

@@ -93,15 +93,18 @@ def comparable(pytorch: Run, other: Run) -> None:
     """JudgeError naming what differs, unless both runs recorded the same start: snapshot, batches, settings."""
     from ortlab.verdict import record
 
+    recorded = []
     for run in (pytorch, other):
-        if record.read(run) is None:
+        found = record.read(run)
+        if found is None:
             why = ("it was not a parity burst" if not run.meta.get("config", {}).get("parity")
                    else f"it has no {record.FILE} (made by an ortlab that did not record one)")
             raise JudgeError(f"{run.path.name} cannot be judged from its folder: {why}; burst again with --parity")
         if not (run.path / record.GRADIENTS).is_file():
             raise JudgeError(f"{run.path.name} has no {record.GRADIENTS} (its first step's gradients): burst again "
                              "with --parity")
-    a, b = record.read(pytorch), record.read(other)
+        recorded.append(found)
+    a, b = recorded
     names = f"{pytorch.path.name} and {other.path.name}"
     if a["snapshot"] != b["snapshot"]:
         raise JudgeError(f"{names} did not start from the same snapshot (SHA-256 {a['snapshot'][:12]} vs "
@@ -182,6 +185,8 @@ class Recorded:
 
         engine = self.session._local_engine()
         wanted = record.read(self.pytorch)
+        if wanted is None:  # checked when the pair was made: a folder changed since
+            raise JudgeError(f"{self.pytorch.path.name} no longer holds {record.FILE}")
         here = record.snapshot_hash(engine.initial)
         if here != wanted["snapshot"]:
             raise JudgeError(f"this process builds another starting snapshot of {engine.ref.describe()} than "
