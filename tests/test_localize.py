@@ -294,3 +294,11 @@ def test_torchvision_se_divergence_shrinks_to_its_squeeze_and_excitation_block(n
     shown = run_script(Path(found.repro["script"]), ZOO)
     assert shown.returncode == 1, shown.stdout + shown.stderr
     assert "WRONG: ORT's gradient of " in shown.stdout
+
+
+def test_the_repro_template_has_the_one_case_line_the_writer_fills():
+    """The script template's `CASE = {}` (annotated for the type checker or not) is found once: a template the
+    writer cannot fill writes scripts that fail with KeyError instead of judging the module."""
+    from ortlab.verdict.repro_case import _CASE_LINE, TEMPLATE
+
+    assert len(_CASE_LINE.findall(TEMPLATE.read_text())) == 1

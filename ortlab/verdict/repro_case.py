@@ -17,7 +17,7 @@ from ortlab.errors import InputError
 from ortlab.verdict.localize import Localization
 
 TEMPLATE = Path(__file__).with_name("repro_script.py")
-_CASE_LINE = re.compile(r"^CASE = \{\}.*$", re.MULTILINE)
+_CASE_LINE = re.compile(r"^CASE(?:: [^=]+)? = \{\}.*$", re.MULTILINE)  # the template's empty CASE, annotated or not
 
 
 class ReproError(InputError):
