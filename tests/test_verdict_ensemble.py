@@ -6,7 +6,6 @@ for the decisions, real models for the members (and real ORTModule on a small Ba
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from ortlab import Workload
 from ortlab.verdict import ensemble, exact, state
 from ortlab.verdict.gradients import Step, compare, describe, widened
 from ortlab.verdict.judge import judge, loss_note
+from tests.test_verdict_exact import FakeRun
 
 FACTORIES = Path(__file__).resolve().parent / "factories" / "zoo.py"
 
@@ -151,15 +151,6 @@ def test_a_start_moved_by_one_ulp_is_the_next_float_up_or_down():
 
 
 # --------------------------------------------------------------------------- the losses and the end state
-
-
-@dataclass
-class FakeRun:
-    path: Path
-    backend: str
-    losses: list
-    meta: dict = field(default_factory=dict)
-    status: str = "ok"
 
 
 def _state(value: float) -> dict:
