@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ortlab.engine.backends import REFERENCE, has, label
@@ -35,25 +35,40 @@ class Recommendation:
     told: bool = True
     more_steps: int | None = None
     ratios: dict[str, dict[str, Any]] | None = None
+    labels: dict[str, str] | None = None  # each backend as named, where not label()'s (its stack and torch)
+    where: str | None = None  # where each backend ran, in words (a comparison across stacks)
 
     @property
     def line(self) -> str:
         """The recommendation as the one line a summary ends with."""
-        name = label(self.backend)
+        name = (self.labels or {}).get(self.backend) or label(self.backend)
         if not self.told:
             action = CANT_TELL
         else:
             action = "stay on PyTorch" if has(self.backend, "reference") else f"train with {name}"
         said = not self.told and self.more_steps is None and "busy" in self.reason  # the reason says it already
         caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy and not said else ""
-        return f"recommendation: {action}: {self.reason}{caveat}"
+        where = f" [{self.where}]" if self.where else ""
+        return f"recommendation: {action}: {self.reason}{caveat}{where}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"line": self.line}
 
 
 def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | None],
-              spreads: dict[str, Spread | None] | None = None) -> Recommendation:
+              spreads: dict[str, Spread | None] | None = None, labels: dict[str, str] | None = None,
+              where: str | None = None) -> Recommendation:
+    """What `_recommend` says, each backend named by `labels` where given (its stack and torch: a comparison
+    across stacks), `where` (each backend's stack, in words) at the end of its line."""
+    def name_of(backend: str) -> str:
+        return (labels or {}).get(backend) or label(backend)
+
+    found = _recommend(summaries, verdicts, spreads, name_of)
+    return replace(found, labels=labels, where=where) if labels or where else found
+
+
+def _recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | None],
+               spreads: dict[str, Spread | None] | None, name_of: Any) -> Recommendation:
     """`summaries`: each backend's Run.summary() ("pytorch" and the others compared with it); `verdicts`: each
     other backend's verdict status (agree, diverged, not judged; None without one); `spreads`: each backend's step
     times after warm-up (`ortlab.speed.of_runs`; without one, the summary's median is taken as exact). The fastest
@@ -70,7 +85,7 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
     for backend, summary in summaries.items():
         if has(backend, "reference"):
             continue
-        name, summary = label(backend), summary or {}
+        name, summary = name_of(backend), summary or {}
         verdict = verdicts.get(backend)
         mine = _spread(summary, spreads.get(backend))
         if summary.get("status") != RunStatus.OK:
@@ -105,7 +120,7 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
             break_even_steps=steps, busy=busy, ratios=shown)
     if unclear:
         backend, r = min(unclear, key=lambda u: u[1].value)
-        name = label(backend)
+        name = name_of(backend)
         others = f"; {'; '.join(reasons)}" if reasons else ""
         return Recommendation(REFERENCE, f"{name} is {r.value:.2f}x PyTorch's step time, inside the noise "
                               f"({_per_step(r)}); {_more(r)}; until then PyTorch, which costs no start-up{others}",

@@ -22,7 +22,8 @@ class Comparison:
     (`c.pytorch`, `c.ortmodule`, `c.compile`) is `c.run("<backend>")`."""
 
     def __init__(self, *positional: Run | None, backends: tuple[str, ...] | None = None,
-                 runs: dict[str, Run | None] | None = None, **named: Run | None):
+                 runs: dict[str, Run | None] | None = None, stacks: dict[str, dict[str, str]] | None = None,
+                 **named: Run | None):
         if len(positional) > len(BACKENDS):
             raise TypeError(f"Comparison takes at most {len(BACKENDS)} runs by position ({', '.join(BACKENDS)})")
         given = {**dict(zip(BACKENDS, positional, strict=False)), **(runs or {}), **named}
@@ -33,6 +34,29 @@ class Comparison:
             backends = tuple(b for i, b in enumerate(BACKENDS) if i < shown or b in given)
         self._given = given  # every run given, by backend (`run` finds one not asked for too)
         self.backends: tuple[str, ...] = tuple(backends)
+        # a comparison across stacks (ortlab.cross_stack): each backend's {"stack", "torch"}; None: one process
+        self.stacks = stacks
+
+    def label_of(self, backend: str) -> str:
+        """A backend as its column names it: with its stack and torch in a comparison across stacks."""
+        from ortlab.engine.backends import label
+
+        where = (self.stacks or {}).get(backend)
+        return label(backend) if where is None else f"{label(backend)} @{where['stack']} (torch {where['torch']})"
+
+    def stacks_line(self) -> str | None:
+        """Where each backend ran, in words (None in one process): "PyTorch and ORTModule on the ort stack (torch
+        2.6.0), torch.compile on the current stack (torch 2.14.1)"."""
+        if not self.stacks:
+            return None
+        from ortlab.engine.backends import label
+
+        groups: dict[tuple[str, str], list[str]] = {}
+        for backend in self.backends:
+            where = self.stacks[backend]
+            groups.setdefault((where["stack"], where["torch"]), []).append(label(backend))
+        return ", ".join(f"{' and '.join(names)} on the {stack} stack (torch {torch})"
+                         for (stack, torch), names in groups.items())
 
     def __getattr__(self, name: str) -> Run | None:
         if name in BACKENDS:  # c.pytorch, c.ortmodule, c.compile: a backend's run
@@ -141,6 +165,8 @@ class Comparison:
         """The comparison as plain data: each backend's summary and path, each backend against PyTorch (`versus`),
         ORTModule's figures at the top (`ortlab burst --json`)."""
         out: dict[str, Any] = {"backends": list(self.backends)}
+        if self.stacks:
+            out["stacks"] = self.stacks
         for backend in self.backends:
             run = self.run(backend)
             summary = run.summary() if run is not None else {"backend": backend, "status": "not run"}
@@ -190,7 +216,8 @@ class Comparison:
                 gain = base.median_s - mine.median_s
                 even = ("can't tell" if not r.told else "never (slower)" if gain <= 0 or r.slower
                         else f"{math.ceil(startup / gain):d}")
-            rows.append({"backend": backend, "status": s.get("status"),
+            shown = backend if not self.stacks else f"{backend}@{self.stacks[backend]['stack']}"
+            rows.append({"backend": shown, "status": s.get("status"),
                          "median step after warm-up (ms)": None if mine is None or s.get("status") == "fallback"
                          else mine.median_s * 1000,
                          "step time vs PyTorch (99% interval)": vs,
@@ -211,7 +238,9 @@ class Comparison:
         summaries = {b: (r.summary() if (r := self.run(b)) is not None else {"status": "not run"})
                      for b in self.backends}
         return recommend(summaries, {b: v.status if (v := self.verdict_of(b)) else None for b in self.others},
-                         spreads_of(self.runs, earlier))
+                         spreads_of(self.runs, earlier),
+                         labels={b: self.label_of(b) for b in self.backends} if self.stacks else None,
+                         where=self.stacks_line())
 
     def __str__(self) -> str:
         d = self.to_dict()
@@ -220,7 +249,8 @@ class Comparison:
             return "-" if value is None else format(value, spec)
 
         backends = list(self.backends)
-        lines = table(d, backends, cuda=self.reference.meta.get("device") == "cuda")
+        lines = table(d, backends, cuda=self.reference.meta.get("device") == "cuda",
+                      headers=[self.label_of(b) for b in backends] if self.stacks else None)
         from ortlab.verdict.judge import Verdict, loss_note
 
         for backend in self.others:
@@ -262,15 +292,17 @@ def _diff_column(backend: str) -> str:
     return "abs_diff" if has(backend, "onnx_stages") else f"{backend}_diff"
 
 
-def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool = False) -> list[str]:
+def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool = False,
+          headers: list[str] | None = None) -> list[str]:
     """The lines of the table every burst summary starts with: one labelled row per figure, one column per
-    backend (`summaries`: each backend's Run.summary()), for one backend or several alike."""
+    backend (`summaries`: each backend's Run.summary()), for one backend or several alike. `headers`: the
+    columns' names when not the backends' (a comparison across stacks names each one's stack and torch)."""
 
     def fmt(value, spec=".4f"):
         return "-" if value is None else format(value, spec)
 
     d = summaries
-    rows = [("", *backends)]
+    rows = [("", *(headers or backends))]
     process = "peak CUDA allocated (MB)" if cuda else "peak resident set (MB)"
     shown = [("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
              ("median step (ms)", "median_step_s", "ms"), (process, "peak_mem_mb", ".0f"),
@@ -297,7 +329,8 @@ def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool 
                                  ("ranks waited (of step)", "wait_share", ".1%")):
             rows.append((label, *(fmt((d[b].get("imbalance") or {}).get(key), spec) for b in backends)))
     width = max(len(r[0]) for r in rows)
-    return ["  ".join([f"{r[0]:<{width}}", *(f"{c:>12}" for c in r[1:])]) for r in rows]
+    cells = [max(12, *(len(r[i]) for r in rows)) for i in range(1, len(rows[0]))]
+    return ["  ".join([f"{r[0]:<{width}}", *(f"{c:>{w}}" for c, w in zip(r[1:], cells, strict=True))]) for r in rows]
 
 
 def run_text(run: Run) -> str:

@@ -5,16 +5,24 @@ from __future__ import annotations
 import sys
 
 from ortlab.cli.burst import add_burst_args, burst_kwargs, chosen_backends, outcome
-from ortlab.cli.common import model_kwargs, print_json
+from ortlab.cli.common import CliError, model_kwargs, print_json
 
 
 def cmd_compare(args) -> int:
+    from ortlab import cross_stack
     from ortlab.engine.session import Session
 
     kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
-    backends = chosen_backends(args.backends)
-    with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
-        comparison = session.compare(args.steps, options, backends=backends, **kwargs)
+    placed = cross_stack.placements(args.backends)  # a backend placed on a stack: "compile@current"
+    if placed is not None and cross_stack.crosses(placed):
+        if args.in_process:
+            raise CliError("--in-process: a comparison across stacks runs each backend in a worker of its stack")
+        comparison = cross_stack.compare(args.model, model_kwargs(args), placed, args.steps, options, out=args.out,
+                                         **kwargs)
+    else:
+        backends = chosen_backends(args.backends if placed is None else ",".join(p.backend for p in placed))
+        with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
+            comparison = session.compare(args.steps, options, backends=backends, **kwargs)
     decision, recommendation = comparison.decision(), comparison.recommendation()
     if args.json:
         print_json({**comparison.to_dict(), "decision": decision.to_dict(orient="records"),
@@ -41,7 +49,9 @@ def register(sub) -> None:
                        "diverged.")
     c.add_argument("--backends", default="all", metavar="BACKEND[,BACKEND]",
                    help="the backends (pytorch is always the reference): all (every backend that runs here), both, "
-                   "or a comma list")
+                   "or a comma list, each optionally on a stack: BACKEND@ort or BACKEND@current runs it in a worker "
+                   "of that stack's Python (built like bin/ortlab's on first use), e.g. "
+                   "pytorch,ortmodule@ort,compile@current (without @: ortmodule on ort, the others here)")
     c.add_argument("--parity", action=argparse.BooleanOptionalAction, default=True,
                    help="same seeds, dropout 0, compute optimizer off, deterministic (judges the numerics)")
     add_burst_args(c)

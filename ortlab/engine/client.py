@@ -92,8 +92,9 @@ class Worker:
 class Client:
     """The worker of one Session: `ref`'s model, its seed and snapshot, logs under `out`."""
 
-    def __init__(self, ref: Any, seed: int, snapshot: str | Path | None, out: str | Path):
+    def __init__(self, ref: Any, seed: int, snapshot: str | Path | None, out: str | Path, stack: str | None = None):
         self.ref, self.seed, self.snapshot, self.out = ref, seed, snapshot, out
+        self.stack = stack  # the stack its workers run on (ortlab.engine.stack_env); None: this process's
         self.worker: Worker | None = None
         self.starts = 0  # workers started so far
         self.new_worker_reason: tuple[str, dict] | None = None  # why the next worker starts (a crash, a Stop)
@@ -139,13 +140,17 @@ class Client:
         out = Path(self.out).expanduser().resolve()
         out.mkdir(parents=True, exist_ok=True)
         log_path = out / f".worker-{os.getpid()}-{next(_log_numbers)}.log"  # one per worker: bursts may share out
-        env = dict(os.environ)
+        from ortlab.engine.stack_env import worker_interpreter
+
+        python, elsewhere = worker_interpreter(self.stack)  # another stack: its Python and environment
+        env = dict(os.environ if elsewhere is None else elsewhere)
         with import_options.applied(env):
             env["PYTHONUNBUFFERED"] = "1"
-            env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
+            if elsewhere is None:
+                env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "ortlab.engine.worker", str(child.fileno()), str(log_path)],
+                    [python, "-m", "ortlab.engine.worker", str(child.fileno()), str(log_path)],
                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     env=env, cwd=os.getcwd(), start_new_session=True,
                 )

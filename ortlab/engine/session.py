@@ -51,6 +51,9 @@ class Session:
     # ORTMODULE_* variables set in the shell that started Python: every burst starts from them, and the options
     # a burst names win. None: read them from os.environ now.
     shell_options: Options | None = None
+    # the stack its workers run on ("ort", "current": ortlab.engine.stack_env starts that stack's Python); None:
+    # this process's. Another stack's bursts need a worker (not in_process) and a model given by import path.
+    stack: str | None = None
 
     def __post_init__(self):
         from ortlab.workload import ModelRef
@@ -58,7 +61,7 @@ class Session:
         self.ref = ModelRef.of(self.model, **self.model_kwargs)
         if self.shell_options is None:
             self.shell_options = Options.from_environ()
-        self._client = Client(self.ref, self.seed, self.snapshot, self.out)  # the worker (ortlab.engine.client)
+        self._client = Client(self.ref, self.seed, self.snapshot, self.out, self.stack)  # the worker
         self._engine = None
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
