@@ -1,0 +1,155 @@
+"""`ortlab compare` across stacks (ortlab.cross_stack, ortlab.engine.stack_env): BACKEND@STACK read into placed
+backends, the one-line refusals, and (slow) a real comparison whose workers run on both stacks' Pythons, judged
+from their folders."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ortlab.cross_stack import CrossStackError, Placed, check_crossable, parse_placed, placements
+from ortlab.engine.backends import BurstError
+from ortlab.engine.stack_env import StackError, parse_stack
+from ortlab.stacks import Stack, this_stack
+
+SMALL = {"n_layer": 1, "d_model": 32}  # the demo, smaller: a quicker burst
+OTHER = Stack.CURRENT if this_stack() == Stack.ORT else Stack.ORT
+
+
+def ortlab(*args, env=None, timeout=900):
+    return subprocess.run([sys.executable, "-m", "ortlab.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_a_backend_is_placed_on_the_stack_it_names_and_defaults_to_the_natural_one():
+    here = this_stack()
+    assert parse_placed("pytorch,ortmodule@ort,compile@current") == (
+        Placed("pytorch", here), Placed("ortmodule", Stack.ORT), Placed("compile", Stack.CURRENT))
+    # without @: ORTModule on the ort stack, every other backend here; PyTorch added first when not named
+    assert parse_placed("compile@current,ortmodule", here=Stack.CURRENT) == (
+        Placed("pytorch", Stack.CURRENT), Placed("compile", Stack.CURRENT), Placed("ortmodule", Stack.ORT))
+    assert parse_placed(["pytorch@current", "compile@ort"], here=Stack.ORT) == (
+        Placed("pytorch", Stack.CURRENT), Placed("compile", Stack.ORT))
+    assert str(Placed("compile", Stack.CURRENT)) == "compile@current"
+    assert placements("pytorch,compile") is None and placements("all") is None  # one process: parse_backends's
+    assert placements("pytorch, compile@current")[1] == Placed("compile", Stack.CURRENT)
+
+
+@pytest.mark.parametrize("value, error, says", [
+    ("pytorch,compile@curent", StackError, "stack 'curent' is not one; allowed: ort (torch 2.6.0), current "
+                                           "(torch 2.14.1); did you mean current?"),
+    ("pytorch,compile@", StackError, "names no stack after '@'"),
+    ("pytorch,compil@current", BurstError, "backend 'compil' (in 'compil@current') is not allowed; allowed: "
+                                           "pytorch, ortmodule, compile, each optionally @stack; did you mean compile?"),
+    ("pytorch,ortmodule@current", StackError, "ORTModule runs on the ort stack only"),
+    ("pytorch,compile@ort,compile@current", BurstError, "compile is already placed (compile@ort)"),
+    ("all@current", BurstError, "all stands for several backends"),
+    ("pytorch@current", BurstError, "a comparison needs two backends or more"),
+])
+def test_a_bad_placement_is_refused_in_one_line_naming_what_is_allowed(value, error, says):
+    with pytest.raises(error) as e:
+        parse_placed(value)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_bad_stack_on_the_command_line_is_one_line_and_exit_2(tmp_path):
+    r = ortlab("compare", "--backends", "pytorch,compile@curent", "--out", str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "did you mean current?" in lines[0] and "Traceback" not in r.stderr
+    assert not any(tmp_path.iterdir())  # refused before any burst
+
+
+def test_a_notebook_factory_cannot_cross_python_versions_and_says_what_to_do():
+    from ortlab.workload import ModelRef
+
+    import ortlab.demo
+
+    ref = ModelRef.of(lambda: ortlab.demo.gpt(n_layer=1))
+    with pytest.raises(CrossStackError) as e:
+        check_crossable(ref)
+    assert "another stack's Python cannot load" in str(e.value) and "'module:function'" in str(e.value)
+    check_crossable(ModelRef.of("ortlab.demo:gpt"))  # an import path crosses
+
+
+def test_no_parity_is_refused_before_any_burst(tmp_path):
+    from ortlab.cross_stack import compare
+
+    with pytest.raises(CrossStackError, match="drop --no-parity"):
+        compare(None, SMALL, parse_placed(f"pytorch,compile@{OTHER}"), 2, out=tmp_path, parity=False)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def _no_python_path(tmp_path: Path) -> dict:
+    """An environment whose PATH holds the tools bin/_env.sh's Python finder uses, and no Python nor pyenv."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("bash", "sed", "ls", "head", "dirname"):
+        (tools / tool).symlink_to(shutil.which(tool))
+    keep = {k: v for k, v in os.environ.items() if k not in ("ORTLAB_PYTHON", "PYENV_ROOT", "PYENV_VERSION")}
+    return {**keep, "PATH": str(tools), "HOME": str(tmp_path)}
+
+
+def test_a_stack_without_its_python_says_so_in_one_line(tmp_path, monkeypatch):
+    from ortlab.engine import stack_env
+
+    for key, value in _no_python_path(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("ORTLAB_PYTHON", raising=False)
+    monkeypatch.setattr(stack_env, "_known", {})
+    why = stack_env.ready(OTHER)
+    assert why is not None and "Python" in why and "\n" not in why
+    with pytest.raises(StackError) as e:
+        stack_env.environment(OTHER)
+    assert str(e.value).startswith(f"the {OTHER} stack's environment cannot be built here: ")
+    assert "\n" not in str(e.value)
+    assert parse_stack(str(OTHER)) == OTHER and stack_env.ready(this_stack()) is None  # here: nothing to build
+
+
+def _other_stack_or_skip():
+    from ortlab.engine.stack_env import ready
+
+    why = ready(OTHER)
+    if why is not None:
+        pytest.skip(f"the {OTHER} stack's environment cannot be built here: {why}")
+
+
+@pytest.mark.slow
+def test_a_comparison_across_stacks_runs_each_worker_on_its_stack_and_judges_every_pair(tmp_path):
+    """Real workers: PyTorch here, torch.compile on the other stack (and ORTModule on the ort stack), one saved
+    snapshot, each judged against PyTorch from the folders; the table and the recommendation name the stacks."""
+    _other_stack_or_skip()
+    spec = f"pytorch,compile@{OTHER},ortmodule@ort"
+    r = ortlab("compare", "--backends", spec, "--steps", "3", "--model-arg", "n_layer=1", "--model-arg",
+               "d_model=32", "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    here = str(this_stack())
+    assert d["backends"] == ["pytorch", "compile", "ortmodule"]
+    assert {b: s["stack"] for b, s in d["stacks"].items()} == {"pytorch": here, "compile": str(OTHER),
+                                                                "ortmodule": "ort"}
+    torches = {s["stack"]: s["torch"] for s in d["stacks"].values()}
+    assert torches["ort"].startswith("2.6") and torches["current"].startswith("2.14")  # each run's own torch
+    for backend in ("compile", "ortmodule"):
+        assert d["versus"][backend]["verdict"]["status"] == "agree", d["versus"][backend]["verdict"]
+        run = Path(d[backend]["path"])
+        meta = json.loads((run / "meta.json").read_text())
+        assert meta["versions"]["torch"].split("+")[0] == d["stacks"][backend]["torch"]
+        assert (run / "verdict.json").is_file()
+    snapshots = [json.loads((Path(d[b]["path"]) / "meta.json").read_text())["model"]["rebuild"]["snapshot"]
+                 for b in d["backends"]]
+    assert len(set(snapshots)) == 1 and Path(snapshots[0]).is_file()  # every worker loaded the one saved file
+    line = d["recommendation"]["line"]
+    assert "on the ort stack (torch 2.6" in line and "on the current stack (torch 2.14" in line
+
+    from ortlab.run import load_run
+    from ortlab.summary import Comparison
+
+    shown = Comparison(runs={b: load_run(d[b]["path"]) for b in d["backends"]}, backends=tuple(d["backends"]),
+                       stacks=d["stacks"])
+    header = str(shown).splitlines()[0]
+    assert f"torch.compile @{OTHER} (torch " in header and "ORTModule @ort (torch 2.6" in header
