@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,10 +125,13 @@ def save_snapshot(ref: Any, seed: int, out: str | Path) -> Path:
 
 
 def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], steps: int = 20,
-            options: Any = None, *, out: str | Path = "runs", **kwargs: Any):
+            options: Any = None, *, out: str | Path = "runs", model_seed: int = 0, snapshot: str | Path | None = None,
+            on_step: Callable[[str, dict], None] | None = None, **kwargs: Any):
     """Each placed backend's burst in a worker of its stack, from one saved snapshot, each judged against PyTorch's
-    run from the folders: a Comparison whose columns name the stack and torch of each. `kwargs`: Session.burst's.
-    Parity mode is required (the verdict reads the first steps the parity bursts record)."""
+    run from the folders: a Comparison whose columns name the stack and torch of each. `model_seed`: the seed the
+    model is built under (a Session's `seed`); `snapshot`: the file every worker starts from (None: the model's
+    own start, saved once); `on_step(backend, row)` after each step; `kwargs`: Session.burst's. Parity mode is
+    required (the verdict reads the first steps the parity bursts record)."""
     from ortlab.engine.config import made_elsewhere
     from ortlab.engine.session import Session
     from ortlab.run import ENDED_EARLY
@@ -149,16 +152,17 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
     for stack in dict.fromkeys(p.stack for p in placed if p.stack != here):  # built (or refused) before any burst
         environment(stack)
     kwargs = {"parity": True, **kwargs}
-    snapshot = save_snapshot(ref, 0, out)
+    snapshot = snapshot or save_snapshot(ref, model_seed, out)
     sessions: dict[Stack, Session] = {}
     runs: dict[str, Any] = {}
     try:
         for p in placed:
             if p.stack not in sessions:
-                sessions[p.stack] = Session(ref, out=out, snapshot=snapshot, stack=str(p.stack))
+                sessions[p.stack] = Session(ref, out=out, seed=model_seed, snapshot=snapshot, stack=str(p.stack))
+            step = (lambda row, b=p.backend: on_step(b, row)) if on_step else None
             elsewhere = made_elsewhere() if p.stack != here else contextlib.nullcontext()
             with elsewhere:  # the worker checks what runs there; this process may not run it (ORTModule)
-                runs[p.backend] = sessions[p.stack].burst(p.backend, steps, options, **kwargs)
+                runs[p.backend] = sessions[p.stack].burst(p.backend, steps, options, on_step=step, **kwargs)
             if runs[p.backend].status in ENDED_EARLY:
                 break
     finally:

@@ -43,8 +43,9 @@ def test_a_backend_is_placed_on_the_stack_it_names_and_defaults_to_the_natural_o
     ("pytorch,compile@curent", StackError, "stack 'curent' is not one; allowed: ort (torch 2.6.0), current "
                                            "(torch 2.14.1); did you mean current?"),
     ("pytorch,compile@", StackError, "names no stack after '@'"),
-    ("pytorch,compil@current", BurstError, "backend 'compil' (in 'compil@current') is not allowed; allowed: "
-                                           "pytorch, ortmodule, compile, each optionally @stack; did you mean compile?"),
+    ("pytorch,compil@current", BurstError,
+     "backend 'compil' (in 'compil@current') is not allowed; allowed: pytorch, ortmodule, compile, each optionally "
+     "@stack; did you mean compile?"),
     ("pytorch,ortmodule@current", StackError, "ORTModule runs on the ort stack only"),
     ("pytorch,compile@ort,compile@current", BurstError, "compile is already placed (compile@ort)"),
     ("all@current", BurstError, "all stands for several backends"),
@@ -65,9 +66,8 @@ def test_a_bad_stack_on_the_command_line_is_one_line_and_exit_2(tmp_path):
 
 
 def test_a_notebook_factory_cannot_cross_python_versions_and_says_what_to_do():
-    from ortlab.workload import ModelRef
-
     import ortlab.demo
+    from ortlab.workload import ModelRef
 
     ref = ModelRef.of(lambda: ortlab.demo.gpt(n_layer=1))
     with pytest.raises(CrossStackError) as e:
@@ -153,3 +153,44 @@ def test_a_comparison_across_stacks_runs_each_worker_on_its_stack_and_judges_eve
                        stacks=d["stacks"])
     header = str(shown).splitlines()[0]
     assert f"torch.compile @{OTHER} (torch " in header and "ORTModule @ort (torch 2.6" in header
+
+
+@pytest.fixture
+def panel(tmp_path):
+    from ortlab import Lab
+
+    lab = Lab("ortlab.demo:gpt", SMALL, out=str(tmp_path), in_process=True, cuda_available=False)
+    yield lab.burst_panel
+    lab.close()
+
+
+def test_the_burst_panel_offers_each_backend_the_stacks_ready_here(panel):
+    from ortlab.engine.stack_env import ready
+
+    if ready(OTHER) is not None:
+        assert panel.stacks == {}  # no other stack here: nothing to choose
+        return
+    here = str(this_stack())
+    assert "ortmodule" not in panel.stacks  # it runs on the ort stack only
+    for backend, chooser in panel.stacks.items():
+        assert chooser.value == here and [v for _, v in chooser.options] == [here, str(OTHER)]
+        assert "(torch 2." in chooser.options[1][0]
+    assert panel._placed(["pytorch", "compile"]) is None  # every backend here: the session's own worker
+    panel.stacks["compile"].value = str(OTHER)
+    assert panel._placed(["pytorch", "compile"]) == (Placed("pytorch", this_stack()), Placed("compile", OTHER))
+    assert panel._placed(["compile"]) is None  # one burst: the session's
+
+
+@pytest.mark.slow
+def test_the_burst_panel_compares_across_stacks_and_names_them(panel):
+    _other_stack_or_skip()
+    panel.stacks["compile"].value = str(OTHER)
+    panel.backend.value, panel.steps.value = "all", 2
+    panel.run_button.click()
+    panel.wait(900)
+    status = panel.status.value
+    assert "Traceback" not in status and "compile verdict: agree" in status, status
+    assert f"on the {OTHER} stack (torch " in status and "recommendation:" in status
+    assert panel.progress.value == 2 * len(panel.choices["all"])  # every step of every backend counted
+    assert [r.backend for r in panel.last_runs] == panel.choices["all"]
+    assert panel.last_runs[-1].meta["versions"]["torch"] != panel.last_runs[0].meta["versions"]["torch"]

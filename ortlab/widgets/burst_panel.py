@@ -17,6 +17,7 @@ from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
 from ortlab.run import RunStatus
+from ortlab.stacks import STACKS, Stack, this_stack
 from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
@@ -73,6 +74,20 @@ def _process_label(run) -> str:
     return "peak CUDA allocated (MB)" if run.meta.get("device") == "cuda" else "peak resident set (MB)"
 
 
+def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """For each backend that another stack can run too, the stacks it can run on (its environment exists or can
+    be built here: ortlab.engine.stack_env.ready), each named with its torch; none when no other stack is ready."""
+    from ortlab.cross_stack import only_on_ort
+    from ortlab.engine.stack_env import ready
+
+    here = this_stack()
+    others = [s for s in Stack if s != here and ready(s) is None]
+    if not others:
+        return {}
+    shown = lambda s: (f"{s} (torch {STACKS[s].torch}){', here' if s == here else ''}", str(s))  # noqa: E731
+    return {b: [shown(here), *map(shown, others)] for b in backends if not only_on_ort(b)}
+
+
 class BurstPanel(Background, W.VBox):
     """Thin over Session.burst: a background thread runs the bursts so the kernel stays responsive and Stop
     works; each step updates the progress bar and the loss curve."""
@@ -92,6 +107,12 @@ class BurstPanel(Background, W.VBox):
                                        tooltip=f"both: {both}" + (f"; all: and {', '.join(others)} (torch.compile's "
                                        "first step compiles: tens of seconds)" if others else ""),
                                        layout=W.Layout(max_width="100%"))
+        # each backend's stack, where another stack's environment exists or can be built (ortlab.cross_stack)
+        self.stacks = {b: W.Dropdown(options=choices, value=str(this_stack()), description=f"{BACKENDS[b].label} on",
+                                     tooltip="another stack runs this backend in a worker of its own Python and "
+                                     "torch, from the same snapshot, judged against PyTorch from the run folders",
+                                     style={"description_width": "auto"}, layout=W.Layout(width="300px"))
+                       for b, choices in stack_choices([r.name for r in runnable]).items()}
         small = {"layout": W.Layout(width="170px")}
         self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps", **small)
         self.seed = W.IntText(value=0, description="seed", **small)
@@ -150,7 +171,7 @@ class BurstPanel(Background, W.VBox):
         self.last_check = None  # the CheckReport of the last Check
         self.last_verdicts: dict = {}  # backend -> the Verdict on its last burst against the PyTorch one
         super().__init__([
-            self.backend, row(self.steps, self.seed, self.parity),
+            self.backend, row(*self.stacks.values()), row(self.steps, self.seed, self.parity),
             row(self.optimizer, self.precision, self.nproc),
             row(self.record_stats, self.save_graphs, self.account_memory, self.profile_time),
             row(self.fixes, self.check_button),
@@ -214,6 +235,10 @@ class BurstPanel(Background, W.VBox):
             collect = {name: {} for name, on in (("stats", self.record_stats.value),
                                                  ("memory", self.account_memory.value),
                                                  ("time", self.profile_time.value)) if on} or None
+            placed = self._placed(backends)
+            if placed is not None:  # a backend on another stack: the comparison across stacks
+                runs = self._across(placed, options, collect)
+                return
             for i, backend in enumerate(backends):
                 then = f" (then {', '.join(backends[i + 1:])})" if i + 1 < len(backends) else ""
                 self.status.value = html.escape(f"running {backend}{then}...")
@@ -253,6 +278,34 @@ class BurstPanel(Background, W.VBox):
             self.run_button.disabled, self.check_button.disabled, self.stop_button.disabled = False, False, True
             if self.on_done:
                 self.on_done(runs)
+
+    def _placed(self, backends: list[str]):
+        """The backends placed on the stacks chosen, when one runs on another stack than this process's (None:
+        every burst in this session's worker)."""
+        from ortlab.cross_stack import crosses, parse_placed
+
+        placed = parse_placed([f"{b}@{self.stacks[b].value}" if b in self.stacks else b for b in backends])
+        return placed if len(backends) > 1 and crosses(placed) else None
+
+    def _across(self, placed, options, collect) -> list:
+        """The comparison across stacks (ortlab.cross_stack.compare): runs, verdicts and recommendation shown as a
+        comparison in one process shows them; its runs join the session's."""
+        from ortlab.cross_stack import compare
+
+        self.status.value = html.escape("running " + ", ".join(map(str, placed)) + " (each on its stack's worker; "
+                                        "then judged from the run folders)...")
+        self._pace = Pace(self.steps.value, str(placed[0]))
+        comparison = compare(self.session.ref, {}, placed, self.steps.value, options, out=self.session.out,
+                             model_seed=self.session.seed, snapshot=self.session.snapshot, seed=self.seed.value,
+                             optimizer=self.optimizer.value, precision=self.precision.value, progress=False,
+                             collect=collect, fixes=self.fixes.value, parity=self.parity.value, on_step=self._step)
+        runs = comparison.runs
+        self.session.runs.extend(runs)
+        self.last_verdicts = {b: v for b in comparison.others if (v := comparison.verdict_of(b)) is not None}
+        self.status.value = self._summary(runs, self.last_verdicts)
+        self._show_distances()
+        self.status.value += f"<br><b>{html.escape(comparison.recommendation().line)}</b>"
+        return runs
 
     def _step(self, backend: str, row: dict) -> None:
         if backend in self._curves:
