@@ -172,7 +172,7 @@ def test_the_burst_panel_offers_each_backend_the_stacks_ready_here(panel):
         return
     here = str(this_stack())
     assert "ortmodule" not in panel.stacks  # it runs on the ort stack only
-    for backend, chooser in panel.stacks.items():
+    for chooser in panel.stacks.values():
         assert chooser.value == here and [v for _, v in chooser.options] == [here, str(OTHER)]
         assert "(torch 2." in chooser.options[1][0]
     assert panel._placed(["pytorch", "compile"]) is None  # every backend here: the session's own worker

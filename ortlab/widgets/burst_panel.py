@@ -284,8 +284,10 @@ class BurstPanel(Background, W.VBox):
         every burst in this session's worker)."""
         from ortlab.cross_stack import crosses, parse_placed
 
+        if len(backends) < 2:  # one burst: the session's
+            return None
         placed = parse_placed([f"{b}@{self.stacks[b].value}" if b in self.stacks else b for b in backends])
-        return placed if len(backends) > 1 and crosses(placed) else None
+        return placed if crosses(placed) else None
 
     def _across(self, placed, options, collect) -> list:
         """The comparison across stacks (ortlab.cross_stack.compare): runs, verdicts and recommendation shown as a
