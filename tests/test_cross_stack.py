@@ -101,6 +101,7 @@ def test_a_stack_without_its_python_says_so_in_one_line(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("ORTLAB_PYTHON", raising=False)
     monkeypatch.setattr(stack_env, "_known", {})
+    monkeypatch.setattr(stack_env, "_probed", {})
     why = stack_env.ready(OTHER)
     assert why is not None and "Python" in why and "\n" not in why
     with pytest.raises(StackError) as e:

@@ -26,6 +26,7 @@ ENV_SCRIPT = ROOT / "bin" / "_env.sh"
 _NOT_INHERITED = ("ORTLAB_PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "ORTLAB_LOCK", "ORTLAB_SIDE_PACKAGES",
                   "ORTLAB_ZOO_PACKAGES")
 _known: dict[Stack, StackEnv] = {}
+_probed: dict[Stack, str | None] = {}  # ready()'s answers
 
 
 class StackError(InputError):
@@ -109,6 +110,12 @@ def ready(stack: Stack | str) -> str | None:
     stack = parse_stack(str(stack))
     if stack == this_stack() or stack in _known:
         return None
+    if stack not in _probed:  # its Python, found once per process (each candidate's start costs a fraction of a second)
+        _probed[stack] = _probe(stack)
+    return _probed[stack]
+
+
+def _probe(stack: Stack) -> str | None:
     # not sourced (that would build it): only bin/_env.sh's Python finder, its functions up to _ortlab_python's end
     probe = 'eval "$(sed -n "/^_ortlab_stack_of()/,/^}\\$/p" "$1")"; _ortlab_python >/dev/null'
     base = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED} | {"ORTLAB_STACK": str(stack)}
