@@ -140,8 +140,8 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
 
     here = this_stack()
     if not kwargs.get("parity", True):
-        raise CrossStackError("a comparison across stacks judges each run from the first step its parity burst "
-                              "records: drop --no-parity (parity=False)")
+        why = "a comparison across stacks judges each run from the first step its parity burst records"
+        raise CrossStackError(f"{why}: burst in parity mode (parity=True)", cli=f"{why}: drop --no-parity")
     if kwargs.get("nproc", 1) > 1 or kwargs.get("nnodes", 1) > 1:
         raise CrossStackError("a comparison across stacks runs one process per backend: --nproc and --nnodes are "
                               "for a comparison on one stack")
