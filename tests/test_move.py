@@ -201,3 +201,43 @@ def test_the_move_to_the_newest_torch_from_a_run_made_on_the_current_stack(compa
     assert d["ortmodule"]["stack"] == "ort" and d["ortmodule"]["torch"].startswith("2.6")
     assert d["target"]["stack"] == "current" and not d["target"]["torch"].startswith("2.6")
     assert d["verdict"]["target"] == "agree" and "separate processes" in d["conclusion"]
+
+
+def test_the_labs_move_tab_says_what_it_needs_before_the_runs(tmp_path):
+    from ortlab import Lab
+    from ortlab.widgets.move import MovePanel
+
+    lab = Lab(out=tmp_path, in_process=True, cuda_available=False)
+    try:
+        panel = lab.extra_panels["Move"]
+        assert isinstance(panel, MovePanel) and lab.titles.index("Move") == lab.titles.index("Report") - 1
+        assert "the move needs an ORTModule run and a torch.compile run" in panel.result.value
+        panel.ortmodule_path.value = str(tmp_path)
+        assert panel.show() is None and "not an ortlab run folder" in panel.result.value  # one red line
+        assert panel.result.value.count("<span") == 1
+    finally:
+        lab.close()
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_the_labs_move_tab_shows_the_report_of_its_newest_runs(tmp_path, compared):
+    from ortlab import Lab
+
+    lab = Lab("ortlab.demo:gpt", SMALL, out=tmp_path, in_process=True, cuda_available=False)
+    try:
+        panel = lab.extra_panels["Move"]
+        lab.burst("ortmodule", 2, progress=False)
+        assert "the move needs a torch.compile run" in panel.result.value
+        comp = lab.burst("compile", 2, progress=False)
+        report = panel.report
+        assert report is not None and report.target.run == comp.path.name
+        assert report.ortmodule.run == lab.runs[0].path.name
+        shown = panel.result.value
+        for words in ("torch.compile", "median step after start-up", "fallback_policy=DEFAULT", "graph breaks",
+                      "model = torch.compile(model)", report.conclusion.split(";")[0]):
+            assert words.replace("'", "&#x27;") in shown, words
+        panel.ortmodule_path.value = str(compared.ortmodule.path)  # a folder named instead: judged in a comparison
+        assert panel.show().ortmodule.run == compared.ortmodule.path.name and "agree" in panel.result.value
+    finally:
+        lab.close()
