@@ -241,3 +241,20 @@ def test_the_labs_move_tab_shows_the_report_of_its_newest_runs(tmp_path, compare
         assert panel.show().ortmodule.run == compared.ortmodule.path.name and "agree" in panel.result.value
     finally:
         lab.close()
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_the_report_page_has_the_move_when_both_runs_are_there(compared, tmp_path):
+    import html
+    import re
+
+    from ortlab.reporting import report
+
+    page = report(compared, out=tmp_path / "all.html").read_text()
+    section = page[page.index("<section id=\"the-move\">"):]
+    section = html.unescape(re.sub(r"<[^>]+>", " ", section[:section.index("</section>")]))
+    assert "memory_opt_level=1" in section and "torch.utils.checkpoint" in section and "fullgraph" not in section
+    assert "both train the same model as PyTorch" in section
+    without = report(compared.pytorch, compared.ortmodule, out=tmp_path / "two.html").read_text()
+    assert "the-move" not in without  # no torch.compile run: no move section
