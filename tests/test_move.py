@@ -258,3 +258,16 @@ def test_the_report_page_has_the_move_when_both_runs_are_there(compared, tmp_pat
     assert "both train the same model as PyTorch" in section
     without = report(compared.pytorch, compared.ortmodule, out=tmp_path / "two.html").read_text()
     assert "the-move" not in without  # no torch.compile run: no move section
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_compare_ends_with_the_move_when_ortmodule_and_torch_compile_both_ran(tmp_path):
+    small = ("--model-arg", "n_layer=1", "--model-arg", "d_model=32", "--steps", "2", "--out", tmp_path)
+    r = ortlab("compare", "--backends", "all", *small, "--in-process")
+    assert r.returncode == 0, r.stderr
+    after = r.stdout.split("what each option becomes:")
+    assert len(after) == 2 and "the move: ORTModule (" in after[0]
+    assert after[1].rstrip().splitlines()[-1].startswith("move: on torch.compile")
+    r = ortlab("compare", "--backends", "both", *small, "--in-process")  # PyTorch and ORTModule: no move
+    assert r.returncode == 0 and "what each option becomes" not in r.stdout, r.stderr

@@ -10,6 +10,7 @@ from ortlab.cli.common import model_kwargs, print_json
 
 def cmd_compare(args) -> int:
     from ortlab.engine.session import Session
+    from ortlab.move.report import print_move
 
     kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
     backends = chosen_backends(args.backends)
@@ -26,6 +27,7 @@ def cmd_compare(args) -> int:
         shown = decision.astype(object).where(decision.notna(), "-")
         print(shown.to_string(index=False, max_colwidth=70, float_format=lambda v: f"{v:.2f}"))
         print(recommendation.line)
+        print_move(comparison)  # ORTModule and torch.compile both ran: the move, written out (ortlab.move)
     sys.stdout.flush()
     return outcome(comparison.runs, comparison, args.allow_fallback)
 

@@ -42,6 +42,7 @@ class Equivalent:
         return self.values.get(str(value), self)
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as plain data (its value variants apart)."""
         return {"option": self.option, "becomes": self.becomes, "snippet": self.snippet, "apis": list(self.apis),
                 "fit": self.fit.value, "why": self.why}
 
@@ -216,7 +217,8 @@ MAPPING: tuple[Equivalent, ...] = (
                      "torch.backends.cudnn.benchmark = True", ("torch.backends.cudnn.benchmark",))),
     _e("skipcheck_policy", "torch.compile's guards do the per-call checks; set_stance(skip_guard_eval_unsafe=True) "
        "skips them once the inputs are known not to change", "torch.compiler.set_stance(skip_guard_eval_unsafe=True)",
-       ("torch.compiler.set_stance(skip_guard_eval_unsafe)",), Fit.PARTIAL, "unsafe: a changed input runs a wrong graph"),
+       ("torch.compiler.set_stance(skip_guard_eval_unsafe)",), Fit.PARTIAL,
+       "unsafe: a changed input runs a wrong graph"),
     _built_in("aten_sdpa_fallback", "scaled_dot_product_attention kept as one op", "Inductor lowers "
               "F.scaled_dot_product_attention to the flash/efficient kernels; nothing is decomposed",
               "out = torch.nn.functional.scaled_dot_product_attention(q, k, v)",

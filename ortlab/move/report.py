@@ -6,7 +6,6 @@ A figure a run did not record is said missing, never estimated."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ class Side:
     settings: dict[str, Any] = field(default_factory=dict)  # torch.compile's mode, fullgraph, graph breaks
 
     def to_dict(self) -> dict[str, Any]:
+        """The side as plain data."""
         return dict(self.__dict__)
 
 
@@ -66,6 +66,7 @@ class MoveReport:
     conclusion: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (`ortlab move --json`)."""
         return {"ortmodule": self.ortmodule.to_dict(), "target": self.target.to_dict(), "options": self.options,
                 "ratios": self.ratios, "verdict": self.verdict, "recomputed": self.recomputed,
                 "missing": self.missing, "conclusion": self.conclusion}
@@ -77,6 +78,7 @@ class MoveReport:
                 for key, label, unit, scale in FIGURES]
 
     def lines(self) -> list[str]:
+        """The report as text lines: the figures side by side, each option's equivalent, the verdict."""
         o, t = self.ortmodule, self.target
         out = [f"the move: ORTModule ({o.run}, torch {o.torch or '?'}, {o.stack or '?'} stack) -> torch.compile "
                f"({t.run}, torch {t.torch or '?'}, {t.stack or '?'} stack)", ""]
@@ -144,6 +146,14 @@ def move_report(ortmodule_run: str | Path | Run, target_run: str | Path | Run,
                and not (key == "activation_peak_mb" and side is t)]
     return MoveReport(o, t, options, ratios, {"ortmodule": o.verdict, "target": t.verdict, "note": note},
                       recomputed(ort), missing, _conclusion(o, t, ratios))
+
+
+def print_move(comparison: Any) -> None:
+    """After `ortlab compare` ran both ORTModule and torch.compile: print their move report (nothing otherwise)."""
+    ort, target = comparison.run("ortmodule"), comparison.run("compile")
+    if ort is not None and target is not None:
+        print()
+        print(move_report(ort, target))
 
 
 def _load(run: str | Path | Run) -> Run:
@@ -231,8 +241,8 @@ def _options(run: Run) -> list[dict[str, Any]]:
             ("precision", config.get("precision") or "fp32"), *sorted(effective.items())]
     out = []
     for option, value in rows:
-        by = ("ortlab, for parity (exact PyTorch compute)" if option == "enable_compute_optimizer"
-              and option not in asked else "ortlab, for the memory account (it reads the saved graph)"
+        by = ("ortlab, for parity: exact PyTorch compute" if option == "enable_compute_optimizer"
+              and option not in asked else "ortlab, for the memory account, which reads the saved graph"
               if option == "save_onnx" and option not in asked else "ORT's default"
               if option == "fallback_policy" and option not in asked else "the run")
         out.append({**equivalent(option, value).to_dict(), "option": option, "value": value, "set_by": by})
@@ -242,16 +252,16 @@ def _options(run: Run) -> list[dict[str, Any]]:
 def recomputed(run: Run) -> list[str]:
     """The modules whose ops ORT recomputed in backward (its memory optimizer's plans, read off the execution
     graph's node names in the run's memory account), as dotted paths up to the repeated block (`blocks.1`)."""
+    from ortlab.graphs.names import module_scope
+
     timeline = (run.memory or {}).get("timeline") or {}
     found: dict[str, None] = {}
     for node in timeline.get("node") or []:
-        if "_recompute" not in node or not node.startswith("/_original_module/"):  # a fused node names no module
-            continue
-        parts = [p for p in node.split("/") if p and p != "_original_module"][:-1]
-        path = [q for q in parts if not any(p.startswith(q + ".") for p in parts)]  # blocks/blocks.1 -> blocks.1
-        block = next((i for i, p in enumerate(path) if re.search(r"\.\d+$", p)), None)
-        if path:
-            found[".".join(path[: block + 1] if block is not None else path[:1])] = None
+        scope = module_scope(node) if "_recompute" in node else ""  # ORT's own fusions name no module
+        if scope:
+            parts = scope.split(".")
+            block = next((i for i, p in enumerate(parts) if p.isdigit()), None)  # blocks.1.attn -> blocks.1
+            found[".".join(parts[: block + 1] if block is not None else parts[:1])] = None
     return list(found)
 
 
@@ -284,4 +294,4 @@ def _cell(value: float | None) -> str:
     return "missing" if value is None else f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
 
 
-__all__ = ["FIGURES", "Fit", "MoveError", "MoveReport", "Side", "move_report", "recomputed"]
+__all__ = ["FIGURES", "Fit", "MoveError", "MoveReport", "Side", "move_report", "print_move", "recomputed"]

@@ -13,8 +13,9 @@ from ortlab.reporting.provenance import command, python_call, repro_script, what
 from ortlab.reporting.sources import Sources
 from ortlab.run import Run, RunStatus
 
-SECTIONS = ("what was run", "summary", "verdict", "the move", "loss curves", "where the time goes", "what changed in the time",
-            "memory", "first divergence", "exported graphs", "recompute plans", "tuning", "how to reproduce")
+SECTIONS = ("what was run", "summary", "verdict", "the move", "loss curves", "where the time goes",
+            "what changed in the time", "memory", "first divergence", "exported graphs", "recompute plans", "tuning",
+            "how to reproduce")
 _ROWS = (("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
          ("median step (ms)", "median_step_s", "ms"), ("start-up (s)", "startup_s", ".2f"),
          ("peak resident set (MB)", "peak_mem_mb", ".0f"), ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),

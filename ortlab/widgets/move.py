@@ -57,7 +57,8 @@ class MovePanel(W.VBox):
             self.report, self.result.value = None, error_html(e)
             return None
         if ort is None or comp is None:
-            lacking = " and ".join(n for n, r in (("an ORTModule run", ort), ("a torch.compile run", comp)) if r is None)
+            lacking = " and ".join(n for n, r in (("an ORTModule run", ort), ("a torch.compile run", comp))
+                                   if r is None)
             self.report = None
             self.result.value = (f"<p style='color:#555'>the move needs {lacking}: burst one (the Burst tab), or name "
                                  "a run folder above (an ORTModule run from the ort stack, a torch.compile run from "
