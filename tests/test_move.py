@@ -67,6 +67,14 @@ def test_every_torch_name_an_entry_uses_exists_on_this_stacks_torch():
     assert not has_api("torch.optim.AdamW(no_such_parameter)") and not has_api("torch.no_such_module.thing")
 
 
+def test_docs_compile_md_names_every_option_the_mapping_has():
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "compile.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## The move, written out"):]
+    for entry in MAPPING:
+        assert f"`{entry.option}" in section, entry.option
+        assert entry.becomes.split(":")[0].replace("|", "/") in section, entry.option
+
+
 # Real runs: PyTorch, ORTModule and torch.compile of the small demo, one parity comparison in this process.
 
 @pytest.fixture(scope="module")
