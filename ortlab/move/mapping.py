@@ -124,7 +124,7 @@ MAPPING: tuple[Equivalent, ...] = (
     _e("save_onnx", "torch.compile's graphs and generated code: TORCH_LOGS=graph_code,output_code, or a trace "
        "tlparse turns into a page (TORCH_TRACE)",
        "TORCH_LOGS=aot_graphs,output_code python train.py\n"
-       "TORCH_TRACE=/tmp/trace python train.py && tlparse /tmp/trace/*.log",
+       "TORCH_TRACE=trace python train.py && tlparse trace/*.log",
        (f"{_LOGS}(graph_code)", f"{_LOGS}(output_code)", f"{_LOGS}(aot_graphs)"), Fit.PARTIAL,
        "FX graphs and Triton/C++ code instead of ONNX files; netron does not open them"),
     _none("onnx_prefix", "not needed: torch.compile writes no ONNX files; TORCH_TRACE names its files itself"),
