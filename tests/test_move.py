@@ -95,15 +95,15 @@ def test_the_move_report_of_real_runs_reads_both_sides(compared):
 
     report = move_report(compared.compile, compared.ortmodule)  # either order
     d = report.to_dict()
-    assert d["ortmodule"]["backend"] == "ortmodule" and d["target"]["backend"] == "compile"
-    for side, run in (("ortmodule", compared.ortmodule), ("target", compared.compile)):
+    assert d["from"]["backend"] == "ortmodule" and d["to"]["backend"] == "compile"
+    for side, run in (("from", compared.ortmodule), ("to", compared.compile)):
         summary = run.summary()
         assert d[side]["figures"]["median_step_s"] == summary["median_step_s"]
         assert d[side]["figures"]["startup_s"] == summary["startup_s"] > 0
         assert d[side]["figures"]["saved_for_backward_mb"] == summary["saved_for_backward_mb"]
         assert d[side]["torch"] == run.meta["versions"]["torch"] and d[side]["stack"] == "ort"
         assert d[side]["verdict"] == run.read_json("verdict.json")["status"] == "agree"
-    assert d["ortmodule"]["figures"]["activation_peak_mb"] > 0
+    assert d["from"]["figures"]["activation_peak_mb"] > 0
     assert d["ratios"]["median_step_s"] == pytest.approx(
         compared.compile.summary()["median_step_s"] / compared.ortmodule.summary()["median_step_s"])
     shown = {e["option"]: e for e in d["options"]}
@@ -111,7 +111,7 @@ def test_the_move_report_of_real_runs_reads_both_sides(compared):
     assert shown["enable_compute_optimizer"]["set_by"].startswith("ortlab, for parity")
     assert shown["fallback_policy"]["value"] == "DEFAULT" and shown["wrap"]["snippet"]
     assert report.recomputed and all(r.startswith(("blocks.", "ln_f", "head", "tok")) for r in report.recomputed)
-    assert d["target"]["settings"]["fullgraph"] is False and d["target"]["settings"]["graph_breaks"] == 0
+    assert d["to"]["settings"]["fullgraph"] is False and d["to"]["settings"]["graph_breaks"] == 0
     text = str(report)
     assert "memory_opt_level=1" in text and "activation_memory_budget" in text
     assert "both train the same model as PyTorch" in report.conclusion
@@ -144,11 +144,11 @@ def test_the_cli_judges_with_a_reference_when_the_runs_have_no_verdict(compared,
         (runs[name] / "verdict.json").unlink()
     r = ortlab("move", runs["ortmodule"], runs["compile"], "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["verdict"]["ortmodule"] is None
+    assert json.loads(r.stdout)["verdict"]["from"] is None
     r = ortlab("move", runs["compile"], runs["ortmodule"], "--reference", compared.pytorch.path, "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["verdict"]["ortmodule"] == d["verdict"]["target"] == "agree"
+    assert d["verdict"]["from"] == d["verdict"]["to"] == "agree"
     assert "judge_runs" in d["verdict"]["note"]
     assert (runs["ortmodule"] / "verdict.json").is_file()  # judge_runs wrote it
     r = ortlab("move", runs["compile"], runs["ortmodule"])
@@ -206,9 +206,9 @@ def test_the_move_to_the_newest_torch_from_a_run_made_on_the_current_stack(compa
     r = ortlab("move", compared.ortmodule.path, current, "--reference", compared.pytorch.path, "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["ortmodule"]["stack"] == "ort" and d["ortmodule"]["torch"].startswith("2.6")
-    assert d["target"]["stack"] == "current" and not d["target"]["torch"].startswith("2.6")
-    assert d["verdict"]["target"] == "agree" and "separate processes" in d["conclusion"]
+    assert d["from"]["stack"] == "ort" and d["from"]["torch"].startswith("2.6")
+    assert d["to"]["stack"] == "current" and not d["to"]["torch"].startswith("2.6")
+    assert d["verdict"]["to"] == "agree" and "separate processes" in d["conclusion"]
 
 
 def test_the_labs_move_tab_says_what_it_needs_before_the_runs(tmp_path):
@@ -279,3 +279,23 @@ def test_compare_ends_with_the_move_when_ortmodule_and_torch_compile_both_ran(tm
     assert after[1].rstrip().splitlines()[-1].startswith("move: on torch.compile")
     r = ortlab("compare", "--backends", "both", *small, "--in-process")  # PyTorch and ORTModule: no move
     assert r.returncode == 0 and "what each option becomes" not in r.stdout, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_an_ortmodule_run_that_fell_back_shows_no_figures_as_ortmodules(tmp_path):
+    """A model ORT cannot export falls back to PyTorch: its step time and memory are PyTorch's, so the report does
+    not show them as ORTModule's; it says why instead."""
+    from ortlab.engine.session import Session
+    from ortlab.move import move_report
+
+    model = str(Path(__file__).parent / "factories" / "compat.py") + ":fixable"
+    with Session(model, out=tmp_path, in_process=True) as session:
+        fell = session.burst("ortmodule", 2, progress=False)
+        comp = session.burst("compile", 2, progress=False, compile={"backend": "aot_eager"})
+    assert fell.status == "fallback" and fell.summary()["median_step_s"] is not None
+    report = move_report(fell, comp)
+    assert report.ortmodule.figures["median_step_s"] is None and report.ortmodule.figures["startup_s"] is None
+    assert report.ratios["median_step_s"] is None
+    assert any(fell.path.name in m and "fallback" in m and "PyTorch's" in m for m in report.missing)
+    assert "a step takes" not in report.conclusion

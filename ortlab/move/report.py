@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortlab.engine.backends import BACKENDS, has, label
 from ortlab.errors import InputError
 from ortlab.move.mapping import Fit, equivalent
 from ortlab.run import Run, load_run
@@ -20,7 +21,8 @@ FIGURES = (("median_step_s", "median step after start-up", "ms", 1000.0),
            ("saved_for_backward_mb", "kept for backward", "MB", 1.0),
            ("activation_peak_mb", "activation peak (ORT's graph)", "MB", 1.0),
            ("peak_mem_mb", "peak resident set", "MB", 1.0))
-_TARGETS = ("compile",)  # what the move is to
+# What a run that fell back to PyTorch cannot show of its backend (its figures would be PyTorch's under its name).
+_PYTORCHS = ("median_step_s", "startup_s", "saved_for_backward_mb", "activation_peak_mb")
 
 
 class MoveError(InputError):
@@ -42,6 +44,7 @@ class Side:
     figures: dict[str, float | None]
     steps: int = 0
     busy: str | None = None
+    error: str | None = None  # what failed, or why ORTModule fell back to PyTorch
     verdict: str | None = None  # agree, diverged, not judged... (verdict.json's status)
     evidence: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # torch.compile's mode, fullgraph, graph breaks
@@ -67,7 +70,7 @@ class MoveReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (`ortlab move --json`)."""
-        return {"ortmodule": self.ortmodule.to_dict(), "target": self.target.to_dict(), "options": self.options,
+        return {"from": self.ortmodule.to_dict(), "to": self.target.to_dict(), "options": self.options,
                 "ratios": self.ratios, "verdict": self.verdict, "recomputed": self.recomputed,
                 "missing": self.missing, "conclusion": self.conclusion}
 
@@ -141,16 +144,20 @@ def move_report(ortmodule_run: str | Path | Run, target_run: str | Path | Run,
     options = _options(ort)
     ratios = {key: (t.figures[key] / o.figures[key] if o.figures.get(key) and t.figures.get(key) is not None
                     else None) for key, *_ in FIGURES}
-    missing = [f"{label} of {side.run} ({'ORTModule' if side is o else 'torch.compile'}): not recorded"
-               for side in (o, t) for key, label, *_ in FIGURES if side.figures.get(key) is None
-               and not (key == "activation_peak_mb" and side is t)]
-    return MoveReport(o, t, options, ratios, {"ortmodule": o.verdict, "target": t.verdict, "note": note},
+    missing = [f"{side.run} ({_name(side)}) {side.status}: {side.error or 'no error recorded'}; its figures are "
+               + ("PyTorch's, so not shown" if side.status == "fallback" else "a partial run's")
+               for side in (o, t) if side.status != "ok"]
+    missing += [f"{label} of {side.run} ({_name(side)}): not recorded" for side in (o, t) if side.status != "fallback"
+                for key, label, *_ in FIGURES if side.figures.get(key) is None
+                and not (key == "activation_peak_mb" and side is t)]
+    return MoveReport(o, t, options, ratios, {"from": o.verdict, "to": t.verdict, "note": note},
                       recomputed(ort), missing, _conclusion(o, t, ratios))
 
 
 def print_move(comparison: Any) -> None:
     """After `ortlab compare` ran both ORTModule and torch.compile: print their move report (nothing otherwise)."""
-    ort, target = comparison.run("ortmodule"), comparison.run("compile")
+    ort = comparison.run(comparison.headline) if comparison.headline else None  # the backend with ONNX stages
+    target = next((comparison.run(b) for b in comparison.others if b != comparison.headline), None)
     if ort is not None and target is not None:
         print()
         print(move_report(ort, target))
@@ -161,7 +168,9 @@ def _load(run: str | Path | Run) -> Run:
 
 
 def _sides(a: Run, b: Run) -> tuple[Run, Run]:
-    ort = [r for r in (a, b) if r.backend == "ortmodule"]
+    """(the ORTModule run, the torch.compile run): the move is from the backend with ONNX stages to any other that
+    is not the reference (the registry says which is which)."""
+    ort = [r for r in (a, b) if has(r.backend, "onnx_stages")]
     if len(ort) == 2:
         raise MoveError(f"both runs are ORTModule's ({a.path.name}, {b.path.name}): the move compares an ORTModule "
                         "run with a torch.compile run")
@@ -169,11 +178,15 @@ def _sides(a: Run, b: Run) -> tuple[Run, Run]:
         raise MoveError(f"neither run is ORTModule's ({a.path.name}: {a.backend}, {b.path.name}: {b.backend}): the "
                         "move starts from an ORTModule run (burst one on the ort stack)")
     other = b if ort[0] is a else a
-    if other.backend not in _TARGETS:
-        hint = " (a PyTorch run goes with --reference)" if other.backend == "pytorch" else ""
+    if has(other.backend, "reference") or other.backend not in BACKENDS:
+        hint = " (a PyTorch run goes with --reference)" if has(other.backend, "reference") else ""
         raise MoveError(f"{other.path.name} is a {other.backend} run: the move is to torch.compile; give a compile "
                         f"run{hint}")
     return ort[0], other
+
+
+def _name(side: Side) -> str:
+    return label(side.backend)
 
 
 def _recorded(run: Run) -> bool:
@@ -212,7 +225,9 @@ def _side(run: Run, given: Any) -> Side:
                     "recompiles": summary.get("recompiles")}
     return Side(run=run.path.name, path=str(run.path), backend=run.backend, status=run.status,
                 torch=versions.get("torch"), python=versions.get("python"), stack=_stack(versions),
-                device=run.meta.get("device"), figures={key: summary.get(key) for key, *_ in FIGURES},
+                device=run.meta.get("device"), error=run.error,
+                figures={key: None if run.status == "fallback" and key in _PYTORCHS else summary.get(key)
+                         for key, *_ in FIGURES},
                 steps=summary.get("steps", 0), busy=summary.get("busy"), verdict=status,
                 evidence=evidence if isinstance(evidence, str) else None, settings=settings)
 
@@ -237,7 +252,10 @@ def _options(run: Run) -> list[dict[str, Any]]:
     asked = dict(config.get("options") or {})
     effective = dict(run.meta.get("effective_options") or asked)
     effective.setdefault("fallback_policy", "DEFAULT")
-    rows = [("wrap", None), ("optimizer", config.get("optimizer") or "auto"),
+    optimizer = config.get("optimizer") or "auto"
+    if optimizer == "auto" and run.meta.get("optimizer"):  # the workload's own, or AdamW: its class as it ran
+        optimizer = f"auto ({run.meta['optimizer']})"
+    rows = [("wrap", None), ("optimizer", optimizer),
             ("precision", config.get("precision") or "fp32"), *sorted(effective.items())]
     out = []
     for option, value in rows:

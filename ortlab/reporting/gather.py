@@ -124,12 +124,13 @@ def _verdicts(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
 def _moves(runs: list[Run], pairs: list[tuple[Run, Run]], names: dict[str, str]) -> dict[str, Any]:
     """The move report (ortlab.move) of each ORTModule run here beside a torch.compile run: the one compared with
     the same PyTorch run, else the newest; no items (the page leaves the section out) without both."""
+    from ortlab.engine.backends import has
     from ortlab.move.report import move_report
 
-    compiled = [r for r in runs if r.backend == "compile"]
+    compiled = [r for r in runs if not has(r.backend, "onnx_stages") and not has(r.backend, "reference")]
     reference = {run.path.name: ref.path.name for ref, run in pairs}
     items = []
-    for ort in (r for r in runs if r.backend == "ortmodule"):
+    for ort in (r for r in runs if has(r.backend, "onnx_stages")):
         mates = [c for c in compiled if reference.get(c.path.name) == reference.get(ort.path.name, "-")]
         target = (mates or compiled or [None])[-1]
         if target is not None:
