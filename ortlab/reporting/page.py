@@ -121,7 +121,7 @@ def _move(s: dict[str, Any]) -> str:
         if m.get("error"):
             out.append(f"<p class='missing'>{_e(m['error'])}</p>")
             continue
-        sides = [(n, m[k]) for n, k in (("ORTModule", "ortmodule"), ("torch.compile", "target"))]
+        sides = [(n, m[k]) for n, k in (("ORTModule", "from"), ("torch.compile", "to"))]
         out.append(table([{"": n, "torch": d["torch"], "stack": d["stack"], "verdict": d["verdict"] or "not judged",
                            **{label: d["figures"].get(key) for key, label in _MOVE_FIGURES}} for n, d in sides]))
         rows = "".join(f"<tr><td><code>{_e(o['option'])}{'' if o['value'] is None else _e('=' + str(o['value']))}"
