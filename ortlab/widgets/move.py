@@ -43,9 +43,6 @@ class MovePanel(W.VBox):
         """Show the report of the newest pair (after a burst)."""
         self.show()
 
-    def close(self) -> None:
-        super().close()
-
     def show(self):
         """The report of the fields' runs (or the Lab's newest pair), shown; the MoveReport, or None."""
         from ortlab.move.report import move_report
