@@ -90,7 +90,7 @@ def render(report) -> str:
         why = f"<br><span style='color:#555'>{e(entry['why'])}</span>" if entry["why"] else ""
         snippet = f"<pre style='margin:2px 0'>{e(entry['snippet'])}</pre>" if entry["snippet"] else ""
         rows.append(f"<tr><td{_TD}><code>{e(entry['option'] + value)}</code>{by}</td><td{_TD}>{e(entry['becomes'])}"
-                    f"{why}{snippet}</td><td{_TD}>{e(entry['fit'])}</td></tr>")
+                    f"{why}{snippet}</td><td{_TD} nowrap>{e(entry['fit'])}</td></tr>")
     heads = "".join(f"<th style='text-align:left;padding:2px 4px'>{h}</th>" for h in ("ORTModule", "on the newest "
                                                                                      "torch", "fit"))
     options = ("<table style='border-collapse:collapse;font-size:12px;margin-top:6px'>"
