@@ -21,6 +21,8 @@ _EXPORTS = {
     "judge": "ortlab.verdict.judge",
     "Verdict": "ortlab.verdict.judge",
     "judge_runs": "ortlab.verdict.folders",
+    "move_report": "ortlab.move.report",
+    "MoveReport": "ortlab.move.report",
     "repro": "ortlab.verdict.repro",
     "Localization": "ortlab.verdict.localize",
     "CheckReport": "ortlab.compat.report",

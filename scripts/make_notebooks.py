@@ -1,5 +1,5 @@
-"""Write the tutorial notebooks 01, 02, 08, 09, 11, 12 and 13 from their cell sources (then execute them in place with
-nbconvert): `python scripts/make_notebooks.py [NAME.ipynb ...]` (default: all of them)."""
+"""Write the tutorial notebooks 01, 02, 08, 09, 11, 12, 13 and 14 from their cell sources (then execute them in place
+with nbconvert): `python scripts/make_notebooks.py [NAME.ipynb ...]` (default: all of them)."""
 
 import sys
 from pathlib import Path
@@ -664,10 +664,94 @@ lab.close()
 """),
 ]
 
+the_move = [
+    md("""
+# The move, written out
+
+ORTModule runs on its own stack (onnxruntime-training 1.19.2, torch 2.6); the torch you move to is newer and
+cannot share a process with it. `ortlab.move_report` takes an ORTModule run and a torch.compile run, made in one
+process or on two stacks, and writes the move out: what each option the ORTModule run used becomes on the newest
+torch (with a snippet to paste), both sides' step time after start-up, start-up and memory as their run folders
+recorded them, the torch and stack of each, and the verdict on each against PyTorch. `ortlab move RUN RUN` prints
+the same; the Lab's **Move** tab shows it for the Lab's newest runs.
+
+Here on the bundled demo, small (one layer, 32 wide) so that torch.compile's first compilation stays short, with
+ORT's layer-wise recompute on (`memory_opt_level=1`): PyTorch, ORTModule and torch.compile from one snapshot, in
+parity mode, each judged against PyTorch.
+"""),
+    code("""
+import ortlab
+
+session = ortlab.Session(model_kwargs={"n_layer": 1, "d_model": 32}, out="runs")
+cmp = session.compare(4, {"memory_opt_level": 1}, backends="all", parity=True, progress=False,
+                      collect={"memory": {}})
+report = ortlab.move_report(cmp.ortmodule, cmp.compile)
+"""),
+    md("Both sides ran and trained the same model as PyTorch; the check below must print the same every time."),
+    code("""
+# NBVAL_CHECK_OUTPUT
+print(report.ortmodule.backend, report.target.backend, report.ortmodule.verdict, report.target.verdict)
+print("options the ORTModule run used:", [row["option"] for row in report.options])
+print("ORT recomputed in backward:", report.recomputed)
+print("missing figures:", report.missing)
+"""),
+    md("""
+The measured figures side by side (a figure a run did not record would say so; torch.compile has no graph
+activation account, so its activation peak is missing):
+"""),
+    code("""
+import pandas as pd
+
+pd.DataFrame(report.table())
+"""),
+    md("""
+What each option becomes. *fit* says how close the newest torch comes: *same*, *partial*, *built in* (nothing to
+set) or *no equivalent* (nothing to set, and why none is needed). `memory_opt_level=1` becomes activation
+checkpointing of the modules ORT recomputed, or torch.compile's activation memory budget; ortlab's own settings
+(parity's `enable_compute_optimizer=False`, the memory account's `save_onnx`) are said as such.
+"""),
+    code("""
+pd.DataFrame(report.options)[["option", "value", "becomes", "fit", "set_by"]]
+"""),
+    code("""
+print(report)
+"""),
+    md("""
+Options this run did not use have their entries too (`ortlab.move.mapping`), e.g. ORT's FusedAdam and its fallback
+policy:
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+from ortlab.move.mapping import equivalent
+
+print(equivalent("optimizer", "fused_adam").snippet)
+print(equivalent("fallback_policy", "FALLBACK_DISABLE").snippet)
+print(equivalent("onnx_opset_version", 17).why)
+"""),
+    md("""
+To the newest torch: burst torch.compile on the current stack (Python 3.12+, torch 2.14) from the same model and
+seed, in parity mode, then set its folder beside the ORTModule run; `reference_run` (the PyTorch parity run) judges
+both now when a run has no verdict. On the command line:
+
+```bash
+ORTLAB_STACK=current bin/ortlab burst --backend compile --parity --steps 4 \\
+    --model-arg n_layer=1 --model-arg d_model=32 --out runs-current
+bin/ortlab move runs/<the ORTModule run> runs-current/<the compile run> --reference runs/<the PyTorch run>
+```
+
+In Python: `ortlab.move_report(cmp.ortmodule, "runs-current/<the compile run>", reference_run=cmp.pytorch)`.
+docs/compile.md has the full table and the figures measured on both stacks.
+"""),
+    code("""
+session.close()
+"""),
+]
+
+
 NOTEBOOKS = {"01_quickstart.ipynb": quickstart, "02_options_and_bursts.ipynb": options,
              "08_will_my_model_run.ipynb": will_it_run, "09_ortmodule_or_torch_compile.ipynb": stay_or_move,
              "11_when_ortmodule_trains_a_different_model.ipynb": different_model, "12_trainer.ipynb": trainer,
-             "13_tune.ipynb": tune}
+             "13_tune.ipynb": tune, "14_the_move.ipynb": the_move}
 
 for name in sys.argv[1:] or NOTEBOOKS:  # the names given (e.g. 13_tune.ipynb), or every notebook here
     nb = nbf.v4.new_notebook(cells=NOTEBOOKS[name])

@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         graphs,
         judge,
         memory,
+        move,
         options,
         plans,
         report,
@@ -81,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "exported graphs, recompute plans, activation statistics.",
                 epilog="Each command's flags and defaults: ortlab COMMAND --help, all of them in docs/cli.md.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (env, options, check, burst, compare, judge, runs, graphs, plans, memory, time, tune, activations,
-                   repro, report):
+    for module in (env, options, check, burst, compare, judge, move, runs, graphs, plans, memory, time, tune,
+                   activations, repro, report):
         module.register(sub)
     return p
 

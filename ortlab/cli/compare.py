@@ -11,6 +11,7 @@ from ortlab.cli.common import CliError, model_kwargs, print_json
 def cmd_compare(args) -> int:
     from ortlab import cross_stack
     from ortlab.engine.session import Session
+    from ortlab.move.report import print_move
 
     kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
     placed = cross_stack.placements(args.backends)  # a backend placed on a stack: "compile@current"
@@ -34,6 +35,7 @@ def cmd_compare(args) -> int:
         shown = decision.astype(object).where(decision.notna(), "-")
         print(shown.to_string(index=False, max_colwidth=70, float_format=lambda v: f"{v:.2f}"))
         print(recommendation.line)
+        print_move(comparison)  # ORTModule and torch.compile both ran: the move, written out (ortlab.move)
     sys.stdout.flush()
     return outcome(comparison.runs, comparison, args.allow_fallback)
 

@@ -13,8 +13,9 @@ from ortlab.reporting.provenance import command, python_call, repro_script, what
 from ortlab.reporting.sources import Sources
 from ortlab.run import Run, RunStatus
 
-SECTIONS = ("what was run", "summary", "verdict", "loss curves", "where the time goes", "what changed in the time",
-            "memory", "first divergence", "exported graphs", "recompute plans", "tuning", "how to reproduce")
+SECTIONS = ("what was run", "summary", "verdict", "the move", "loss curves", "where the time goes",
+            "what changed in the time", "memory", "first divergence", "exported graphs", "recompute plans", "tuning",
+            "how to reproduce")
 _ROWS = (("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
          ("median step (ms)", "median_step_s", "ms"), ("start-up (s)", "startup_s", ".2f"),
          ("peak resident set (MB)", "peak_mem_mb", ".0f"), ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
@@ -40,6 +41,7 @@ def gather(sources: Sources) -> dict[str, Any]:
             "what was run": [what_ran(r) for r in runs],
             "summary": _summary(runs, names, pairs),
             "verdict": _verdicts(runs, names),
+            "the move": _moves(runs, pairs, names),
             "loss curves": _losses(runs, names),
             "where the time goes": views.time_tables(runs),
             "what changed in the time": views.time_diffs(pairs, names),
@@ -117,6 +119,27 @@ def _verdicts(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
     missing = None if items else ("no run here was judged against PyTorch: a verdict comes with a comparison "
                                   "(ortlab compare, ortlab burst --backend both, Session.compare)")
     return {"items": items, "missing": missing}
+
+
+def _moves(runs: list[Run], pairs: list[tuple[Run, Run]], names: dict[str, str]) -> dict[str, Any]:
+    """The move report (ortlab.move) of each ORTModule run here beside a torch.compile run: the one compared with
+    the same PyTorch run, else the newest; no items (the page leaves the section out) without both."""
+    from ortlab.engine.backends import has
+    from ortlab.move.report import move_report
+
+    compiled = [r for r in runs if not has(r.backend, "onnx_stages") and not has(r.backend, "reference")]
+    reference = {run.path.name: ref.path.name for ref, run in pairs}
+    items = []
+    for ort in (r for r in runs if has(r.backend, "onnx_stages")):
+        mates = [c for c in compiled if reference.get(c.path.name) == reference.get(ort.path.name, "-")]
+        target = (mates or compiled or [None])[-1]
+        if target is not None:
+            try:
+                items.append({"runs": [names[ort.path.name], names[target.path.name]],
+                              **move_report(ort, target).to_dict()})
+            except Exception as e:  # a damaged run: the rest of the page still says what it can
+                items.append({"runs": [names[ort.path.name], names[target.path.name]], "error": str(e)})
+    return {"items": items, "missing": None}
 
 
 def _losses(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:

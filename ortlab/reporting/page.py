@@ -114,6 +114,32 @@ def _verdict(s: dict[str, Any]) -> str:
     return "".join(out) + _missing(s)
 
 
+def _move(s: dict[str, Any]) -> str:
+    out = []
+    for m in s["items"]:
+        out.append(f"<h3>{_e(' -> '.join(m['runs']))}</h3>")
+        if m.get("error"):
+            out.append(f"<p class='missing'>{_e(m['error'])}</p>")
+            continue
+        sides = [(n, m[k]) for n, k in (("ORTModule", "from"), ("torch.compile", "to"))]
+        out.append(table([{"": n, "torch": d["torch"], "stack": d["stack"], "verdict": d["verdict"] or "not judged",
+                           **{label: d["figures"].get(key) for key, label in _MOVE_FIGURES}} for n, d in sides]))
+        rows = "".join(f"<tr><td><code>{_e(o['option'])}{'' if o['value'] is None else _e('=' + str(o['value']))}"
+                       f"</code></td><td>{_e(o['becomes'])}<br><span class='muted'>{_e(o['why'])}</span>"
+                       f"{'<pre>' + _e(o['snippet']) + '</pre>' if o['snippet'] else ''}</td><td>{_e(o['fit'])}</td>"
+                       "</tr>" for o in m["options"])
+        out.append(f"<table><tr><th>ORTModule</th><th>on the newest torch</th><th>fit</th></tr>{rows}</table>")
+        if m["recomputed"]:
+            out.append(f"<p>ORTModule recomputed in backward: {_e(', '.join(m['recomputed']))}</p>")
+        out += [f"<p class='muted'>{_e(line)}</p>" for line in (m["verdict"].get("note"), *m["missing"]) if line]
+        out.append(f"<p><b>{_e(m['conclusion'])}</b></p>")
+    return "".join(out) + _missing(s)
+
+
+_MOVE_FIGURES = (("median_step_s", "median step after start-up (s)"), ("startup_s", "start-up (s)"),
+                 ("saved_for_backward_mb", "kept for backward (MB)"), ("peak_mem_mb", "peak resident set (MB)"))
+
+
 def _losses(s: dict[str, Any]) -> str:
     rows = [{"run": label, "steps": len(v), "first loss": next((x for x in v if x is not None), None),
              "final loss": next((x for x in reversed(v) if x is not None), None)} for label, v in s["series"].items()]
@@ -233,15 +259,16 @@ def _reproduce(s: dict[str, Any]) -> str:
 def render(data: dict[str, Any]) -> str:
     """The page's HTML."""
     bodies = {"what was run": _what_was_run(data["what was run"]), "summary": _summary(data["summary"]),
-              "verdict": _verdict(data["verdict"]),
+              "verdict": _verdict(data["verdict"]), "the move": _move(data["the move"]),
               "loss curves": _losses(data["loss curves"]),
               "where the time goes": _time(data["where the time goes"]),
               "what changed in the time": _time_diff(data["what changed in the time"]),
               "memory": _memory(data["memory"]), "first divergence": _divergence(data["first divergence"]),
               "exported graphs": _graphs(data["exported graphs"]), "recompute plans": _plans(data["recompute plans"]),
               "tuning": _tuning(data["tuning"]), "how to reproduce": _reproduce(data["how to reproduce"])}
-    nav = "".join(f'<a href="#{_anchor(t)}">{_e(t)}</a>' for t in SECTIONS)
-    sections = "".join(f'<section id="{_anchor(t)}"><h2>{_e(t)}</h2>{bodies[t]}</section>' for t in SECTIONS)
+    shown = [t for t in SECTIONS if t != "the move" or data["the move"]["items"]]  # only with both runs there
+    nav = "".join(f'<a href="#{_anchor(t)}">{_e(t)}</a>' for t in shown)
+    sections = "".join(f'<section id="{_anchor(t)}"><h2>{_e(t)}</h2>{bodies[t]}</section>' for t in shown)
     runs = ", ".join(data["labels"].values())
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"

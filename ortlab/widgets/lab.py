@@ -26,6 +26,7 @@ _VIEW_TABS = (
     ("Memory", "ortlab.widgets.memory", "MemoryPanel", "runs", False),
     ("Time", "ortlab.widgets.time", "TimePanel", "runs", False),
     ("Tune", "ortlab.widgets.tune", "TunePanel", "session", True),
+    ("Move", "ortlab.widgets.move", "MovePanel", "runs", False),
     ("Report", "ortlab.widgets.report", "ReportPanel", "runs", False),
 )
 
