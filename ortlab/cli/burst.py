@@ -76,7 +76,7 @@ def burst_kwargs(args) -> tuple[dict, object]:
     if args.save_graphs:
         options = options.replace(save_onnx=True)
     compile_settings = {"mode": args.compile_mode, "fullgraph": args.compile_fullgraph,
-                        "backend": args.compile_backend,
+                        "backend": args.compile_backend, "memory_budget": args.compile_memory_budget,
                         "dynamic": {"auto": None, "true": True, "false": False}[args.compile_dynamic]}
     return dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=args.precision, device=args.device,
                 parity=args.parity, progress=not args.json and sys.stderr.isatty(), collect=collect,
@@ -233,3 +233,17 @@ def add_compile_args(p) -> None:
                    help="dynamic shapes (auto: torch decides, dynamic after a shape changes)")
     c.add_argument("--compile-fullgraph", action="store_true",
                    help="a graph break fails the burst, with its reason and line")
+    c.add_argument("--compile-memory-budget", type=memory_budget, default=None, metavar="FRACTION",
+                   help="torch._functorch.config.activation_memory_budget while the model compiles: the share of "
+                   "activations kept for backward, in (0, 1]; the partitioner recomputes the rest (the equivalent "
+                   "of ORTModule's memory_opt_level; default: torch's, 1.0)")
+
+
+def memory_budget(text: str) -> float:
+    """--compile-memory-budget's value: a number in (0, 1]."""
+    import math
+
+    from ortlab.cli.common import _number
+
+    return _number(float, text, lambda v: math.isfinite(v) and 0 < v <= 1, "a number in (0, 1] (the share of "
+                   "activations kept for backward)")

@@ -66,7 +66,8 @@ class BurstConfig:
     # the initial parameters times (1 + perturb): a PyTorch run from a start 1e-7 away is the noise pair a
     # comparison's losses and end state are judged against (ortlab.verdict)
     perturb: float = 0.0
-    # torch.compile's settings for a compile burst: mode, dynamic, fullgraph, backend (engine.backends.compiled)
+    # torch.compile's settings for a compile burst: mode, dynamic, fullgraph, backend, memory_budget
+    # (engine.backends.compiled)
     compile: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -100,7 +101,7 @@ class BurstConfig:
         object.__setattr__(self, "fixes", parse(self.fixes))
         if not isinstance(self.compile, dict):
             raise BurstError(f"compile {self.compile!r} is not allowed; allowed: a dict of mode, dynamic, fullgraph, "
-                             "backend")
+                             "backend, memory_budget")
         for name, value in checked_settings(self).items():  # each backend's own settings, by its entry
             object.__setattr__(self, name, value)
         check_collectors(self)  # known, serving this backend, settings inside the burst: said before anything starts

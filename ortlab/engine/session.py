@@ -94,7 +94,8 @@ class Session:
         `fixes` ("auto", fix names, or none) are ortlab's compatibility fixes for an ORTModule burst
         (ortlab.compat.registry; `Session.check` says which the model needs); the run records which it applied.
         A burst whose ORTModule fell back to PyTorch ends with status "fallback", never "ok". `compile`: the
-        settings of a backend="compile" burst (mode, dynamic, fullgraph, backend: ortlab.engine.backends.compiled).
+        settings of a backend="compile" burst (mode, dynamic, fullgraph, backend, memory_budget:
+        ortlab.engine.backends.compiled).
         `perturb`: the initial parameters times (1 + perturb), for a noise reference."""
         from ortlab.engine.config import BurstConfig
 

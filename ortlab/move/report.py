@@ -67,12 +67,14 @@ class MoveReport:
     recomputed: list[str]
     missing: list[str]
     conclusion: str
+    memory: dict[str, Any] = field(default_factory=dict)  # ORT's recompute against torch.compile's budget
+
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (`ortlab move --json`)."""
         return {"from": self.ortmodule.to_dict(), "to": self.target.to_dict(), "options": self.options,
                 "ratios": self.ratios, "verdict": self.verdict, "recomputed": self.recomputed,
-                "missing": self.missing, "conclusion": self.conclusion}
+                "missing": self.missing, "conclusion": self.conclusion, "memory": self.memory}
 
     def table(self) -> list[dict[str, Any]]:
         """The measured figures, one row per figure, one column per side (None: not recorded)."""
@@ -101,6 +103,10 @@ class MoveReport:
                 out.append(f"      | {line}")
         if self.recomputed:
             out.append(f"ORTModule recomputed in backward: {', '.join(self.recomputed)} (checkpoint these modules)")
+        if self.memory.get("line"):
+            out.append(f"memory: {self.memory['line']}")
+        if self.memory.get("command"):
+            out.append(f"  measure it: {self.memory['command']}")
         out.append("")
         for side in (o, t):
             name = "ORTModule" if side is o else "torch.compile"
@@ -151,7 +157,7 @@ def move_report(ortmodule_run: str | Path | Run, target_run: str | Path | Run,
                 for key, label, *_ in FIGURES if side.figures.get(key) is None
                 and not (key == "activation_peak_mb" and side is t)]
     return MoveReport(o, t, options, ratios, {"from": o.verdict, "to": t.verdict, "note": note},
-                      recomputed(ort), missing, _conclusion(o, t, ratios))
+                      recomputed(ort), missing, _conclusion(o, t, ratios), memory_equivalent(ort, target, o, t))
 
 
 def print_move(comparison: Any) -> None:
@@ -283,6 +289,60 @@ def recomputed(run: Run) -> list[str]:
     return list(found)
 
 
+def memory_equivalent(ort: Run, target: Run, o: Side, t: Side) -> dict[str, Any]:
+    """ORTModule's recompute (memory_opt_level, memory_opt_config) against torch.compile's activation memory budget:
+    both measured when the target ran with a budget, else the command that measures it; {} when neither side
+    recomputed. `recompute`: ORT's setting, `budget`: the target's, `measured`, `line`, `command` (or None)."""
+    effective = (ort.meta.get("effective_options") or (ort.meta.get("config") or {}).get("options") or {})
+    level, plans = effective.get("memory_opt_level"), effective.get("memory_opt_config")
+    recompute = ", ".join(([f"memory_opt_level={level}"] if level not in (None, 0, "0") else [])
+                          + ([f"memory_opt_config={plans}"] if plans else [])) or None
+    budget = t.settings.get("memory_budget")
+    if recompute is None and budget is None:
+        return {}
+    kept_o, kept_t = (side.figures.get("saved_for_backward_mb") for side in (o, t))
+    ort_words = f"ORTModule with {recompute}" if recompute else "ORTModule without recompute"
+    if budget is not None:
+        line = (f"the equivalent measured: torch.compile with activation_memory_budget={budget:g} kept {_mb(kept_t)} "
+                f"for backward, {ort_words} kept {_mb(kept_o)}")
+        return {"recompute": recompute, "budget": budget, "measured": True, "line": line, "command": None}
+    suggested = _budget_for(level, kept_o, kept_t)
+    line = (f"the equivalent was not measured: {ort_words} kept {_mb(kept_o)} for backward, torch.compile without an "
+            f"activation memory budget {_mb(kept_t)}; run torch.compile with activation_memory_budget={suggested:g} "
+            "and give that run to the move")
+    return {"recompute": recompute, "budget": None, "measured": False, "line": line,
+            "command": _budget_command(target, suggested), "suggested_budget": suggested}
+
+
+def _mb(value: float | None) -> str:
+    return "an unrecorded amount" if value is None else f"{value:.3g} MB"
+
+
+def _budget_for(level: Any, kept_o: float | None, kept_t: float | None) -> float:
+    """The budget to try: ORTModule's kept-for-backward over torch.compile's (the share to keep) when both were
+    recorded, else the mapping's (0.5 for memory_opt_level=1, 0.2 for 2)."""
+    if kept_o is not None and kept_t:
+        return min(1.0, max(0.01, round(kept_o / kept_t, 2)))
+    return 0.2 if str(level) == "2" else 0.5
+
+
+def _budget_command(target: Run, budget: float) -> str:
+    """The target run's command again (recorded, or built from its config) with --compile-memory-budget; for a
+    notebook's model (no command), its Python call with the setting."""
+    import shlex
+
+    from ortlab.reporting.provenance import command, python_call
+
+    words = shlex.split(command([target]) or "")
+    if not words:
+        call = python_call(target) or "ortlab.burst(..., backend='compile')"
+        return call[:-1] + f", compile={{'memory_budget': {budget:g}}})"
+    if "--compile-memory-budget" in words:
+        at = words.index("--compile-memory-budget")
+        del words[at:at + 2]
+    return shlex.join([*words, "--compile-memory-budget", f"{budget:g}"])
+
+
 def _conclusion(o: Side, t: Side, ratios: dict[str, float | None]) -> str:
     same = o.verdict == "agree" and t.verdict == "agree"
     words = []
@@ -292,7 +352,9 @@ def _conclusion(o: Side, t: Side, ratios: dict[str, float | None]) -> str:
                      "ORTModule's time")
     kept = ratios.get("saved_for_backward_mb")
     if kept is not None:
-        words.append(f"{kept:.2f}x the memory kept for backward")
+        budget = t.settings.get("memory_budget")
+        words.append(f"{kept:.2f}x the memory kept for backward" + (
+            f" (activation_memory_budget={budget:g})" if budget is not None else ""))
     startup = ratios.get("startup_s")
     if startup is not None:
         words.append(f"{startup:.2f}x the start-up")
@@ -312,4 +374,5 @@ def _cell(value: float | None) -> str:
     return "missing" if value is None else f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
 
 
-__all__ = ["FIGURES", "Fit", "MoveError", "MoveReport", "Side", "move_report", "print_move", "recomputed"]
+__all__ = ["FIGURES", "Fit", "MoveError", "MoveReport", "Side", "memory_equivalent", "move_report", "print_move",
+           "recomputed"]

@@ -131,6 +131,10 @@ def _move(s: dict[str, Any]) -> str:
         out.append(f"<table><tr><th>ORTModule</th><th>on the newest torch</th><th>fit</th></tr>{rows}</table>")
         if m["recomputed"]:
             out.append(f"<p>ORTModule recomputed in backward: {_e(', '.join(m['recomputed']))}</p>")
+        memory = m.get("memory") or {}
+        if memory.get("line"):
+            out.append(f"<p>memory: {_e(memory['line'])}" + (f"<br>measure it: <code>{_e(memory['command'])}</code>"
+                                                           if memory.get("command") else "") + "</p>")
         out += [f"<p class='muted'>{_e(line)}</p>" for line in (m["verdict"].get("note"), *m["missing"]) if line]
         out.append(f"<p><b>{_e(m['conclusion'])}</b></p>")
     return "".join(out) + _missing(s)

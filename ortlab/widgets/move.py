@@ -97,6 +97,9 @@ def render(report) -> str:
                f"<thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
     extra = [f"ORTModule recomputed in backward: {e(', '.join(report.recomputed))} (checkpoint these modules)"
              if report.recomputed else ""]
+    if report.memory.get("line"):
+        extra.append(f"memory: {e(report.memory['line'])}" + (f"<br>measure it: <code>{e(report.memory['command'])}"
+                                                              "</code>" if report.memory.get("command") else ""))
     extra += [f"verdict, {name}: {e(side.verdict or 'not judged')}" for name, side in (("ORTModule", o),
                                                                                      ("torch.compile", t))]
     extra += [e(report.verdict.get("note") or ""), *(f"missing: {e(m)}" for m in report.missing),

@@ -1,11 +1,13 @@
-"""torch.compile: the model compiled with the burst's settings (mode, dynamic shapes, fullgraph, backend), kept
-while the settings stay; its start-up (compile time per step: the first, and any that re-compiles), its graph
-breaks (the reason and the user's line) and re-compilations (the guard failures) as data, the analogue of
-ORTModule's init overhead and transitions; inductor's generated code kept in the run (compiled/)."""
+"""torch.compile: the model compiled with the burst's settings (mode, dynamic shapes, fullgraph, backend, and the
+activation memory budget its partitioner recomputes to), kept while the settings stay; its start-up (compile time per
+step: the first, and any that re-compiles), its graph breaks (the reason and the user's line) and re-compilations
+(the guard failures) as data, the analogue of ORTModule's init overhead and transitions; inductor's generated code
+kept in the run (compiled/)."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import shutil
 from collections.abc import Iterator
@@ -24,6 +26,11 @@ SETTINGS: dict[str, tuple[Any, ...]] = {
     "fullgraph": (False, True),  # True: a graph break fails the burst, with its reason
     "backend": ("inductor", "aot_eager", "eager"),  # aot_eager / eager: for debugging a divergence
 }
+# torch._functorch.config.activation_memory_budget, a number in (0, 1]: the share of the activations AOTAutograd's
+# partitioner keeps for backward, recomputing the rest (ORTModule's memory_opt_level, on torch.compile's side);
+# None: torch's default (1.0, the partitioner's own choice)
+BUDGET = "memory_budget"
+KNOWN = (*SETTINGS, BUDGET)
 FILE = "compile.json"
 _USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
@@ -31,10 +38,10 @@ _USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fu
 def settings(given: dict[str, Any] | None) -> dict[str, Any]:
     """The compile settings with defaults filled in; a bad one raises naming it and what is allowed."""
     given = dict(given or {})
-    unknown = sorted(set(given) - set(SETTINGS))
+    unknown = sorted(set(given) - set(KNOWN))
     if unknown:
-        raise BurstError(f"compile setting {unknown[0]!r} is not known; known: {', '.join(SETTINGS)}"
-                         f"{did_you_mean(unknown[0], SETTINGS)}")
+        raise BurstError(f"compile setting {unknown[0]!r} is not known; known: {', '.join(KNOWN)}"
+                         f"{did_you_mean(unknown[0], KNOWN)}")
     out = {}
     for name, allowed in SETTINGS.items():
         value = given.get(name, allowed[0])
@@ -42,7 +49,39 @@ def settings(given: dict[str, Any] | None) -> dict[str, Any]:
             raise BurstError(f"compile {name} {value!r} is not allowed; allowed: "
                              f"{', '.join(repr(a) for a in allowed)}")
         out[name] = value
+    out[BUDGET] = memory_budget(given.get(BUDGET))
     return out
+
+
+def memory_budget(value: Any) -> float | None:
+    """The activation memory budget checked: None, or a number in (0, 1] (as a float)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1:
+        return float(value)
+    raise BurstError(f"compile memory_budget {value!r} is not allowed; allowed: a number in (0, 1] (the share of "
+                     "activations torch.compile keeps for backward; 1: torch's default) or None")
+
+
+def compiled(model: Any, chosen: dict[str, Any]) -> Any:
+    """torch.compile(model) with the settings; a memory budget is in effect on every call of the compiled module:
+    AOTAutograd reads it when it partitions the joint graph, which happens at the first call (and at a re-compile),
+    not inside torch.compile itself."""
+    import torch
+
+    module = torch.compile(model, **{k: v for k, v in chosen.items() if k in SETTINGS})
+    budget = chosen.get(BUDGET)
+    if budget is not None:
+        from torch._functorch import config
+
+        compiled_forward = module.forward  # dynamo's wrapped forward (an instance attribute of OptimizedModule)
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            with config.patch(activation_memory_budget=budget):
+                return compiled_forward(*args, **kwargs)
+
+        module.forward = forward
+    return module
 
 
 @dataclass
@@ -70,16 +109,12 @@ class Compiled(Backend):
     def gradient_runner(self, engine: Engine, cfg: Any, fixes: tuple[str, ...],
                         batch: tuple[Any, Any]) -> tuple[Any, bool]:
         """The compiled module for the burst's settings: the last burst's when they match, else a new one."""
-        import torch
-
         chosen = settings(cfg.compile)
         if self._module is not None and tuple(sorted(chosen.items())) == self._key:
             return self._module, False
-        return torch.compile(engine.model, **chosen), False
+        return compiled(engine.model, chosen), False
 
     def wrap(self, engine: Engine, b: Burst, inputs: Any) -> Any:
-        import torch
-
         from ortlab import _dynamo
         chosen = settings(b.cfg.compile)
         key = tuple(sorted(chosen.items()))
@@ -89,7 +124,7 @@ class Compiled(Backend):
                                         if chosen[k] != old}
             if not first:
                 _dynamo.reset()
-            self._module = torch.compile(engine.model, **chosen)
+            self._module = compiled(engine.model, chosen)
             self._key = key
             reason = "first compile" if first else "settings changed: " + ", ".join(
                 f"{k} {v['old']!r} -> {v['new']!r}" for k, v in changes.items())
