@@ -27,7 +27,7 @@ def cli(*args):
 
 def test_compile_settings_are_data_checked_with_what_is_allowed():
     assert BurstConfig(backend="compile").compile == {"mode": "default", "dynamic": None, "fullgraph": False,
-                                                      "backend": "inductor"}
+                                                      "backend": "inductor", "memory_budget": None}
     compiled = BurstConfig(backend="compile", compile={"mode": "reduce-overhead", "dynamic": True})
     assert compiled.compile["dynamic"] is True
     with pytest.raises(BurstError, match="compile mode 'fast' is not allowed; allowed: 'default', 'reduce-overhead'"):
@@ -39,6 +39,46 @@ def test_compile_settings_are_data_checked_with_what_is_allowed():
         BurstConfig(backend="compile", compile={"fullgraph": 1})
     again = BurstConfig.from_dict(BurstConfig(backend="compile", compile={"backend": "aot_eager"}).to_dict())
     assert again.compile["backend"] == "aot_eager"
+
+
+def test_the_activation_memory_budget_is_a_number_in_zero_to_one():
+    import torch._functorch.config as functorch_config
+
+    assert functorch_config.activation_memory_budget == 1.0  # torch's default, on both stacks' torch
+    assert BurstConfig(backend="compile", compile={"memory_budget": 1}).compile["memory_budget"] == 1.0
+    assert BurstConfig.from_dict(BurstConfig(backend="compile", compile={"memory_budget": 0.2}).to_dict()
+                                 ).compile["memory_budget"] == 0.2
+    for bad in (0, -0.1, 1.5, float("nan"), True, "0.5"):
+        with pytest.raises(BurstError, match=r"^compile memory_budget .* is not allowed; allowed: a number in \(0, 1]"):
+            BurstConfig(backend="compile", compile={"memory_budget": bad})
+    with pytest.raises(BurstError, match="did you mean memory_budget"):
+        BurstConfig(backend="compile", compile={"memory_budgt": 0.5})
+    with pytest.raises(BurstError, match="memory_budget needs backend 'inductor'"):
+        BurstConfig(backend="compile", compile={"memory_budget": 0.5, "backend": "aot_eager"})
+    for value in ("0", "1.5", "half"):
+        bad = cli("burst", "--backend", "compile", "--steps", "1", "--compile-memory-budget", value)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+        assert f"--compile-memory-budget: '{value}' is not a number in (0, 1]" in bad.stderr
+
+
+@slow
+@pytest.mark.timeout(1200)
+def test_a_memory_budget_lowers_what_torch_compile_keeps_for_backward(tmp_path):
+    """The budget is in effect when AOTAutograd partitions (the first call, not torch.compile itself): a burst
+    with it keeps less for backward than the same burst without, and trains the same losses."""
+    from ortlab import Session
+
+    with Session("ortlab.demo:gpt", {"n_layer": 1, "d_model": 32}, out=tmp_path, in_process=True) as s:
+        full = s.burst("compile", 2, parity=True, progress=False, collect={"memory": {}})
+        kept = s.burst("compile", 2, parity=True, progress=False, collect={"memory": {}},
+                       compile={"memory_budget": 0.05})
+        transitions = s.transitions
+    assert full.ok and kept.ok, (full.error, kept.error)
+    assert kept.read_json("compile.json")["settings"]["memory_budget"] == 0.05
+    assert "memory_budget None -> 0.05" in " ".join(transitions["reason"])  # re-compiled for the budget
+    before, after = full.summary()["saved_for_backward_mb"], kept.summary()["saved_for_backward_mb"]
+    assert 0 < after < 0.5 * before, (before, after)
+    assert kept.losses == pytest.approx(full.losses, rel=1e-5)
 
 
 def test_backends_of_a_comparison_put_pytorch_first():

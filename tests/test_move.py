@@ -116,6 +116,54 @@ def test_the_move_report_of_real_runs_reads_both_sides(compared):
     assert "memory_opt_level=1" in text and "activation_memory_budget" in text
     assert "both train the same model as PyTorch" in report.conclusion
     assert report.missing == []  # torch.compile's activation peak is not a figure it has
+    # ORT recomputed, torch.compile ran without a budget: the equivalent is not measured, and the command that does
+    memory = d["memory"]
+    assert memory["recompute"] == "memory_opt_level=1" and memory["measured"] is False and memory["budget"] is None
+    assert f"memory: {memory['line']}" in text and "the equivalent was not measured" in memory["line"]
+    assert f"measure it: {memory['command']}" in text
+    assert 0 < memory["suggested_budget"] < 1
+    assert f"--compile-memory-budget {memory['suggested_budget']:g}" in memory["command"]
+    # made by a Python call from a factory: the command is built from the run's config
+    assert memory["command"].startswith("ortlab burst --backend compile --steps 3 --parity")
+    assert "--model-arg n_layer=1" in memory["command"]
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_the_move_report_measures_the_equivalent_of_recompute_with_a_budget(compared, tmp_path):
+    """A torch.compile run with an activation memory budget from the same start: the report's memory line sets
+    what it kept beside what ORTModule with memory_opt_level=1 kept; less than without the budget, and judged
+    against the PyTorch run it still agrees."""
+    import shlex
+
+    from ortlab.cli import build_parser
+    from ortlab.engine.session import Session
+    from ortlab.move import move_report
+
+    with Session("ortlab.demo:gpt", SMALL, out=tmp_path, in_process=True) as session:
+        budget = session.burst("compile", 3, parity=True, progress=False, collect={"memory": {}},
+                               compile={"memory_budget": 0.05})
+    assert budget.ok, budget.error
+    report = move_report(compared.ortmodule, budget, reference_run=compared.pytorch)
+    kept, ort_kept = budget.summary()["saved_for_backward_mb"], compared.ortmodule.summary()["saved_for_backward_mb"]
+    assert 0 < kept < 0.5 * compared.compile.summary()["saved_for_backward_mb"]
+    assert report.memory["measured"] is True and report.memory["command"] is None
+    assert report.memory["line"] == (f"the equivalent measured: torch.compile with activation_memory_budget=0.05 kept "
+                                     f"{kept:.3g} MB for backward, ORTModule with memory_opt_level=1 kept "
+                                     f"{ort_kept:.3g} MB")
+    assert f"memory: {report.memory['line']}" in str(report)
+    assert "(activation_memory_budget=0.05)" in report.conclusion
+    assert report.target.verdict == "agree" and report.ortmodule.verdict == "agree"
+    # the command the report gives when a run's command was recorded: the same command with the budget, which parses
+    meta = json.loads((compared.compile.path / "meta.json").read_text())
+    copy = Path(shutil.copytree(compared.compile.path, tmp_path / compared.compile.path.name))
+    recorded = "ortlab burst --backend pytorch,ortmodule,compile --parity --steps 3 --compile-memory-budget 0.5"
+    (copy / "meta.json").write_text(json.dumps({**meta, "command": recorded}))
+    command = move_report(compared.ortmodule, copy).memory["command"]
+    words = shlex.split(command)
+    assert words[:2] == ["ortlab", "burst"] and words.count("--compile-memory-budget") == 1
+    args = build_parser().parse_args(words[1:])
+    assert 0 < args.compile_memory_budget < 0.5 and args.backend == "pytorch,ortmodule,compile"
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ SETTINGS: dict[str, tuple[Any, ...]] = {
 # None: torch's default (1.0, the partitioner's own choice)
 BUDGET = "memory_budget"
 KNOWN = (*SETTINGS, BUDGET)
+_COMPILED_UNDER: list[float | None] = []  # the budget of the last module compiled in this process
 FILE = "compile.json"
 _USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
@@ -50,6 +51,9 @@ def settings(given: dict[str, Any] | None) -> dict[str, Any]:
                              f"{', '.join(repr(a) for a in allowed)}")
         out[name] = value
     out[BUDGET] = memory_budget(given.get(BUDGET))
+    if out[BUDGET] is not None and out["backend"] != "inductor":  # they partition without the budget's solver
+        raise BurstError(f"compile memory_budget needs backend 'inductor': AOTAutograd's min-cut partitioner reads "
+                         f"it, which backend {out['backend']!r} does not use")
     return out
 
 
@@ -69,8 +73,13 @@ def compiled(model: Any, chosen: dict[str, Any]) -> Any:
     not inside torch.compile itself."""
     import torch
 
-    module = torch.compile(model, **{k: v for k, v in chosen.items() if k in SETTINGS})
+    from ortlab import _dynamo
+
     budget = chosen.get(BUDGET)
+    if _COMPILED_UNDER and _COMPILED_UNDER[0] != budget:  # dynamo's guards do not see the budget: a graph of the
+        _dynamo.reset()  # same code cached under another one (another session's model, in this process) is reused
+    _COMPILED_UNDER[:] = [budget]
+    module = torch.compile(model, **{k: v for k, v in chosen.items() if k in SETTINGS})
     if budget is not None:
         from torch._functorch import config
 
