@@ -69,7 +69,6 @@ class MoveReport:
     conclusion: str
     memory: dict[str, Any] = field(default_factory=dict)  # ORT's recompute against torch.compile's budget
 
-
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (`ortlab move --json`)."""
         return {"from": self.ortmodule.to_dict(), "to": self.target.to_dict(), "options": self.options,
@@ -306,6 +305,10 @@ def memory_equivalent(ort: Run, target: Run, o: Side, t: Side) -> dict[str, Any]
         line = (f"the equivalent measured: torch.compile with activation_memory_budget={budget:g} kept {_mb(kept_t)} "
                 f"for backward, {ort_words} kept {_mb(kept_o)}")
         return {"recompute": recompute, "budget": budget, "measured": True, "line": line, "command": None}
+    if kept_o is not None and kept_t is not None and kept_t <= kept_o:
+        line = (f"{ort_words} kept {_mb(kept_o)} for backward, torch.compile without an activation memory budget "
+                f"{_mb(kept_t)}: no budget needed to keep as little")
+        return {"recompute": recompute, "budget": None, "measured": False, "line": line, "command": None}
     suggested = _budget_for(level, kept_o, kept_t)
     line = (f"the equivalent was not measured: {ort_words} kept {_mb(kept_o)} for backward, torch.compile without an "
             f"activation memory budget {_mb(kept_t)}; run torch.compile with activation_memory_budget={suggested:g} "
