@@ -717,6 +717,25 @@ pd.DataFrame(report.options)[["option", "value", "becomes", "fit", "set_by"]]
 print(report)
 """),
     md("""
+The memory equivalent. ORT's recompute kept far less for backward than torch.compile did by default; the move report
+says the equivalent was not measured and gives the command that measures it. torch.compile's activation memory
+budget (`compile={"memory_budget": B}`, CLI `--compile-memory-budget B`) is that equivalent: a burst with it, set
+beside the same ORTModule run, measures it.
+"""),
+    code("""
+print(report.memory["line"])
+budget = session.burst("compile", 4, parity=True, progress=False, collect={"memory": {}},
+                       compile={"memory_budget": 0.05})
+measured = ortlab.move_report(cmp.ortmodule, budget, reference_run=cmp.pytorch)
+print(measured.memory["line"])
+"""),
+    code("""
+# NBVAL_CHECK_OUTPUT
+without, with_budget = (r.summary()["saved_for_backward_mb"] for r in (cmp.compile, budget))
+print("measured:", measured.memory["measured"], "| torch.compile's verdict:", measured.target.verdict)
+print("the budget keeps less for backward:", with_budget < without / 2)
+"""),
+    md("""
 Options this run did not use have their entries too (`ortlab.move.mapping`), e.g. ORT's FusedAdam and its fallback
 policy:
 """),
