@@ -53,8 +53,10 @@ def test_the_activation_memory_budget_is_a_number_in_zero_to_one():
             BurstConfig(backend="compile", compile={"memory_budget": bad})
     with pytest.raises(BurstError, match="did you mean memory_budget"):
         BurstConfig(backend="compile", compile={"memory_budgt": 0.5})
-    with pytest.raises(BurstError, match="memory_budget needs backend 'inductor'"):
-        BurstConfig(backend="compile", compile={"memory_budget": 0.5, "backend": "aot_eager"})
+    with pytest.raises(BurstError, match="memory_budget needs backend 'inductor' or 'aot_eager'"):
+        BurstConfig(backend="compile", compile={"memory_budget": 0.5, "backend": "eager"})
+    assert BurstConfig(backend="compile", compile={"memory_budget": 0.5, "backend": "aot_eager"}).compile[
+        "memory_budget"] == 0.5
     for value in ("0", "1.5", "half"):
         bad = cli("burst", "--backend", "compile", "--steps", "1", "--compile-memory-budget", value)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr

@@ -51,9 +51,9 @@ def settings(given: dict[str, Any] | None) -> dict[str, Any]:
                              f"{', '.join(repr(a) for a in allowed)}")
         out[name] = value
     out[BUDGET] = memory_budget(given.get(BUDGET))
-    if out[BUDGET] is not None and out["backend"] != "inductor":  # they partition without the budget's solver
-        raise BurstError(f"compile memory_budget needs backend 'inductor': AOTAutograd's min-cut partitioner reads "
-                         f"it, which backend {out['backend']!r} does not use")
+    if out[BUDGET] is not None and out["backend"] == "eager":  # no AOTAutograd: nothing partitions by the budget
+        raise BurstError("compile memory_budget needs backend 'inductor' or 'aot_eager': AOTAutograd's partitioner "
+                         "reads it, and backend 'eager' runs dynamo's graphs without AOTAutograd")
     return out
 
 
