@@ -30,6 +30,7 @@ from ortlab.activations.summarize import Summarizer
 from ortlab.activations.table import FIELDS, FORMAT, STATS_FILE, dims
 from ortlab.engine.backends import registered
 from ortlab.engine.types import Collector
+from ortlab.run import RunStatus
 
 ROOT = "(root)"  # the name of the model's own output
 _NF = len(FIELDS)
@@ -257,7 +258,7 @@ class StatsCollector(Collector):
             _TRACED.setdefault(engine.model, {})[self.graph_key] = traced
         self.write(run_dir / STATS_FILE, backend=cfg.backend, status=status)
         recorded = any(np.isfinite(frame[1][:, 0]).any() for frame in self._frames)
-        if self._graph and self.slots and self._frames and not recorded and status == "ok":
+        if self._graph and self.slots and self._frames and not recorded and status == RunStatus.OK:
             raise StatsError("ORTModule ran the burst but reported no statistics: the PythonOps of the "
                              "observed tensors did not run (is enable_custom_autograd off? ORT then inlines "
                              "them away)")

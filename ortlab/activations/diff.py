@@ -20,6 +20,7 @@ from ortlab.activations.legacy import is_dump, read_dump
 from ortlab.activations.ranks import apply_rank_rules, rank_of, rank_pair
 from ortlab.activations.results import METRICS, ActivationDiff, Divergence, NonFinite, Tolerances
 from ortlab.activations.table import STATS_FILE, dims_text, read_stats
+from ortlab.run import RunStatus
 
 
 def load(source: Any, model: Any = None):
@@ -48,7 +49,7 @@ def _not_a_fallback(path: Path) -> None:
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
     except (OSError, ValueError):
         return  # read_stats names a damaged run
-    if isinstance(meta, dict) and meta.get("status") == "fallback":
+    if isinstance(meta, dict) and meta.get("status") == RunStatus.FALLBACK:
         why = meta.get("error") or "it fell back to PyTorch"
         raise ActivationsError(f"{path.name} did not run on ORTModule: {why}; its statistics are PyTorch's, so "
                                "there is nothing of ORT's to compare")
