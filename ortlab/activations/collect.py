@@ -18,7 +18,7 @@ import json
 import os
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -164,7 +164,7 @@ class StatsCollector(Collector):
         self._reset_forward()
 
     @property
-    def graph_key(self) -> str:
+    def graph_key(self) -> str:  # type: ignore[override]  # the contract's class attribute, computed here
         """What of this collector is part of an exported graph: which tensors carry a PythonOp."""
         return f"stats(modules={','.join(self.modules) if self.modules else '*'}, taps={self.taps})"
 
@@ -384,7 +384,8 @@ class StatsCollector(Collector):
         def stack(i: int, width: int, dtype) -> np.ndarray:
             out = np.full((len(self._frames), n, width), np.nan, dtype)
             for j, frame in enumerate(self._frames):
-                out[j, : len(frame[i])] = frame[i]
+                rows = cast(np.ndarray, frame[i])  # i > 0: the frame's arrays, after its step
+                out[j, : len(rows)] = rows
             return out
 
         slot_columns = {f"slot_{f.name}": np.array([getattr(s, f.name) for s in self.slots],

@@ -78,7 +78,7 @@ def noise_floor(session, reference, other_seed: int | None = None) -> NoiseFloor
     same = compare(reference, runs[0], tolerances=0)
     moved = compare(reference, runs[1], tolerances=0)
     floor = _floor(same, moved)
-    findings = _findings(same, moved, seed, other, cfg.get("parity"))
+    findings = _findings(same, moved, seed, other, bool(cfg.get("parity")))
     return NoiseFloor(reference.path.name, same, moved, floor, findings)
 
 
