@@ -1,6 +1,7 @@
 """The type check: mypy over ortlab.engine, ortlab.verdict, ortlab.compat, the parity helpers and the collectors'
-packages (ortlab.timing, ortlab.account, ortlab.activations; [tool.mypy] in pyproject.toml) finds nothing. mypy is not in the environment's locks: requirements-typecheck.lock installs it once into a side folder
-per Python (scripts/side_packages.py), which the check puts first on PYTHONPATH."""
+packages (ortlab.timing, ortlab.account, ortlab.activations; [tool.mypy] in pyproject.toml) finds nothing. mypy is
+not in the environment's locks: requirements-typecheck.lock installs it once into a side folder per Python
+(scripts/side_packages.py), which the check puts first on PYTHONPATH."""
 
 from __future__ import annotations
 

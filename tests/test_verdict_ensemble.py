@@ -192,7 +192,8 @@ def test_losses_beyond_fp32s_spread_diverge_where_training_is_not_chaotic(tmp_pa
     pytorch, ort = _pair(tmp_path, [2.0, 1.9001, 1.8001], [2.0, 1.95, 1.85])
     spread = _members([2.0, 1.9002, 1.8001], [2.0, 1.8999, 1.8002], [2.0, 1.9001, 1.7999])
     verdict = judge(pytorch, ort, AGREEING, float64={"losses": TRUTH, "state": _state(1.0)}, ensemble=spread)
-    assert verdict.diverged and verdict.headline.startswith("DIVERGED: ORTModule's losses over 3 steps are "), str(verdict)
+    assert verdict.diverged and verdict.headline.startswith("DIVERGED: ORTModule's losses over 3 steps are "), \
+        str(verdict)
     assert "fp32's spread from float64" in verdict.headline and "4 PyTorch fp32 runs of this start are at most" in \
         verdict.headline
 
