@@ -301,10 +301,8 @@ class Run:
         if self.meta.get("hazards"):  # what the exporter warned about (ortlab.compat.hazards)
             out["hazards"] = len(self.meta["hazards"])
         verdict = self.read_json("verdict.json")
-        if verdict:  # an ORTModule run judged against its PyTorch run: its status and its numbers in one line
+        if verdict:  # an ORTModule run judged against its PyTorch run: what it said (its evidence: ortlab.listing)
             out["verdict"] = verdict.get("status")
-            if verdict.get("evidence"):
-                out["verdict_evidence"] = verdict["evidence"]
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:
                 out[key] = self.meta[key]
@@ -335,21 +333,3 @@ def load_run(path: str | Path) -> Run:
     if not isinstance(meta, dict):
         raise RunError(f"{meta_path}: not a run's meta (a JSON object is expected, found {type(meta).__name__})")
     return Run(path, meta)
-
-
-def list_runs(folder: str | Path = "runs"):
-    """All runs below `folder`, newest first, as a DataFrame."""
-    import pandas as pd
-
-    rows = []
-    folder = Path(folder)
-    if folder.is_dir():
-        for meta in folder.glob("*/meta.json"):
-            try:
-                run = load_run(meta.parent)
-                rows.append({**run.summary(), "started": run.meta.get("started"), "path": str(run.path)})
-            except RunError as e:  # one damaged run must not hide the others
-                rows.append({"run": meta.parent.name, "status": "unreadable", "error": str(e),
-                             "started": None, "path": str(meta.parent)})
-    df = pd.DataFrame(rows)
-    return df.sort_values("started", ascending=False, ignore_index=True, na_position="last") if len(df) else df

@@ -62,11 +62,8 @@ class Verdict:
         self.status = VerdictStatus(self.status)  # read back from verdict.json: the plain string
 
     def to_dict(self) -> dict[str, Any]:
-        """The verdict as plain data (verdict.json), with its numbers in one line (`evidence`: what a run's summary
-        shows of it without reading the verdict's evidence)."""
-        out = {**asdict(self), "status": str(self.status)}
-        line = evidence(out)
-        return {**out, "evidence": line} if line else out
+        """The verdict as plain data (verdict.json)."""
+        return {**asdict(self), "status": str(self.status)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
