@@ -154,12 +154,14 @@ class StatsCollector(Collector):
         self._taps: Any = None  # the burst's backend's statistics taps (its registry entry's), made in start
         self._graph = False  # its taps are in the exported graph (set in start)
         self._frames: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._fw, self._bw = np.empty((0, _NF)), np.empty((0, _NF))  # this step's rows, per slot
-        self._fws, self._bws = np.empty((0, samples), np.float32), np.empty((0, samples), np.float32)
+        self._fw: np.ndarray = np.empty((0, _NF))  # this step's rows, per slot
+        self._bw: np.ndarray = np.empty((0, _NF))
+        self._fws: np.ndarray = np.empty((0, samples), np.float32)
+        self._bws: np.ndarray = np.empty((0, samples), np.float32)
         self._step: int | None = None
         self.params: list[tuple[str, str, str]] = []  # (name, shape, dtype) of each parameter with a gradient
         self._pg = np.empty((0, _NF))  # this step's parameter-gradient rows
-        self._pgs = np.empty((0, samples), np.float32)
+        self._pgs: np.ndarray = np.empty((0, samples), np.float32)
         self._param_frames: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # step -> rows, samples
         self._reset_forward()
 
@@ -398,10 +400,12 @@ class StatsCollector(Collector):
                 # rows left empty on a GPU: a tensor kept by reference was changed in place (ortlab.activations.batched)
                 "lost_rows": self._summarize.device.lost, **meta}
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, meta=np.array(json.dumps(info)), step=np.array([f[0] for f in self._frames], np.int64),
-                 forward=stack(1, _NF, np.float64), backward=stack(2, _NF, np.float64),
-                 forward_samples=stack(3, self.samples, np.float32),
-                 backward_samples=stack(4, self.samples, np.float32), **slot_columns, **self._param_arrays())
+        arrays: dict[str, Any] = {
+            "meta": np.array(json.dumps(info)), "step": np.array([f[0] for f in self._frames], np.int64),
+            "forward": stack(1, _NF, np.float64), "backward": stack(2, _NF, np.float64),
+            "forward_samples": stack(3, self.samples, np.float32),
+            "backward_samples": stack(4, self.samples, np.float32), **slot_columns, **self._param_arrays()}
+        np.savez(tmp, **arrays)
         tmp.replace(path)
         return path
 
@@ -411,7 +415,7 @@ class StatsCollector(Collector):
             return {}
         p = len(self.params)
         rows = np.full((len(self._frames), p, _NF), np.nan)
-        samples = np.full((len(self._frames), p, self.samples), np.nan, np.float32)
+        samples: np.ndarray = np.full((len(self._frames), p, self.samples), np.nan, np.float32)
         for j, frame in enumerate(self._frames):
             if frame[0] in self._param_frames:
                 rows[j], samples[j] = self._param_frames[frame[0]]
