@@ -39,7 +39,7 @@ _EXPORTS = {
     "sampler_figure": "ortlab.balance",
     "Run": "ortlab.run",
     "load_run": "ortlab.run",
-    "list_runs": "ortlab.run",
+    "list_runs": "ortlab.listing",
     "Comparison": "ortlab.summary",
     "Snapshot": "ortlab.snapshot",
     "Lab": "ortlab.widgets.lab",

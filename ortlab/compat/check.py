@@ -150,7 +150,7 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
         unverified([b for b in blockers if b.key in {x.key for x in remaining}] + remaining, chosen)
         seconds["training step"] = time.perf_counter() - started
     if not hazards and exported is not None:
-        from ortlab.verdict.hazards import in_torch, record, unique
+        from ortlab.compat.hazards import in_torch, record, unique
 
         hazards = unique([record(str(w.message), w.filename, w.lineno, None, None, in_torch=in_torch(w.filename))
                           for w in exported.warnings if w.category.__name__ == "TracerWarning"])
@@ -185,9 +185,9 @@ def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], export
     and where ORTModule trains another model than PyTorch: first-step gradients that differ, arguments the
     graph bakes in that later batches change, buffers forward mutates (ORT's graph does not carry them)."""
     from ortlab import _ort
-    from ortlab.verdict import hazards as hz
+    from ortlab.compat import hazards as hz
+    from ortlab.compat.inputs import InputWatch
     from ortlab.verdict.gradients import first_step
-    from ortlab.verdict.inputs import InputWatch
 
     model = workload.model
     found_hazards: list[dict[str, Any]] = []
@@ -273,9 +273,9 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
 
     from ortlab import _ort
     from ortlab.compat import registry
-    from ortlab.engine.parity import parity
+    from ortlab.compat.probe_outputs import outputs_differ
+    from ortlab.parity import parity
     from ortlab.verdict.gradients import kept
-    from ortlab.verdict.probe_outputs import outputs_differ
     from ortlab.workload import call_model, to_device
 
     model = workload.model

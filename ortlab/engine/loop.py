@@ -26,11 +26,11 @@ from ortlab.engine.backends import Backend, make, registered
 from ortlab.engine.collectors import Collector, make_collectors
 from ortlab.engine.config import BurstConfig, resolve_device
 from ortlab.engine.machine import Contention, fit_threads
-from ortlab.engine.parity import parity
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
 from ortlab.engine.types import BurstError, Transition
 from ortlab.options import Options, ReadAt
+from ortlab.parity import parity
 from ortlab.run import RunStatus, RunWriter, new_run_dir
 from ortlab.snapshot import Snapshot
 from ortlab.versions import versions

@@ -25,6 +25,7 @@ from ortlab.options import Options
 from ortlab.run import ENDED_EARLY, Run, load_run
 
 if TYPE_CHECKING:
+    from ortlab.engine.config import BurstConfig
     from ortlab.summary import Comparison
 
 __all__ = ["Session", "WorkerError"]
@@ -110,7 +111,7 @@ class Session:
         self.transition_rows.extend(run.read_json("transitions.json", []))
         return run
 
-    def _burst(self, cfg, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
+    def _burst(self, cfg: BurstConfig, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
         """Run a burst without keeping it among the session's runs (the evidence a verdict is made of). Within a
         verdict, a Ctrl-C ends the verdict (KeyboardInterrupt): the evidence bursts after it do not start."""
         if self._judging and self._interrupted:
@@ -218,28 +219,36 @@ class Session:
 
         return procedure.gradient_check(self, options, fixes, parity, seed)
 
-    def _evidence_request(self, config, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
+    # -- the verdict's driver (ortlab.verdict.driver.Driver): what its procedure asks of this session
+
+    def evidence_burst(self, config: BurstConfig) -> Run:
+        """A burst of `config` that is a verdict's evidence (a noise pair, localizing statistics): not kept among
+        the session's runs."""
+        return self._burst(config)
+
+    def gradient_evidence(self, config: BurstConfig, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
         """The engine's gradient check (and with `burst`, the float64 burst) for `config`: in this process or in
-        the worker (ortlab.verdict.procedure)."""
+        the worker."""
         if self.in_process:
             with self._lock:
                 return self._local_engine().gradient_check(config, fixes, burst)
         return self._request(m.RunGradientCheck(config.to_dict(), fixes, burst), config.effective_options(),
                              "comparing first-step gradients")
 
-    def _ensemble_request(self, config, fixes: tuple[str, ...], hints: dict[str, Any] | None = None
+    def ensemble_evidence(self, config: BurstConfig, fixes: tuple[str, ...], hints: dict[str, Any] | None = None
                           ) -> dict[str, Any]:
         """The engine's fp32 ensemble for `config`'s steps (`hints`: where they start and stop): in this process or
-        in the worker (ortlab.verdict.procedure)."""
+        in the worker."""
         if self.in_process:
             with self._lock:
                 return self._local_engine().ensemble(config, fixes, hints)
         return self._request(m.RunEnsemble(config.to_dict(), fixes, hints), config.effective_options(),
                              "running fp32's spread")
 
-    def _localize_request(self, config, fixes: tuple[str, ...], progress: Callable | None, folder: str | None,
-                          known: dict[str, Any] | None, origin: str) -> dict[str, Any]:
-        """The engine's localization for `config`: in this process or in the worker (ortlab.verdict.procedure)."""
+    def localization(self, config: BurstConfig, fixes: tuple[str, ...], progress: Callable | None = None,
+                     folder: str | None = None, known: dict[str, Any] | None = None, origin: str = ""
+                     ) -> dict[str, Any]:
+        """The engine's localization for `config`: in this process or in the worker."""
         if self.in_process:
             with self._lock:
                 return self._local_engine().localize(config, fixes, progress, folder, known, origin)

@@ -246,8 +246,8 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
     (ortlab.verdict.exact); a Step: that float64 step, already taken (a float64 burst's first)."""
     from ortlab.capture import captured_output
     from ortlab.compat import registry
-    from ortlab.engine.parity import parity
     from ortlab.options import Options
+    from ortlab.parity import parity
     from ortlab.workload import to_device
 
     model = workload.model

@@ -358,11 +358,11 @@ class BurstPanel(Background, W.VBox):
 
     def _show_distances(self) -> None:
         """The last verdict's gradients against float64, per parameter (nothing when they were not judged so)."""
+        from ortlab.engine.backends import label
         from ortlab.plots import figure_png
         from ortlab.verdict.figures import distances_figure
-        from ortlab.verdict.judge import LABELS
 
-        figures = [distances_figure(v, LABELS.get(b, b)) for b, v in self.last_verdicts.items()]
+        figures = [distances_figure(v, label(b)) for b, v in self.last_verdicts.items()]
         figure = next((f for f in figures if f is not None), None)
         self.distances.value = figure_png(figure) if figure is not None else b""
 
