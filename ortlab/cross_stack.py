@@ -314,4 +314,5 @@ def _torch_here() -> str:
     return torch.__version__.split("+")[0]
 
 
-__all__ = ["CrossStackError", "Placed", "check_crossable", "compare", "crosses", "parse_placed", "placements"]
+__all__ = ["CrossStackError", "Placed", "check_crossable", "compare", "crosses", "judge", "judge_elsewhere",
+           "judged_on", "judging_plan", "parse_placed", "placements"]
