@@ -32,20 +32,9 @@ class Driver(Protocol):
         """`ortlab check` of the model with these options: what blocks ORTModule and the fixes that remove it."""
         ...
 
-    def gradient_evidence(self, config: BurstConfig, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
-        """The first step's gradients on PyTorch and on `config`'s backend, judged against float64 where they are
-        not allclose (GradientCheck.to_dict()); with `burst`, also the burst in float64 ("float64")."""
-        ...
-
-    def ensemble_evidence(self, config: BurstConfig, fixes: tuple[str, ...], hints: dict[str, Any] | None = None
-                          ) -> dict[str, Any]:
-        """fp32 runs of `config`'s steps whose rounding differs from PyTorch's (ortlab.verdict.ensemble;
-        `hints`: where they start and stop): their losses and end states."""
-        ...
-
-    def localization(self, config: BurstConfig, fixes: tuple[str, ...], progress: Callable | None = None,
-                     folder: str | None = None, known: dict[str, Any] | None = None, origin: str = ""
-                     ) -> dict[str, Any]:
-        """The smallest module whose ORTModule run alone reproduces the first step's gradient divergence
-        (Localization.to_dict(); ortlab.verdict.localize), its repro written into `folder` when given."""
+    def evidence(self, task: str, config: BurstConfig, what: str, progress: Callable | None = None,
+                 **kwargs: Any) -> dict[str, Any]:
+        """What `task` computes where the model is (ortlab.verdict.tasks: the gradient check, fp32's spread, the
+        localization, each named "module:function"), for `config`, with `kwargs`: its plain-data answer. `what`
+        names it while it runs; `progress(count, row)` for each step it reports."""
         ...

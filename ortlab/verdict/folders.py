@@ -221,24 +221,21 @@ class Recorded:
     def check(self, fixes: Any = "auto", options: Options | dict | None = None) -> CheckReport:
         return self.session.check(fixes, options)
 
-    def gradient_evidence(self, config: BurstConfig, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
-        """The gradient check of the recorded first steps (float64 computed here), and with `burst` the float64
-        burst: what Engine.gradient_check gives in the runs' own process."""
-        return evidence(self.session._local_engine(), config, fixes, *self.steps, burst)
+    def evidence(self, task: str, config: BurstConfig, what: str, progress: Callable | None = None,
+                 **kwargs: Any) -> dict[str, Any]:
+        """The gradient check of the recorded first steps (float64 computed here; with `burst` the float64 burst:
+        what tasks.gradient_check gives in the runs' own process); any other task from the session here."""
+        from ortlab.verdict import tasks
 
-    def ensemble_evidence(self, config: BurstConfig, fixes: tuple[str, ...], hints: dict[str, Any] | None = None
-                          ) -> dict[str, Any]:
-        return self.session.ensemble_evidence(config, fixes, hints)
-
-    def localization(self, config: BurstConfig, fixes: tuple[str, ...], progress: Callable | None = None,
-                     folder: str | None = None, known: dict[str, Any] | None = None, origin: str = ""
-                     ) -> dict[str, Any]:
-        return self.session.localization(config, fixes, progress, folder, known, origin)
+        if task == tasks.GRADIENT_CHECK:
+            return evidence(self.session._local_engine(), config, kwargs.get("fixes", ()), *self.steps,
+                            kwargs.get("burst", False))
+        return self.session.evidence(task, config, what, progress, **kwargs)
 
 
 def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any, burst: bool = False
              ) -> dict[str, Any]:
-    """Engine.gradient_check for two first steps recorded elsewhere: judged here against float64 of the engine's
+    """tasks.gradient_check for two first steps recorded elsewhere: judged here against float64 of the engine's
     snapshot and first batch (the float64 burst's first step when `burst`)."""
     import torch
 

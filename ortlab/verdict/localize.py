@@ -237,7 +237,7 @@ class _Search:
 
     def _pass(self, model: Any, inputs: Any, target: Any, paths: list[str], runner: Any = None) -> _Pass:
         from ortlab.parity import parity
-        from ortlab.verdict.gradients import kept
+        from ortlab.snapshot import kept
 
         with kept(model), parity(model, True, self.seed), _taps({p: self._module(p, model) for p in paths}) as tap:
             for p in model.parameters():

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ortlab.engine.backends import has, unavailable
 from ortlab.errors import InputError
 from ortlab.run import RunStatus, write_json
+from ortlab.verdict import tasks
 
 if TYPE_CHECKING:
     from ortlab.engine.config import BurstConfig
@@ -88,6 +89,21 @@ def gradient_check(session: Driver, options: Any = None, fixes: Any = (), parity
     return gradient_evidence(session, config, tuple(config.fixes))
 
 
+def step_gradients(workload: Any, fixes: Any, log: Any, runner: Any, batch: Any) -> Any:
+    """`ortlab check`'s training step judged as the verdict judges a first step (ortlab.verdict.gradients): `runner`
+    (a fresh ORTModule) beside PyTorch on one batch, against float64 where they are not allclose."""
+    from ortlab.verdict.gradients import first_step
+
+    return first_step(workload, fixes, log=log, runner=runner, batch=batch)
+
+
+def gradient_words(row: dict[str, Any]) -> str:
+    """A gradient row of that judgement in words (ortlab.verdict.gradients.describe)."""
+    from ortlab.verdict.gradients import describe
+
+    return describe(row)
+
+
 def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ...], burst: bool = False
                       ) -> dict[str, Any]:
     """The gradient check for `config`'s backend (and with `burst`, the float64 burst) from the session's engine; a
@@ -98,7 +114,8 @@ def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
         if config.distributed:  # one process: the model as a rank would start it
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
                              save_checkpoint=False, sampler=None)
-        return session.gradient_evidence(config, fixes, burst)
+        return session.evidence(tasks.GRADIENT_CHECK, config, "comparing first-step gradients", fixes=fixes,
+                                burst=burst)
     except Exception as e:
         from ortlab.compat.errors import root_message
 
@@ -115,7 +132,7 @@ def ensemble_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
         if config.distributed:
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
                              save_checkpoint=False, sampler=None)
-        return session.ensemble_evidence(config, fixes, given)
+        return session.evidence(tasks.ENSEMBLE, config, "running fp32's spread", fixes=fixes, hints=given)
     except Exception as e:
         from ortlab.compat.errors import root_message
 
@@ -233,7 +250,7 @@ def localize_module(session: Driver, options: Any = None, fixes: Any = (), seed:
     float64 (ortlab.verdict.localize), asked of the session's worker or in-process engine."""
     from ortlab.compat.registry import AUTO, FixError, parse
     from ortlab.engine.config import BurstConfig
-    from ortlab.verdict.localize import Localization
+    from ortlab.verdict.localize import Localization, Tried
 
     if parse(fixes) == AUTO:
         raise FixError("localize takes the fixes the ORTModule run applied, by name (its meta.json says which), "
@@ -241,7 +258,9 @@ def localize_module(session: Driver, options: Any = None, fixes: Any = (), seed:
     config = BurstConfig(backend="ortmodule", steps=1, options=_shell(session).overlaid(options),
                          parity=True, seed=seed, fixes=parse(fixes))
     fixes, folder = tuple(config.fixes), str(repro) if repro is not None else None
-    return Localization.from_dict(session.localization(config, fixes, progress, folder, known, origin))
+    told = (lambda n, row: progress(n, Tried(**row))) if progress else None
+    return Localization.from_dict(session.evidence(tasks.LOCALIZE, config, "localizing the divergence", told,
+                                                   fixes=fixes, repro=folder, known=known, origin=origin))
 
 
 def _shell(session: Driver) -> Any:

@@ -63,7 +63,7 @@ def capture(workload: Any, batch: tuple[Any, Any], path: str, seed: int = 0) -> 
     import torch
 
     from ortlab.parity import parity
-    from ortlab.verdict.gradients import kept
+    from ortlab.snapshot import kept
     from ortlab.workload import to_device
 
     model = workload.model
