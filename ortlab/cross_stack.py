@@ -5,8 +5,10 @@ Stay or move is asked of the torch a user moves to, which cannot share a process
 is placed on a stack (`pytorch,ortmodule@ort,compile@current`; without `@`, ORTModule goes to the ort stack and
 every other backend stays where this process runs), its worker started with that stack's Python and environment
 (ortlab.engine.stack_env), every worker from one snapshot saved once to a file. The bursts record their first step
-(parity mode), and each run is judged against PyTorch's from the two folders (ortlab.verdict.folders), float64
-computed here once for the comparison.
+(parity mode), and each run is judged against PyTorch's from the two folders (ortlab.verdict.folders): here, float64
+computed once for the runs judged here, where the backend runs in this process; else by `ortlab judge` in the
+backend's own stack's Python (ORTModule from the current stack), where the causes of a divergence (`ortlab check`'s
+fixes, the localization) can be looked for. Either way the verdict is written into the run's folder and read there.
 """
 
 from __future__ import annotations
@@ -168,22 +170,29 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
     finally:
         for session in sessions.values():
             session.close()
-    judge(runs, progress=kwargs.get("progress", False))
+    judge(runs, placed, progress=kwargs.get("progress", False))
     return Comparison(runs=runs, backends=tuple(p.backend for p in placed), stacks=stacks_of(placed, runs))
 
 
-def judge(runs: dict[str, Any], progress: bool = False) -> None:
-    """Each other backend's run against PyTorch's, from their folders (ortlab.verdict.folders.judge_runs writes
-    each verdict.json). Two at a time against PyTorch's as the reference: one float64 session serves both."""
+def judge(runs: dict[str, Any], placed: Sequence[Placed] = (), progress: bool = False) -> dict[str, str]:
+    """Each other backend's run against PyTorch's, from their folders, each verdict.json written into its run's
+    folder. Where each pair is judged: judging_plan (here two at a time, one float64 session serving both; a
+    backend that cannot run here in its own stack's Python). Returns why each backend whose judging failed there
+    has no verdict (its run folder holds a "not judged" one saying why); empty when every pair was judged."""
     from ortlab.run import ENDED_EARLY
     from ortlab.verdict.folders import judge_runs
 
     pytorch = runs.get(REFERENCE)
     if pytorch is None or pytorch.status in ENDED_EARLY:
-        return
-    others = [r for b, r in runs.items() if b != REFERENCE and r.status not in ENDED_EARLY]
-    for i in range(0, len(others), 2):
-        pair = others[i:i + 2]
+        return {}
+    here = this_stack()
+    ran = [b for b, r in runs.items() if b != REFERENCE and r.status not in ENDED_EARLY]
+    failed: dict[str, str] = {}
+    for stack, backends in judging_plan(ran, {p.backend: p.stack for p in placed}, here):
+        pair = [runs[b] for b in backends]
+        if stack != here:
+            failed.update(judge_elsewhere(stack, pytorch, pair, progress))
+            continue
         if progress:
             names = " and ".join(label(r.backend) for r in pair)
             print(f"ortlab: judging {names} against PyTorch from their run folders (float64 here, torch "
@@ -192,6 +201,101 @@ def judge(runs: dict[str, Any], progress: bool = False) -> None:
             judge_runs(pair[0], pair[1], reference=pytorch)
         else:
             judge_runs(pytorch, pair[0])
+    return failed
+
+
+def judged_on(backend: str, stack: Stack | None, here: Stack | None = None,
+              runs_here: Callable[[str], bool] | None = None) -> Stack:
+    """The stack whose Python judges `backend`'s run against PyTorch's: this process's when the backend runs here
+    (its causes, `ortlab check`'s fixes and the localization, need the backend in the judging process), else the
+    stack its run was made on (ORTModule from the current stack: the ort stack). `runs_here(backend)`: whether a
+    backend runs in this process (default: its registry's check, ortlab.engine.backends.unavailable)."""
+    from ortlab.engine.backends import unavailable
+
+    here = here or this_stack()
+    runs_here = runs_here or (lambda b: unavailable(b) is None)
+    if runs_here(backend):
+        return here
+    return stack or default_stack(backend, here)
+
+
+def judging_plan(backends: Sequence[str], stacks: dict[str, Stack], here: Stack | None = None,
+                 runs_here: Callable[[str], bool] | None = None) -> list[tuple[Stack, tuple[str, ...]]]:
+    """Which backends are judged together against PyTorch, and in which stack's Python (judged_on): two at a
+    time per stack, in the order given (`stacks`: where each backend ran)."""
+    here = here or this_stack()
+    groups: dict[Stack, list[str]] = {}
+    for backend in backends:
+        groups.setdefault(judged_on(backend, stacks.get(backend), here, runs_here), []).append(backend)
+    return [(stack, tuple(names[i:i + 2])) for stack, names in groups.items() for i in range(0, len(names), 2)]
+
+
+def judge_elsewhere(stack: Stack, pytorch: Any, others: Sequence[Any], progress: bool = False) -> dict[str, str]:
+    """`ortlab judge` of one or two runs against PyTorch's, run by `stack`'s Python and environment (those its
+    workers use: ortlab.engine.stack_env), which writes each verdict.json with the causes it finds there. A
+    failure (no JSON back): a "not judged" verdict written into each run's folder with its one-line error, the
+    stderr's tail kept beside it (JUDGE_LOG), that line on stderr, and {backend: line} returned; the runs stay."""
+    import subprocess
+
+    from ortlab.engine.stack_env import worker_interpreter
+
+    names = " and ".join(label(r.backend) for r in others)
+    first = [str(others[0].path), str(others[1].path), "--reference", str(pytorch.path)] if len(others) == 2 \
+        else [str(pytorch.path), str(others[0].path)]
+    why = None
+    try:
+        python, env = worker_interpreter(stack)
+        if progress:
+            print(f"ortlab: judging {names} against PyTorch from their run folders in the {stack} stack's Python "
+                  f"(float64 there, torch {STACKS[stack].torch}), where {names} runs", file=sys.stderr, flush=True)
+        done = subprocess.run([python, "-m", "ortlab.cli", "judge", *first, "--json"], env=env, capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL)
+    except (OSError, StackError) as e:
+        done, why = None, str(e)
+    if done is not None and _judged(done.stdout, others):
+        return {}
+    said = [] if done is None else [line for line in done.stderr.splitlines() if line.strip()]
+    if why is None:
+        why = next((s for s in reversed(said) if s.startswith("ortlab judge: ")), None) or \
+            (said[-1] if said else f"it exited {done.returncode} with no verdict")
+    line = f"not judged: judging in the {stack} stack's Python failed: {why.removeprefix('ortlab judge: ')}"
+    print(f"ortlab: {names}: {line}", file=sys.stderr, flush=True)
+    for run in others:
+        _not_judged(run, line, said[-TAIL:])
+    return {r.backend: line for r in others}
+
+
+JUDGE_LOG = "judge-stderr.log"  # in the run's folder: the failed judging process's stderr, its last TAIL lines
+TAIL = 40
+
+
+def _judged(stdout: str, others: Sequence[Any]) -> bool:
+    """Whether `ortlab judge --json` printed a verdict on each run (exit 1 is a diverged verdict, not a failure)."""
+    import json
+
+    judged = None
+    lines = stdout.splitlines(keepends=True)
+    for i in (i for i, line in enumerate(lines) if line.rstrip() == "["):  # after whatever a library printed
+        with contextlib.suppress(ValueError):
+            judged = json.loads("".join(lines[i:]))
+            break
+    done = {str(Path(j.get("other", "")).resolve()) for j in judged if isinstance(j, dict) and j.get("verdict")} \
+        if isinstance(judged, list) else set()
+    return all(str(Path(r.path).resolve()) in done for r in others)
+
+
+def _not_judged(run: Any, line: str, tail: Sequence[str]) -> None:
+    """A "not judged" verdict.json in the run's folder saying why, and the judging process's stderr tail beside."""
+    from ortlab.run import write_json
+    from ortlab.verdict.judge import FILE, NOT_JUDGED, Verdict
+
+    notes = []
+    if tail:
+        with contextlib.suppress(OSError):
+            (Path(run.path) / JUDGE_LOG).write_text("\n".join(tail) + "\n", encoding="utf-8")
+            notes.append(f"the judging process's stderr ends in {Path(run.path) / JUDGE_LOG}")
+    with contextlib.suppress(OSError):  # a folder that cannot be written: the line on stderr still says why
+        write_json(Path(run.path) / FILE, Verdict(NOT_JUDGED, line, notes=notes).to_dict())
 
 
 def stacks_of(placed: Sequence[Placed], runs: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -210,4 +314,5 @@ def _torch_here() -> str:
     return torch.__version__.split("+")[0]
 
 
-__all__ = ["CrossStackError", "Placed", "check_crossable", "compare", "crosses", "parse_placed", "placements"]
+__all__ = ["CrossStackError", "Placed", "check_crossable", "compare", "crosses", "judge", "judge_elsewhere",
+           "judged_on", "judging_plan", "parse_placed", "placements"]

@@ -28,3 +28,12 @@ def lazy(package: str, exports: dict[str, str], namespace: dict[str, Any],
         return sorted(set(namespace) | set(namespace.get("__all__", ())))
 
     return __getattr__, __dir__
+
+
+def named(target: str) -> Any:
+    """What "module:attribute" names, its module imported on first use (a registry's adapter, a task sent by
+    reference)."""
+    module, _, attribute = target.partition(":")
+    if not attribute:
+        raise ValueError(f"{target!r} is not 'module:attribute'")
+    return getattr(import_module(module), attribute)

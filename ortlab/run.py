@@ -89,7 +89,7 @@ class RunWriter:
 
     def __init__(self, path: Path, meta: dict[str, Any]):
         self.path = path
-        self.meta = {"status": "running", "started": _dt.datetime.now().isoformat(timespec="seconds"),
+        self.meta = {"status": RunStatus.RUNNING.value, "started": _dt.datetime.now().isoformat(timespec="seconds"),
                      **invocation(), **meta}
         self.write("meta.json", self.meta)
         self._metrics_path = path / "metrics.jsonl"
@@ -142,7 +142,7 @@ def mark(path: str | Path, status: str, **extra: Any) -> None:
     """Finish a run from outside (the kernel side, after its worker was stopped or died)."""
     path = Path(path)
     meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-    if meta.get("status") != "running":
+    if meta.get("status") != RunStatus.RUNNING:
         return
     meta.update(extra, status=status, finished=_dt.datetime.now().isoformat(timespec="seconds"))
     write_json(path / "meta.json", meta)
@@ -198,7 +198,7 @@ class Run:
     @property
     def ok(self) -> bool:
         """Whether the burst finished on its own backend (status ok)."""
-        return self.status == "ok"
+        return self.status == RunStatus.OK
 
     @property
     def error(self) -> str | None:
@@ -298,15 +298,11 @@ class Run:
         applied = (self.meta.get("fixes") or {}).get("applied")
         if applied:
             out["fixes"] = applied
-        if self.meta.get("hazards"):  # what the exporter warned about (ortlab.verdict.hazards)
+        if self.meta.get("hazards"):  # what the exporter warned about (ortlab.compat.hazards)
             out["hazards"] = len(self.meta["hazards"])
         verdict = self.read_json("verdict.json")
-        if verdict:  # an ORTModule run judged against its PyTorch run (ortlab.verdict)
-            from ortlab.verdict.judge import evidence
-
+        if verdict:  # an ORTModule run judged against its PyTorch run: what it said (its evidence: ortlab.listing)
             out["verdict"] = verdict.get("status")
-            if evidence(verdict):
-                out["verdict_evidence"] = evidence(verdict)
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:
                 out[key] = self.meta[key]
@@ -337,21 +333,3 @@ def load_run(path: str | Path) -> Run:
     if not isinstance(meta, dict):
         raise RunError(f"{meta_path}: not a run's meta (a JSON object is expected, found {type(meta).__name__})")
     return Run(path, meta)
-
-
-def list_runs(folder: str | Path = "runs"):
-    """All runs below `folder`, newest first, as a DataFrame."""
-    import pandas as pd
-
-    rows = []
-    folder = Path(folder)
-    if folder.is_dir():
-        for meta in folder.glob("*/meta.json"):
-            try:
-                run = load_run(meta.parent)
-                rows.append({**run.summary(), "started": run.meta.get("started"), "path": str(run.path)})
-            except RunError as e:  # one damaged run must not hide the others
-                rows.append({"run": meta.parent.name, "status": "unreadable", "error": str(e),
-                             "started": None, "path": str(meta.parent)})
-    df = pd.DataFrame(rows)
-    return df.sort_values("started", ascending=False, ignore_index=True, na_position="last") if len(df) else df

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,3 +75,16 @@ def _to_cpu(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(_to_cpu(v) for v in value)
     return value
+
+
+@contextlib.contextmanager
+def kept(model: torch.nn.Module) -> Iterator[None]:
+    """The model's state and gradients restored after the block (a step, a trace, a probe must leave no trace)."""
+    snapshot = Snapshot.take(model)
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    try:
+        yield
+    finally:
+        snapshot.restore(model)
+        for name, p in model.named_parameters():
+            p.grad = grads[name]

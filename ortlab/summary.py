@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from ortlab.engine.backends import BACKENDS, REFERENCE, has, registered
-from ortlab.run import Run
+from ortlab.run import Run, RunStatus
 
 OTHERS = tuple(b for b in BACKENDS if b != REFERENCE)  # what PyTorch is compared with, in this order
 # What a run that fell back to PyTorch cannot show of ORTModule (its figures would be PyTorch's under its name).
@@ -129,7 +129,7 @@ class Comparison:
         """Why a backend's run is not compared with PyTorch's: it fell back to PyTorch (its numbers are
         PyTorch's)."""
         run = self.run(backend)
-        if run is not None and run.status == "fallback":
+        if run is not None and run.status == RunStatus.FALLBACK:
             return f"the {backend} run is a PyTorch run ({run.error})"
         return None
 
@@ -207,7 +207,7 @@ class Comparison:
             reference = has(backend, "reference")
             verdict = self.verdict_of(backend) if not reference else None
             mine, startup = spreads.get(backend), s.get("startup_s") or 0.0
-            compared = not reference and run is not None and s.get("status") == "ok" and mine and base
+            compared = not reference and run is not None and s.get("status") == RunStatus.OK and mine and base
             r = ratio(mine, base) if compared else None
             if r is None:
                 even = vs = None
@@ -218,7 +218,7 @@ class Comparison:
                         else f"{math.ceil(startup / gain):d}")
             shown = backend if not self.stacks else f"{backend}@{self.stacks[backend]['stack']}"
             rows.append({"backend": shown, "status": s.get("status"),
-                         "median step after warm-up (ms)": None if mine is None or s.get("status") == "fallback"
+                         "median step after warm-up (ms)": None if mine is None or s.get("status") == RunStatus.FALLBACK
                          else mine.median_s * 1000,
                          "step time vs PyTorch (99% interval)": vs,
                          "start-up (s)": s.get("startup_s"), "steps to break even": even,
@@ -226,7 +226,7 @@ class Comparison:
                          "peak resident set (MB)": s.get("peak_mem_mb"),
                          "numerics": "reference" if reference else
                          (verdict.headline if verdict is not None else "not judged"),
-                         "failed": (run.error if run is not None and s.get("status") != "ok" else None)})
+                         "failed": (run.error if run is not None and s.get("status") != RunStatus.OK else None)})
         return pd.DataFrame(rows)
 
     def recommendation(self, earlier=()):

@@ -106,7 +106,7 @@ def against_float64(workload, fixes: list[str]) -> dict:
 
     from ortlab import _ort
     from ortlab.compat import registry
-    from ortlab.engine.parity import parity
+    from ortlab.parity import parity
     from ortlab.verdict.exact import judge
     from ortlab.verdict.gradients import step
 

@@ -42,10 +42,18 @@ def _names_compared(tree: ast.AST, lookups: bool = True) -> list[tuple[int, str]
     return out
 
 
-ALLOWED: set[tuple[str, str]] = set()  # (module, statement) that may compare a backend's name: none
-# Lookups only: the verdict's own tables, whose "pytorch" key is the float64 judge's column for PyTorch's fp32
-# distance (moving with the verdict to its own floor), and the labels of its headline.
-TABLES = ("ortlab/verdict/",)
+# (module, statement) that may use a backend's name as a key: formats on disk and in the CLI's JSON, where "pytorch"
+# names PyTorch fp32's column (a localization's rows, kept in verdict.json and reused; `ortlab judge --json`'s folders)
+ALLOWED: set[tuple[str, str]] = {
+    ("ortlab/verdict/localize.py", 'if worst["pytorch"] == 0:'),
+    ("ortlab/verdict/localize.py", 'return {"tensor": name, "ort": math.nan, "pytorch": math.nan, "allowed": math.nan, '
+                                   '"norm": math.nan,'),
+    ("ortlab/verdict/localize.py", 'return {"tensor": name, "ort": j.candidate, "pytorch": j.pytorch, "allowed": '
+                                   'j.allowed, "norm": j.norm,'),
+    ("ortlab/verdict/folders.py", 'return {"pytorch": str(self.pytorch.path), "other": str(self.other.path), '
+                                  '"backend": self.other.backend,'),
+    ("ortlab/verdict/folders.py", '"torch": {"pytorch": _torch(self.pytorch), "other": _torch(self.other)},'),
+}
 
 
 def test_no_code_outside_the_backends_decides_by_a_backends_name():
@@ -58,7 +66,7 @@ def test_no_code_outside_the_backends_decides_by_a_backends_name():
         if relative.startswith("ortlab/engine/backends/"):
             continue
         tree = ast.parse(path.read_text())
-        for line, text in _names_compared(tree, lookups=not relative.startswith(TABLES)):
+        for line, text in _names_compared(tree):
             statement = path.read_text().splitlines()[line - 1].strip()
             if (relative, statement) not in ALLOWED:
                 found.append(f"{relative}:{line}: {text}")

@@ -156,6 +156,83 @@ def test_a_comparison_across_stacks_runs_each_worker_on_its_stack_and_judges_eve
     assert f"torch.compile @{OTHER} (torch " in header and "ORTModule @ort (torch 2.6" in header
 
 
+def test_each_pair_is_judged_where_its_backend_runs():
+    """Here when the backend runs in this process (two at a time against PyTorch), else in its own stack's Python:
+    ORTModule from the current stack on the ort stack, where its causes can be looked for."""
+    from ortlab.cross_stack import judged_on, judging_plan
+    from ortlab.stacks import ortmodule_unavailable
+
+    here = this_stack()
+    assert judged_on("compile", OTHER) == here  # torch.compile runs on every stack: judged here
+    assert judged_on("pytorch", here) == here
+    assert judged_on("ortmodule", Stack.ORT) == Stack.ORT  # here on the ort stack, there from the current one
+    if here == Stack.CURRENT:
+        assert ortmodule_unavailable() is not None and judged_on("ortmodule", None) == Stack.ORT
+    not_ort = lambda b: b != "ortmodule"  # noqa: E731 - the current stack's answer, asked on either stack
+    placed = {"ortmodule": Stack.ORT, "compile": Stack.CURRENT}
+    assert judging_plan(["ortmodule", "compile"], placed, Stack.CURRENT, not_ort) == [
+        (Stack.ORT, ("ortmodule",)), (Stack.CURRENT, ("compile",))]
+    assert judging_plan(["ortmodule", "compile"], placed, Stack.ORT, lambda b: True) == [
+        (Stack.ORT, ("ortmodule", "compile"))]  # both run here: two at a time, one float64 session
+    assert judging_plan(["compile", "ortmodule"], {}, Stack.CURRENT, not_ort) == [
+        (Stack.CURRENT, ("compile",)), (Stack.ORT, ("ortmodule",))]  # no stack given: ORTModule's is ort
+    assert judging_plan([], placed) == []
+
+
+def _folder(path: Path, backend: str) -> Path:
+    """A run folder as a burst without parity leaves it (a meta.json): one `ortlab judge` refuses."""
+    path.mkdir()
+    (path / "meta.json").write_text(json.dumps({"backend": backend, "status": "ok", "config": {"parity": False}}))
+    return path
+
+
+def test_a_judging_that_fails_in_the_other_python_leaves_the_runs_and_says_why(tmp_path, capsys):
+    """The real `ortlab judge` in a Python of its own (this stack's here, the same code path as the other's) refuses
+    the folders: its one line becomes a "not judged" verdict in the run's folder, its stderr kept beside."""
+    from ortlab.cross_stack import JUDGE_LOG, judge_elsewhere
+    from ortlab.run import load_run
+    from ortlab.summary import Comparison
+
+    pt, ort = (load_run(_folder(tmp_path / b, b)) for b in ("pytorch", "ortmodule"))
+    failed = judge_elsewhere(this_stack(), pt, [ort], progress=True)
+    line = failed["ortmodule"]
+    assert line.startswith(f"not judged: judging in the {this_stack()} stack's Python failed: pytorch cannot be "
+                           "judged from its folder: it was not a parity burst"), line
+    assert "\n" not in line and list(failed) == ["ortmodule"]
+    err = capsys.readouterr().err
+    assert f"in the {this_stack()} stack's Python" in err and f"ortlab: ORTModule: {line}" in err
+    verdict = Comparison(runs={"pytorch": pt, "ortmodule": ort}).verdict_of("ortmodule")
+    assert verdict.status == "not judged" and verdict.headline == line
+    assert "ortlab judge: pytorch cannot be judged" in (tmp_path / "ortmodule" / JUDGE_LOG).read_text()
+    assert (tmp_path / "pytorch" / "meta.json").is_file() and not (tmp_path / "pytorch" / "verdict.json").exists()
+
+
+@pytest.mark.slow
+def test_from_the_current_stack_the_ortmodule_pair_is_judged_on_the_ort_stack_with_its_causes(tmp_path):
+    """`compare` started on the current stack, where ORTModule cannot run: its pair is judged by the ort stack's
+    Python, which looks for the divergence's causes (ortlab check's global-avg-pool fix) as one ort process would."""
+    _other_stack_or_skip()
+    from ortlab.engine.stack_env import environment
+
+    current = environment(Stack.CURRENT) if this_stack() == Stack.ORT else None
+    python, env = (current.python, current.env) if current else (sys.executable, None)
+    r = subprocess.run([python, "-m", "ortlab.cli", "compare", "--backends", "pytorch,ortmodule@ort,compile",
+                        "--model", "ortlab.demo.divergence:squeeze_excite", "--steps", "6", "--out", str(tmp_path),
+                        "--json"], capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 1, r.stderr  # ORTModule diverged
+    d = json.loads(r.stdout)
+    assert {b: s["stack"] for b, s in d["stacks"].items()} == {"pytorch": "current", "ortmodule": "ort",
+                                                                "compile": "current"}
+    ort = d["versus"]["ortmodule"]["verdict"]
+    assert ort["status"] == "diverged" and "SqueezeExcite" in ort["headline"], ort
+    assert any("global-avg-pool" in c["text"] for c in ort["causes"]), ort["causes"]
+    assert not any("causes not looked for" in n for n in ort["notes"]), ort["notes"]
+    assert any("float64 here on torch 2.6" in n for n in ort["notes"]), ort["notes"]  # computed on the ort stack
+    assert json.loads((Path(d["ortmodule"]["path"]) / "verdict.json").read_text())["causes"] == ort["causes"]
+    compiled = d["versus"]["compile"]["verdict"]
+    assert compiled["status"] == "agree" and any("float64 here on torch 2.14" in n for n in compiled["notes"])
+
+
 @pytest.fixture
 def panel(tmp_path):
     from ortlab import Lab

@@ -405,22 +405,22 @@ def test_graphs_of_one_stage_file_and_of_a_zero_byte_one(tmp_path):
     one_line_exit_2(cli("graphs", str(tmp_path / "x.onnx")), "not an ORTModule stage file")
 
 
-@pytest.mark.parametrize("where", ["state.write", "backend"])
+@pytest.mark.parametrize("where", ["write_state", "backend"])
 def test_a_ctrl_c_at_either_end_of_a_burst_leaves_it_interrupted_never_running_nor_ok(tmp_path, monkeypatch, where):
     """Ctrl-C lands where the burst's own handler does not reach: while its end state is written (after the last
     step), or while the backend is made (the folder already says "running"). The run says interrupted either way."""
     import ortlab.engine.loop as loop
-    from ortlab.verdict import state
+    from ortlab import evidence
 
     def press(*args, **kwargs):
         raise KeyboardInterrupt
 
-    if where == "state.write":
-        monkeypatch.setattr(state, "write", press)
+    if where == "write_state":
+        monkeypatch.setattr(evidence, "write_state", press)
     else:
         monkeypatch.setattr(loop.Engine, "backend", press)
     with Session(out=tmp_path, in_process=True) as s:
-        if where == "state.write":
+        if where == "write_state":
             run = s.burst("pytorch", 2, progress=False)
             assert run.status == "interrupted" and "while the run's files were written" in run.error, run.error
         else:

@@ -1,5 +1,5 @@
 """The package's layout: the engine's modules import each other without a circle (the plain types and contracts
-in a leaf), and no module is over 450 lines."""
+in a leaf), nothing below the verdict names it, and no module is over 450 lines."""
 
 import ast
 from pathlib import Path
@@ -77,6 +77,19 @@ def test_the_engine_has_no_import_circle():
     circles = [c for c in _cycles(graph) if any(m.startswith("ortlab.engine") for m in c)]
     assert circles == []
     assert not any(m.startswith("ortlab.engine") for m in graph["ortlab.engine.types"])  # the leaf
+
+
+def test_nothing_below_the_verdict_names_it():
+    """engine/ and compat/ name nothing of ortlab.verdict, neither by an import (at the top, inside a function or
+    under TYPE_CHECKING) nor by a "module:function" string in their code: the verdict's evidence reaches the engine
+    by reference from above (ortlab.verdict.tasks, Engine.task), its procedure through the leaf ortlab.judging."""
+    for name, path in MODULES.items():
+        if name.startswith(("ortlab.engine", "ortlab.compat")):
+            assert not {m for m in _imports(name, path) if m.startswith("ortlab.verdict")}, name
+            strings, _ = _code_strings_and_calls(ast.parse(path.read_text()))
+            assert not [s for s in strings if "ortlab.verdict" in s], name
+    assert _imports("ortlab.judging", MODULES["ortlab.judging"]) == set()  # a leaf
+    assert _imports("ortlab.evidence", MODULES["ortlab.evidence"]) == {"ortlab.run"}
 
 
 def test_no_module_is_over_450_lines():

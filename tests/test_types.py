@@ -1,6 +1,7 @@
-"""The type check: mypy over ortlab.engine, ortlab.verdict and ortlab.compat ([tool.mypy] in pyproject.toml) finds
-nothing. mypy is not in the environment's locks: requirements-typecheck.lock installs it once into a side folder
-per Python (scripts/side_packages.py), which the check puts first on PYTHONPATH."""
+"""The type check: mypy over ortlab.engine, ortlab.verdict, ortlab.compat, the parity helpers and the collectors'
+packages (ortlab.timing, ortlab.account, ortlab.activations; [tool.mypy] in pyproject.toml) finds nothing. mypy is
+not in the environment's locks: requirements-typecheck.lock installs it once into a side folder per Python
+(scripts/side_packages.py), which the check puts first on PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def mypy_folder() -> str:
     return done.stdout.strip()
 
 
-def test_engine_verdict_and_compat_type_check_clean(mypy_folder, tmp_path):
+def test_the_typed_packages_check_clean(mypy_folder, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([mypy_folder, str(ROOT)])}
     done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
                            "--cache-dir", str(tmp_path / "cache"), "--no-error-summary"],

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from ortlab.compat.hazards import classify
+from ortlab.compat.inputs import InputWatch
 from ortlab.verdict import state
-from ortlab.verdict.hazards import classify
-from ortlab.verdict.inputs import InputWatch
 
 FACTORIES = Path(__file__).resolve().parents[1] / "ortlab" / "demo" / "divergence.py"
 slow = pytest.mark.slow
@@ -146,7 +146,7 @@ def test_a_diverged_burst_exits_1_and_names_the_cause_in_one_line(tmp_path):
                            "--steps", "3", "--parity", "--out", str(tmp_path), "--in-process"],
                           capture_output=True, text=True)
     assert done.returncode == 1, done.stderr
-    assert "verdict: DIVERGED: " in done.stdout and "ORT's gradient of fc2" in done.stdout
+    assert "verdict: DIVERGED: " in done.stdout and "ORTModule's gradient of fc2" in done.stdout
     assert "global-avg-pool" in done.stdout
     assert "ortlab burst: DIVERGED" in done.stderr
 

@@ -66,7 +66,7 @@ def test_the_headline_names_the_worst_finite_gradient_and_counts_the_garbage_ups
     pytorch, ort = _pair(tmp_path, TRUTH, TRUTH)
     grads = {"agree": False, "judged_by": "float64", "worst": ranked, "garbage": 2, "forward_agrees": True}
     headline = judge(pytorch, ort, grads).headline
-    assert headline.startswith("DIVERGED: ORT's gradient of block1.se.fc2.weight (module block1.se.fc2) is ")
+    assert headline.startswith("DIVERGED: ORTModule's gradient of block1.se.fc2.weight (module block1.se.fc2) is ")
     assert "; 2 gradients are garbage (not finite, or off by over a million times the noise), e.g. " \
            "block1.se.fc1.weight" in headline
 
@@ -192,7 +192,8 @@ def test_losses_beyond_fp32s_spread_diverge_where_training_is_not_chaotic(tmp_pa
     pytorch, ort = _pair(tmp_path, [2.0, 1.9001, 1.8001], [2.0, 1.95, 1.85])
     spread = _members([2.0, 1.9002, 1.8001], [2.0, 1.8999, 1.8002], [2.0, 1.9001, 1.7999])
     verdict = judge(pytorch, ort, AGREEING, float64={"losses": TRUTH, "state": _state(1.0)}, ensemble=spread)
-    assert verdict.diverged and verdict.headline.startswith("DIVERGED: ORT's losses over 3 steps are "), str(verdict)
+    assert verdict.diverged and verdict.headline.startswith("DIVERGED: ORTModule's losses over 3 steps are "), \
+        str(verdict)
     assert "fp32's spread from float64" in verdict.headline and "4 PyTorch fp32 runs of this start are at most" in \
         verdict.headline
 
@@ -205,7 +206,7 @@ def test_chaotic_losses_are_no_evidence_and_the_verdict_rests_on_the_first_step(
     verdict = judge(pytorch, ort, AGREEING, float64={"losses": truth, "state": _state(1.0)}, ensemble=spread)
     assert verdict.status == "agree" and verdict.losses["chaotic"], str(verdict)
     assert "losses no evidence: training is chaotic here: 4 PyTorch fp32 runs of this start end up to 3.5% of " \
-           "the loss from float64 (ORT: 1%), so the loss curves may differ that much (max |loss difference| " \
+           "the loss from float64 (ORTModule: 1%), so the loss curves may differ that much (max |loss difference| " \
            "0.61)" in str(verdict)
     far = _pair(tmp_path, [8.07, 10.86, 2.46], [8.07, 10.91, 6.10], tag="-far")[1]
     verdict = judge(pytorch, far, AGREEING, float64={"losses": truth, "state": _state(1.0)}, ensemble=spread)
@@ -241,7 +242,7 @@ def test_the_end_states_float_tensors_are_judged_against_the_members_and_chaos_i
 def test_a_fix_that_rewrites_arithmetic_is_named_with_the_formula_each_side_ran(tmp_path):
     pytorch, ort = _pair(tmp_path, TRUTH, TRUTH, applied=["activations", "pytorch-buffers"])
     verdict = judge(pytorch, ort, AGREEING)
-    assert "formulas: PyTorch ran the model as written, ORT the formulas of the fix `activations` (the same " \
+    assert "formulas: PyTorch ran the model as written, ORTModule the formulas of the fix `activations` (the same " \
            "function): both are judged against float64 of the model as written" in verdict.notes
     pytorch, ort = _pair(tmp_path, TRUTH, TRUTH, applied=["pytorch-buffers"], tag="-b")
     assert not any("formulas" in n for n in judge(pytorch, ort, AGREEING).notes)

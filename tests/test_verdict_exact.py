@@ -160,14 +160,14 @@ def test_a_loss_curve_closer_to_float64_than_pytorchs_agrees_and_a_far_one_diver
     far = _run(tmp_path, "far", "ortmodule", same, losses=[2.0, 1.5, 1.2],
                hazards=[{**BN_HAZARD, "file": "model.py", "line": 12, "in_torch": False, "module": "(root)"}])
     verdict = judge(pytorch, far, AGREEING, float64={"losses": truth, "state": same})
-    assert verdict.diverged and verdict.headline.startswith("DIVERGED: ORT's losses over 3 steps are ")
+    assert verdict.diverged and verdict.headline.startswith("DIVERGED: ORTModule's losses over 3 steps are ")
     assert verdict.causes[0]["kind"] == "export hazard" and "model.py:12" in verdict.causes[0]["text"]
     assert evidence(verdict.to_dict()) == "gradients allclose; loss: 0.72 vs PyTorch 0.0098 from fp64; factor 3"
 
 
 def test_hazards_are_never_located_in_ortlabs_own_files():
     import ortlab
-    from ortlab.verdict.hazards import frame_kind
+    from ortlab.compat.hazards import frame_kind
 
     own = Path(ortlab.__file__).parent
     assert frame_kind(str(own / "workload.py")) == frame_kind(str(own / "engine" / "loop.py")) == "stop"

@@ -135,12 +135,14 @@ def test_the_backends_offered_are_the_ones_that_run_here(lab):
     from ortlab.engine.backends import default_backends, unavailable
 
     offered = [value for _, value in lab.burst_panel.backend.options]
+    shown = dict((value, label) for label, value in lab.burst_panel.backend.options)
     assert lab.burst_panel.choices["both"] == list(default_backends())
-    if unavailable("ortmodule") is None:
-        assert offered == ["pytorch", "ortmodule", "compile", "both", "all"]
+    if unavailable("ortmodule") is None:  # "both" means what the CLI's --backend both means: PyTorch and ORTModule
+        assert offered == ["pytorch", "ortmodule", "compile", "both", "all"] and shown["both"] == "both"
         assert lab.burst_panel.choices["both"] == ["pytorch", "ortmodule"] and lab.ortmodule_missing is None
     else:
         assert offered == ["pytorch", "compile", "both"] and lab.burst_panel.choices["both"] == ["pytorch", "compile"]
+        assert shown["both"] == "PyTorch + torch.compile"  # not "both", which means PyTorch and ORTModule
         for title in ("Recompute", "Tune"):
             shown = html.unescape(lab.children[lab.titles.index(title)].children[-1].value)
             assert f"The {title} tab is ORTModule's. ORTModule does not run here" in shown, shown

@@ -200,7 +200,7 @@ def _assemble(g: ExecGraph, run: Any, p: Plan, shapes: Shapes, values: dict[str,
     factor = known.get(optimizer) if optimizer else None
     trainable = sum(p.size[r] or 0 for r in p.start
                     if p.kind[r] == "parameter" and f"{r}_grad" in g.graph_outputs)
-    steps = {"node": [g.names[i] for i in p.order], "op": [g.ops[i] for i in p.order],
+    steps: dict[str, list[Any]] = {"node": [g.names[i] for i in p.order], "op": [g.ops[i] for i in p.order],
              "phase": [_phase(s, y) for s in range(p.steps)], "live": tl.live, "gradients": tl.gradients,
              "uncertain": tl.uncertain}
     account = MemoryAccount(
@@ -214,7 +214,8 @@ def _assemble(g: ExecGraph, run: Any, p: Plan, shapes: Shapes, values: dict[str,
         constant_bytes=total("constant"),
         optimizer_state_bytes=None if factor is None else factor * trainable,
         optimizer=optimizer, top_tensors=[row(r, peak) for r in alive_at(p, peak)],
-        stashed_tensors=[row(r, y) for r in stash], uncertain=uncertain, uncertain_at_peak=tl.uncertain[peak],
+        stashed_tensors=[row(r, y) for r in stash] if y is not None else [], uncertain=uncertain,
+        uncertain_at_peak=tl.uncertain[peak],
         what="", steps=steps)
     account.what = _what(account, g.taps)
     return account

@@ -26,7 +26,7 @@ from ortlab.engine.types import Collector
 class MemoryCollector(Collector):
     """Collector "memory": memory.json with the account of this burst's backend (see the module's docstring)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._data: dict[str, Any] | None = None
 
     def start(self, engine, cfg, run_dir: Path) -> None:
@@ -61,12 +61,12 @@ def random_state_kept() -> Iterator[None]:
 
     py, cpu = random.getstate(), torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    try:
-        import numpy as np
+    numpy_random: Any = None
+    with contextlib.suppress(ImportError):
+        import numpy
 
-        numpy_state = np.random.get_state()
-    except ImportError:
-        np = numpy_state = None
+        numpy_random = numpy.random
+    numpy_state = numpy_random.get_state() if numpy_random is not None else None
     try:
         yield
     finally:
@@ -74,8 +74,8 @@ def random_state_kept() -> Iterator[None]:
         torch.set_rng_state(cpu)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
-        if np is not None:
-            np.random.set_state(numpy_state)
+        if numpy_random is not None:
+            numpy_random.set_state(numpy_state)
 
 
 @contextlib.contextmanager

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
+from typing import Any, cast
 
 from ortlab.errors import OrtlabError
 
-_FUNCTIONS = {"floor": math.floor, "ceil": math.ceil, "ceiling": math.ceil, "Min": min, "Max": max,
-              "min": min, "max": max, "Abs": abs, "abs": abs, "Mod": lambda a, b: a % b,
-              "FloorDiv": lambda a, b: a // b}
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "floor": math.floor, "ceil": math.ceil, "ceiling": math.ceil, "Min": min, "Max": max, "min": min, "max": max,
+    "Abs": abs, "abs": abs, "Mod": lambda a, b: a % b, "FloorDiv": lambda a, b: a // b}
 _BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
            ast.Div: lambda a, b: Fraction(a) / Fraction(b), ast.FloorDiv: lambda a, b: a // b,
            ast.Mod: lambda a, b: a % b, ast.Pow: lambda a, b: a**b}
@@ -30,7 +31,7 @@ def _eval(node: ast.AST, values: Mapping[str, int]):
     if isinstance(node, ast.Expression):
         return _eval(node.body, values)
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return Fraction(node.value)
+        return Fraction(cast(float, node.value))
     if isinstance(node, ast.Name):
         if node.id not in values:
             raise _Unknown(node.id)

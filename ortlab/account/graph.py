@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ortlab.account.dims import evaluate, names_in
 from ortlab.account.errors import AccountError
@@ -175,7 +175,7 @@ def _concrete(dims: tuple[Dim, ...] | None, values: Mapping[str, int],
             if missing:
                 return None, f"symbol {', '.join(missing)} has no value"
             return None, f"dimension {d!r} does not evaluate to a whole number"
-        out.append(cache[d])
+        out.append(cast(int, cache[d]))
     return tuple(out), ""
 
 
@@ -213,7 +213,7 @@ def _ort_rules(g: ExecGraph, known: Mapping[str, Concrete], wanted: set[str]) ->
     """Outputs of ORT's own ops that ONNX cannot infer, from their schemas: ConcatTraining's second output
     (`per_input_length`) holds one int64 per input; a YieldOp's outputs are the gradients of its inputs, minus
     the non-differentiable ones, of the input's shape where `full_shape_outputs` says so."""
-    found = {}
+    found: dict[str, Concrete] = {}
     for i, outs in enumerate(g.outputs):
         if g.ops[i] == "ConcatTraining" and len(outs) > 1 and outs[1] in wanted:
             found[outs[1]] = (7, (sum(1 for t in g.inputs[i] if t),))
@@ -248,11 +248,11 @@ def _infer(g: ExecGraph, known: Mapping[str, Concrete], wanted: set[str]) -> dic
         inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError):
         return {}
-    found = {}
+    found: dict[str, Concrete] = {}
     for vi in (*inferred.graph.value_info, *inferred.graph.output):
         typed = _type_of(vi) if vi.name in wanted else None
         if typed and typed[0] and typed[1] is not None and all(isinstance(d, int) for d in typed[1]):
-            found[vi.name] = (typed[0], typed[1])
+            found[vi.name] = (typed[0], tuple(int(d) for d in typed[1] if isinstance(d, int)))
     return found
 
 

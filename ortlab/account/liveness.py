@@ -24,7 +24,8 @@ from ortlab.account.errors import AccountError
 from ortlab.account.graph import ITEMSIZE, RECOMPUTE_SUFFIX, ExecGraph, Typed
 
 # (domain, op) -> [(input slot, output slot)] from the CPU kernels' KernelDefBuilder().Alias / .MayInplace
-_ALIAS = {("", op): ((0, 0),) for op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")}
+_Slots = dict[tuple[str, str], tuple[tuple[int, int], ...]]
+_ALIAS: _Slots = {("", op): ((0, 0),) for op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")}
 _ALIAS |= {("com.microsoft", "ExpandDims"): ((0, 0),), ("", "BatchNormalization"): ((3, 1), (4, 2)),
            ("com.microsoft", "BatchNormInternal"): ((3, 1), (4, 2))}
 _IN_PLACE = {("", op): ((0, 0),) for op in (

@@ -35,7 +35,7 @@ def summary_fields(data: dict[str, Any] | None) -> dict[str, Any]:
         else {}
     if data.get("missing"):
         return {"memory_missing": data["missing"], "memory_counts": data.get("counts"), **extra}
-    counts = data.get("counts") or COUNTS.get(data.get("kind"), "")
+    counts = data.get("counts") or COUNTS.get(data.get("kind") or "", "")
     if data.get("kind") == AUTOGRAD:
         return {"saved_for_backward_mb": _mb(data.get("saved_bytes")), "memory_counts": counts, **extra}
     if data.get("uncertain"):

@@ -14,6 +14,7 @@ from typing import Any
 from ortlab.account.collector import random_state_kept, untouched
 from ortlab.account.record import AUTOGRAD, COUNTS, GRAPH, missing
 from ortlab.engine.backends import label
+from ortlab.run import RunStatus
 
 
 class Account:
@@ -43,7 +44,7 @@ class AutogradRunner(Account):
     well."""
 
     def after(self, engine: Any, cfg: Any, run_dir: Path, status: str) -> dict[str, Any] | None:
-        if engine.runner is not None and status == "ok":
+        if engine.runner is not None and status == RunStatus.OK:
             return _autograd(engine, cfg, runner=engine.runner)
         return None
 
@@ -93,7 +94,7 @@ def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
     if internals is None:
         return missing(GRAPH, f"the burst ended ({status}) before ORTModule wrapped the model: no execution graph")
     ort_module = internals.ort_module
-    if status == "fallback":
+    if status == RunStatus.FALLBACK:
         return missing(GRAPH, "ORTModule fell back to PyTorch: no ORT execution graph ran in this burst")
     path = internals.stage_path("execution_model")
     note = None

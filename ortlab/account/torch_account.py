@@ -179,8 +179,8 @@ def _result(work, batch_inputs, seen: dict[int, dict[str, Any]], peak: int,
         counts = per.setdefault(r["module"], [0, 0])
         counts[0] += 1
         counts[1] += r["bytes"]
-    per_module = sorted(({"module": m, "tensors": c, "bytes": b} for m, (c, b) in per.items()),
-                        key=lambda r: (-r["bytes"], r["module"]))
+    per_module = [{"module": m, "tensors": c, "bytes": b}
+                  for m, (c, b) in sorted(per.items(), key=lambda kv: (-kv[1][1], kv[0]))]
     model_saved = [r for r in saved if r["module"] != "(loss)"]
     return TorchAccount(
         model=work.name or type(work.model).__name__, inputs=_shapes(batch_inputs),

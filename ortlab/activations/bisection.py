@@ -18,7 +18,7 @@ PARITY = "parity"
 def default_candidates(options) -> dict[str, Any]:
     """The toggles worth trying from `options`: each option that changes ORT's graph or its execution,
     flipped. (ORT 1.19.2 has no switch for cast propagation: it is always on at level 1.)"""
-    flip = {
+    flip: dict[str, Any] = {
         "enable_compute_optimizer": not options["enable_compute_optimizer"],
         "enable_embedding_sparse_optimizer": not options["enable_embedding_sparse_optimizer"],
         "enable_label_sparse_optimizer": not options["enable_label_sparse_optimizer"],

@@ -18,7 +18,7 @@ import json
 import os
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from ortlab.activations.summarize import Summarizer
 from ortlab.activations.table import FIELDS, FORMAT, STATS_FILE, dims
 from ortlab.engine.backends import registered
 from ortlab.engine.types import Collector
+from ortlab.run import RunStatus
 
 ROOT = "(root)"  # the name of the model's own output
 _NF = len(FIELDS)
@@ -153,17 +154,19 @@ class StatsCollector(Collector):
         self._taps: Any = None  # the burst's backend's statistics taps (its registry entry's), made in start
         self._graph = False  # its taps are in the exported graph (set in start)
         self._frames: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._fw, self._bw = np.empty((0, _NF)), np.empty((0, _NF))  # this step's rows, per slot
-        self._fws, self._bws = np.empty((0, samples), np.float32), np.empty((0, samples), np.float32)
+        self._fw: np.ndarray = np.empty((0, _NF))  # this step's rows, per slot
+        self._bw: np.ndarray = np.empty((0, _NF))
+        self._fws: np.ndarray = np.empty((0, samples), np.float32)
+        self._bws: np.ndarray = np.empty((0, samples), np.float32)
         self._step: int | None = None
         self.params: list[tuple[str, str, str]] = []  # (name, shape, dtype) of each parameter with a gradient
         self._pg = np.empty((0, _NF))  # this step's parameter-gradient rows
-        self._pgs = np.empty((0, samples), np.float32)
+        self._pgs: np.ndarray = np.empty((0, samples), np.float32)
         self._param_frames: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # step -> rows, samples
         self._reset_forward()
 
     @property
-    def graph_key(self) -> str:
+    def graph_key(self) -> str:  # type: ignore[override]  # the contract's class attribute, computed here
         """What of this collector is part of an exported graph: which tensors carry a PythonOp."""
         return f"stats(modules={','.join(self.modules) if self.modules else '*'}, taps={self.taps})"
 
@@ -257,7 +260,7 @@ class StatsCollector(Collector):
             _TRACED.setdefault(engine.model, {})[self.graph_key] = traced
         self.write(run_dir / STATS_FILE, backend=cfg.backend, status=status)
         recorded = any(np.isfinite(frame[1][:, 0]).any() for frame in self._frames)
-        if self._graph and self.slots and self._frames and not recorded and status == "ok":
+        if self._graph and self.slots and self._frames and not recorded and status == RunStatus.OK:
             raise StatsError("ORTModule ran the burst but reported no statistics: the PythonOps of the "
                              "observed tensors did not run (is enable_custom_autograd off? ORT then inlines "
                              "them away)")
@@ -383,7 +386,8 @@ class StatsCollector(Collector):
         def stack(i: int, width: int, dtype) -> np.ndarray:
             out = np.full((len(self._frames), n, width), np.nan, dtype)
             for j, frame in enumerate(self._frames):
-                out[j, : len(frame[i])] = frame[i]
+                rows = cast(np.ndarray, frame[i])  # i > 0: the frame's arrays, after its step
+                out[j, : len(rows)] = rows
             return out
 
         slot_columns = {f"slot_{f.name}": np.array([getattr(s, f.name) for s in self.slots],
@@ -396,10 +400,12 @@ class StatsCollector(Collector):
                 # rows left empty on a GPU: a tensor kept by reference was changed in place (ortlab.activations.batched)
                 "lost_rows": self._summarize.device.lost, **meta}
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, meta=np.array(json.dumps(info)), step=np.array([f[0] for f in self._frames], np.int64),
-                 forward=stack(1, _NF, np.float64), backward=stack(2, _NF, np.float64),
-                 forward_samples=stack(3, self.samples, np.float32),
-                 backward_samples=stack(4, self.samples, np.float32), **slot_columns, **self._param_arrays())
+        arrays: dict[str, Any] = {
+            "meta": np.array(json.dumps(info)), "step": np.array([f[0] for f in self._frames], np.int64),
+            "forward": stack(1, _NF, np.float64), "backward": stack(2, _NF, np.float64),
+            "forward_samples": stack(3, self.samples, np.float32),
+            "backward_samples": stack(4, self.samples, np.float32), **slot_columns, **self._param_arrays()}
+        np.savez(tmp, **arrays)
         tmp.replace(path)
         return path
 
@@ -409,7 +415,7 @@ class StatsCollector(Collector):
             return {}
         p = len(self.params)
         rows = np.full((len(self._frames), p, _NF), np.nan)
-        samples = np.full((len(self._frames), p, self.samples), np.nan, np.float32)
+        samples: np.ndarray = np.full((len(self._frames), p, self.samples), np.nan, np.float32)
         for j, frame in enumerate(self._frames):
             if frame[0] in self._param_frames:
                 rows[j], samples[j] = self._param_frames[frame[0]]

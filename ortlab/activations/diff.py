@@ -20,6 +20,7 @@ from ortlab.activations.legacy import is_dump, read_dump
 from ortlab.activations.ranks import apply_rank_rules, rank_of, rank_pair
 from ortlab.activations.results import METRICS, ActivationDiff, Divergence, NonFinite, Tolerances
 from ortlab.activations.table import STATS_FILE, dims_text, read_stats
+from ortlab.run import RunStatus
 
 
 def load(source: Any, model: Any = None):
@@ -48,7 +49,7 @@ def _not_a_fallback(path: Path) -> None:
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
     except (OSError, ValueError):
         return  # read_stats names a damaged run
-    if isinstance(meta, dict) and meta.get("status") == "fallback":
+    if isinstance(meta, dict) and meta.get("status") == RunStatus.FALLBACK:
         why = meta.get("error") or "it fell back to PyTorch"
         raise ActivationsError(f"{path.name} did not run on ORTModule: {why}; its statistics are PyTorch's, so "
                                "there is nothing of ORT's to compare")
@@ -89,8 +90,8 @@ def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None 
         raise ActivationsError("compare needs two sources (or one Comparison from Session.compare, or one "
                                "distributed run and ranks=(i, j))")
     tol = Tolerances.of(tolerances)
-    pair = (rank_of(a), rank_of(b))
-    pair = pair if None not in pair and pair[0] != pair[1] else None
+    ra, rb = rank_of(a), rank_of(b)
+    pair = (ra, rb) if ra is not None and rb is not None and ra != rb else None
     _same_model(a, b)
     for source in (a, b):  # before either is read: a missing stats file is not the reason to give
         if isinstance(source, str | Path) or hasattr(source, "path"):
@@ -101,8 +102,8 @@ def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None 
         la, lb = f"{la} (a)", f"{lb} (b)"
     for label, t in ((la, ta), (lb, tb)):
         if not len(t):
-            errors = "; ".join(str(e) for e in t.attrs.get("errors", [])[:3])
-            raise StatsFileError(f"{label} holds no statistics" + (f" ({errors})" if errors else ""))
+            reasons = "; ".join(str(e) for e in t.attrs.get("errors", [])[:3])
+            raise StatsFileError(f"{label} holds no statistics" + (f" ({reasons})" if reasons else ""))
     if steps is not None:
         keep = set(steps)
         ta, tb = ta[ta["step"].isin(keep)], tb[tb["step"].isin(keep)]

@@ -13,7 +13,7 @@ import math
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -59,7 +59,7 @@ def parse_tensor_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise DumpError(str(path), 0, f"cannot be read ({type(e).__name__})") from None
 
-    def fail(line_no: int, what: str):
+    def fail(line_no: int, what: str) -> NoReturn:
         got = lines[line_no - 1] if 0 < line_no <= len(lines) else "end of file"
         shown = got if len(got) <= 60 else got[:57] + "..."
         raise DumpError(str(path), line_no, f"{what}; found {shown!r}")

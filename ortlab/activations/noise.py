@@ -10,6 +10,7 @@ from typing import Any
 from ortlab.activations.diff import compare
 from ortlab.activations.errors import ActivationsError, FailedBurstError
 from ortlab.activations.results import METRICS, ActivationDiff, Divergence
+from ortlab.run import RunStatus
 
 
 @dataclass
@@ -72,12 +73,12 @@ def noise_floor(session, reference, other_seed: int | None = None) -> NoiseFloor
     runs = [session.burst("pytorch", steps, cfg.get("options") or {}, seed=s, collect=cfg["collect"],
                           progress=False, name=f"pytorch-seed{s}", **kwargs) for s in (seed, other)]
     for run in runs:
-        if run.status != "ok":
+        if run.status != RunStatus.OK:
             raise FailedBurstError(f"the noise-floor burst {run.path.name} ended {run.status}: {run.error}")
     same = compare(reference, runs[0], tolerances=0)
     moved = compare(reference, runs[1], tolerances=0)
     floor = _floor(same, moved)
-    findings = _findings(same, moved, seed, other, cfg.get("parity"))
+    findings = _findings(same, moved, seed, other, bool(cfg.get("parity")))
     return NoiseFloor(reference.path.name, same, moved, floor, findings)
 
 

@@ -194,10 +194,10 @@ class ActivationDiff:
                 lines.append(f"only in {label}: {len(names)} tensors ({', '.join(names[:4])}{more})")
         for e in self.errors[:5]:
             lines.append(f"unreadable: {e}")
-        top = self.top(top)
-        if len(top):
+        largest = self.top(top)
+        if len(largest):
             lines.append("largest differences (relative to tolerance):")
-            lines.append(top.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+            lines.append(largest.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -35,7 +35,7 @@ def leaves(obj: Any, path: str = "", out: list | None = None, seen: set | None =
     return out
 
 
-def _children(obj: Any) -> list[tuple[str, Any]]:
+def _children(obj: Any) -> list[tuple[str | int, Any]]:
     if isinstance(obj, Mapping):
         return [(str(k), v) for k, v in obj.items()]
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple

@@ -53,6 +53,8 @@ def _print_plans(run, as_json: bool) -> int:
 
 
 def _print_sweep(sweep, as_json: bool) -> int:
+    from ortlab.run import RunStatus
+
     cols = ["set", "status", "median_step_ms", "accounted_peak_mb", "accounted_saving_mb", "predicted_saving_mb",
             "stash_saving_mb", "recompute_nodes", "loss_equal", "process_peak_mb"]
     if as_json:
@@ -64,7 +66,7 @@ def _print_sweep(sweep, as_json: bool) -> int:
         print(sweep.table[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}"))
         for note in sweep.notes:
             print(f"note: {note}")
-    return 0 if (sweep.table["status"] == "ok").all() else 1
+    return 0 if (sweep.table["status"] == RunStatus.OK).all() else 1
 
 
 def register(sub) -> None:

@@ -22,15 +22,15 @@ SHOWN = {"run", "started", *(c[0] for c in COLUMNS)}
 
 
 def cmd_runs(args) -> int:
-    from ortlab.run import list_runs, load_run
+    from ortlab.listing import list_runs, summary_row
+    from ortlab.run import load_run
 
     folder = Path(args.folder)
     if not folder.is_dir():
         raise CliError(f"{folder} is not a folder" + (" (it is a file)" if folder.exists() else " (it does not exist)"))
     if (folder / "meta.json").is_file():  # one run: its details
-        run = load_run(folder)
-        row = {**run.summary(), "started": run.meta.get("started"), "path": str(folder)}
-        print_json(row) if args.json else print("\n".join(details(row)))
+        one = {**summary_row(load_run(folder)), "path": str(folder)}
+        print_json(one) if args.json else print("\n".join(details(one)))
         return 0
     df = list_runs(folder)
     rows = [{**{k: v for k, v in r.items() if not _missing(v)}, "path": str(folder / r["run"])}  # as typed

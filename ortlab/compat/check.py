@@ -47,7 +47,7 @@ class Found:
 def find(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) -> Found:
     """The export's and ORT's per-operator blockers of `model` on `inputs`."""
     from ortlab.compat import opcheck, probe
-    from ortlab.verdict.gradients import kept
+    from ortlab.snapshot import kept
 
     try:
         with kept(model):  # the trace runs forward: buffers it mutates are put back
@@ -150,7 +150,7 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
         unverified([b for b in blockers if b.key in {x.key for x in remaining}] + remaining, chosen)
         seconds["training step"] = time.perf_counter() - started
     if not hazards and exported is not None:
-        from ortlab.verdict.hazards import in_torch, record, unique
+        from ortlab.compat.hazards import in_torch, record, unique
 
         hazards = unique([record(str(w.message), w.filename, w.lineno, None, None, in_torch=in_torch(w.filename))
                           for w in exported.warnings if w.category.__name__ == "TracerWarning"])
@@ -185,16 +185,16 @@ def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], export
     and where ORTModule trains another model than PyTorch: first-step gradients that differ, arguments the
     graph bakes in that later batches change, buffers forward mutates (ORT's graph does not carry them)."""
     from ortlab import _ort
-    from ortlab.verdict import hazards as hz
-    from ortlab.verdict.gradients import first_step
-    from ortlab.verdict.inputs import InputWatch
+    from ortlab.compat import hazards as hz
+    from ortlab.compat.inputs import InputWatch
+    from ortlab.judging import verdicts
 
     model = workload.model
     found_hazards: list[dict[str, Any]] = []
     try:
         wrapped = _ort.new_ortmodule(model)
         with hz.captured(model, 0, found_hazards):
-            gradients = first_step(workload, fixes, log=log, runner=wrapped, batch=(inputs, target))
+            gradients = verdicts().step_gradients(workload, fixes, log, wrapped, (inputs, target))
     except Exception as e:
         return False, [failures.step_failure(e, exported)], hz.unique(found_hazards)
     found_hazards = hz.unique(found_hazards)
@@ -222,12 +222,12 @@ def _wrong_gradient(gradients: Any, exported: Any) -> Blocker:
     """The worst parameter's gradient as a blocker; the operator named when the graph holds a pattern whose
     ORT gradient is known to be wrong (a global average pool feeding a broadcast: squeeze-and-excitation)."""
     from ortlab.compat.fixes.pooling import OP
-    from ortlab.verdict.gradients import describe
+    from ortlab.judging import verdicts
 
     worst = gradients.worst
     pools = _global_pools(exported) if exported is not None else []
     op = OP if pools else "gradient"
-    message = describe(worst) + ("; the forward agrees" if gradients.forward_agrees else "")
+    message = verdicts().gradient_words(worst) + ("; the forward agrees" if gradients.forward_agrees else "")
     return Blocker(WRONG_GRADIENT, op, message, "training step", module=worst["module"] or None,
                    modules=[m for m in pools if m is not None])
 
@@ -273,9 +273,9 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
 
     from ortlab import _ort
     from ortlab.compat import registry
-    from ortlab.engine.parity import parity
-    from ortlab.verdict.gradients import kept
-    from ortlab.verdict.probe_outputs import outputs_differ
+    from ortlab.compat.probe_outputs import outputs_differ
+    from ortlab.parity import parity
+    from ortlab.snapshot import kept
     from ortlab.workload import call_model, to_device
 
     model = workload.model
@@ -320,7 +320,7 @@ def _mutated_buffers(workload: Any, inputs: Any) -> list[Blocker]:
     place (Embedding's max_norm renormalizes the rows it looks up): ORT's graph does neither."""
     import torch
 
-    from ortlab.verdict.gradients import kept
+    from ortlab.snapshot import kept
     from ortlab.workload import call_model
 
     model = workload.model

@@ -33,9 +33,9 @@ class CheckReport:
     @property
     def own_hazards(self) -> list[dict[str, Any]]:
         """The hazards in the model's code (the user's to judge): not torch's own known-harmless checks
-        (ortlab.verdict.hazards.harmless), nor the exporter's dropped buffer update when the buffer update is a
+        (ortlab.compat.hazards.harmless), nor the exporter's dropped buffer update when the buffer update is a
         blocker of its own."""
-        from ortlab.verdict.hazards import harmless
+        from ortlab.compat.hazards import harmless
 
         buffers = any(b.kind == BUFFER_UPDATE for b in self.blockers + self.remaining)
         return [h for h in self.hazards if not harmless(h) and not (buffers and h["kind"].startswith("in-place"))]
@@ -43,8 +43,7 @@ class CheckReport:
     @property
     def hazard_note(self) -> str | None:
         """torch's own checks the export traced, in one note: what the burst's verdict says of them."""
-        from ortlab.verdict.causes import harmless_note
-        from ortlab.verdict.hazards import harmless
+        from ortlab.compat.hazards import harmless, harmless_note
 
         return harmless_note([h for h in self.hazards if harmless(h)], when="")
 

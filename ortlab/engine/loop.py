@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ortlab import evidence
 from ortlab.capture import captured_output
 from ortlab.compat.errors import root_message
 from ortlab.engine import precision
@@ -26,11 +27,12 @@ from ortlab.engine.backends import Backend, make, registered
 from ortlab.engine.collectors import Collector, make_collectors
 from ortlab.engine.config import BurstConfig, resolve_device
 from ortlab.engine.machine import Contention, fit_threads
-from ortlab.engine.parity import parity
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
 from ortlab.engine.types import BurstError, Transition
+from ortlab.lazy import named
 from ortlab.options import Options, ReadAt
+from ortlab.parity import parity
 from ortlab.run import RunStatus, RunWriter, new_run_dir
 from ortlab.snapshot import Snapshot
 from ortlab.versions import versions
@@ -66,7 +68,7 @@ class _Burst:
     # (fixes, observers): Engine.run enters its own
     state: Any = None  # the backend's own state during the burst
     began: bool = False  # the backend began the burst (its outcome, finish and write are due)
-    first: dict[str, Any] | None = None  # a parity burst's first step (ortlab.verdict.record): judged elsewhere
+    first: dict[str, Any] | None = None  # a parity burst's first step (ortlab.evidence): judged elsewhere
     extra: dict[str, Any] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
 
@@ -109,70 +111,11 @@ class Engine:
         with options.applied():
             return check(self.workload, fixes, options["onnx_opset_version"], folder)
 
-    def gradient_check(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), burst: bool = False
-                       ) -> dict[str, Any]:
-        """The first batch's gradients on PyTorch and on `cfg`'s backend from the initial snapshot
-        (ortlab.verdict.gradients; a float64 step where they are not allclose), with the ORTModule burst's fixes.
-        ORTModule: in parity mode through the last burst's ORTModule when it was exported in parity mode without
-        instrumentation (no export), otherwise a fresh one (one export). torch.compile: through the last burst's
-        compiled module (its settings). `burst`: also `cfg`'s steps in float64 PyTorch ("float64": its losses and
-        end state, ortlab.verdict.reference)."""
-        from ortlab.verdict import reference
-        from ortlab.verdict.gradients import first_step
-
-        reference_run, first64, error = None, True, None
-        if burst:  # first: its first step's float64 gradients serve the check too
-            try:
-                reference_run, first64 = reference.burst(self.workload, self._feed(cfg), self.initial, cfg.optimizer,
-                                                         cfg.lr, cfg.steps, cfg.seed)
-            except reference.NoFloat64 as e:
-                error = str(e)
-        self.initial.restore(self.model)
-        batches = self.workload.micro_batches(self.feed.batch, 0)  # the first optimizer step's
-        runner, exports = self.backend(cfg.backend).gradient_runner(self, cfg, tuple(fixes), batches[0])
-        device = next((p.device for p in self.model.parameters()), resolve_device(cfg.device))
-        # in the burst's precision on both backends (float64 is never autocast): PyTorch's own distance to float64
-        # in that precision is what the other backend's is measured against
-        with cfg.effective_options().applied(), precision.autocast(cfg.precision, device):
-            check = first_step(self.workload, fixes, cfg.seed, runner=runner, batches=batches,
-                               exact=first64 or True)
-        out = {**check.to_dict(), "exported": exports}
-        if precision.note(cfg.precision):
-            out["notes"] = [*out.get("notes", []), precision.note(cfg.precision)]
-        if burst:
-            out["float64"] = reference_run if error is None else {"error": error}
-        return out
-
-    def ensemble(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), hints: dict | None = None
-                 ) -> dict[str, Any]:
-        """fp32 runs of `cfg`'s steps from the initial snapshot whose rounding differs from PyTorch's, the first
-        with the fixes' formulas (ortlab.verdict.ensemble; `hints`: where they start and stop): their losses and
-        end states."""
-        from ortlab.verdict.ensemble import burst_members
-
-        out = burst_members(self.workload, self._feed(cfg), self.initial, cfg.optimizer, cfg.lr, cfg.steps, cfg.seed,
-                            tuple(fixes), hints)
-        self.initial.restore(self.model)
-        return out
-
-    def localize(self, cfg: BurstConfig, fixes: tuple[str, ...] | list[str] = (), progress: Callable | None = None,
-                 repro: str | Path | None = None, known: dict[str, Any] | None = None, origin: str = "") -> dict:
-        """The smallest module whose ORTModule run alone reproduces the first batch's gradient divergence against
-        float64, from the initial snapshot (ortlab.verdict.localize; `known`: a localization made before, reused);
-        with `repro` a folder, the regression test of that module is written there (ortlab.verdict.repro)."""
-        from ortlab.verdict.localize import Localization, localize
-
-        self.initial.restore(self.model)
-        batch = self.feed.batch(0)
-        with cfg.effective_options().applied():
-            found = Localization.from_dict(known) if known else localize(self.workload, batch, fixes, cfg.seed,
-                                                                          progress)
-        if repro is not None and found.found:
-            from ortlab.verdict.repro_case import write
-
-            self.initial.restore(self.model)
-            found.repro = write(self.workload, batch, found, Path(repro), cfg.seed, origin)
-        return found.to_dict()
+    def task(self, ref: str, cfg: BurstConfig, **kwargs: Any) -> dict[str, Any]:
+        """Run what `ref` ("module:function") names on this engine's model for `cfg`: `function(engine, cfg,
+        **kwargs)`, its plain-data answer returned. The engine knows no task: whoever asks names it, as the backend
+        registry names its adapters (a Driver sends the verdict's evidence this way, in the worker or here)."""
+        return named(ref)(self, cfg, **kwargs)
 
     def check_import_options(self, options: Options) -> None:
         mine = self.import_options.with_read_at(ReadAt.IMPORT)
@@ -212,9 +155,7 @@ class Engine:
             if b.began:
                 b.backend.write(self, b)
             if b.steps_done:
-                from ortlab.verdict import state
-
-                state.write(self.model, b.path)
+                evidence.write_state(self.model, b.path)
             if b.first is not None and b.steps_done:
                 self._record(b)
         except KeyboardInterrupt:  # Ctrl-C while the burst's outputs were being entered or written: said, not "ok"
@@ -315,9 +256,7 @@ class Engine:
         for j in range(work.accumulation):
             total += self._micro(b, step, j, first if j == 0 else self._batch(b, step, j))
         if step == 0 and b.cfg.parity and not b.cfg.distributed:  # before the optimizer moves the gradients
-            from ortlab.verdict import record
-
-            b.first = record.gradients(self.model, total, b.scaler)
+            b.first = evidence.gradients(self.model, total, b.scaler)
         for c in b.timers:
             c.phase(step, "optimizer")
         b.stage = "optimizer"
@@ -387,13 +326,12 @@ class Engine:
         return loss
 
     def _record(self, b: _Burst) -> None:
-        """What a verdict in another process needs (ortlab.verdict.record); a failure is named, the run kept."""
-        from ortlab.verdict import record
-
+        """What a verdict in another process needs (ortlab.evidence); a failure is named, the run kept."""
         try:
-            record.write(self, b.cfg, b.path, b.first, b.steps_done)
+            evidence.write_record(b.path, b.first, self.initial, self.workload, self._feed(b.cfg), b.cfg.seed,
+                                  b.steps_done)
         except Exception as e:
-            b.extra["record_error"] = f"{record.FILE} not written: {root_message(e)}"
+            b.extra["record_error"] = f"{evidence.RECORD_FILE} not written: {root_message(e)}"
 
     def _failed(self, b: _Burst, e: Exception) -> None:
         """A failed burst: the stage named (inside a backend: where the backend says), a hint when one is known."""

@@ -42,35 +42,15 @@ class RunCheck:
 
 
 @dataclass(frozen=True)
-class RunGradientCheck:
-    """Compare the first step's gradients of both backends (ortlab.verdict); with `burst`, also the burst's steps in
-    float64 PyTorch; the worker answers Checked."""
+class RunTask:
+    """Run what `task` ("module:function") names on the worker's engine for `config` (Engine.task), with `kwargs`;
+    with `progress`, the task is handed a callback whose calls come back as Tried. The worker answers Tried...
+    then Checked (the task's plain-data answer)."""
 
+    task: str
     config: dict[str, Any]
-    fixes: tuple[str, ...]
-    burst: bool = False
-
-
-@dataclass(frozen=True)
-class RunEnsemble:
-    """fp32 runs of the burst's steps whose rounding differs from PyTorch's (ortlab.verdict.ensemble; `hints`:
-    where they start and stop); the worker answers Checked."""
-
-    config: dict[str, Any]
-    fixes: tuple[str, ...]
-    hints: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class RunLocalize:
-    """Localize the first step's gradient divergence (ortlab.verdict.localize), optionally writing its repro;
-    the worker answers Tried... then Checked (the Localization's dict)."""
-
-    config: dict[str, Any]
-    fixes: tuple[str, ...]
-    repro: str | None = None
-    known: dict[str, Any] | None = None
-    origin: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    progress: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,7 +83,7 @@ class Done:
 
 @dataclass(frozen=True)
 class Tried:
-    """One module tried by the localizer: how many so far and its row (Tried.to_dict())."""
+    """A task's progress: how many so far and the latest row (the localizer: each module tried)."""
 
     count: int
     row: dict[str, Any]
@@ -111,7 +91,7 @@ class Tried:
 
 @dataclass(frozen=True)
 class Checked:
-    report: dict[str, Any]  # CheckReport.to_dict(), or the gradient check's dict
+    report: dict[str, Any]  # CheckReport.to_dict(), or a task's answer
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,12 @@ from ortlab.engine.backends import parse_backends
 from ortlab.engine.client import Client, WorkerError
 from ortlab.engine.progress import Bar, chain
 from ortlab.engine.types import Device, Optimizer, Precision, Sampler
+from ortlab.judging import verdicts
 from ortlab.options import Options
 from ortlab.run import ENDED_EARLY, Run, load_run
 
 if TYPE_CHECKING:
+    from ortlab.engine.config import BurstConfig
     from ortlab.summary import Comparison
 
 __all__ = ["Session", "WorkerError"]
@@ -111,7 +113,7 @@ class Session:
         self.transition_rows.extend(run.read_json("transitions.json", []))
         return run
 
-    def _burst(self, cfg, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
+    def _burst(self, cfg: BurstConfig, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
         """Run a burst without keeping it among the session's runs (the evidence a verdict is made of). Within a
         verdict, a Ctrl-C ends the verdict (KeyboardInterrupt): the evidence bursts after it do not start."""
         if self._judging and self._interrupted:
@@ -198,11 +200,9 @@ class Session:
         PyTorch beside PyTorch fp32's; when they diverge, the causes `check` names (ORTModule) or else one step of
         statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs are not
         added to `runs`. Ctrl-C ends it (KeyboardInterrupt: no verdict); a Stop from another thread does not."""
-        from ortlab.verdict import procedure
-
         self._interrupted, self._judging = False, True
         try:
-            verdict = procedure.judge(self, pytorch, ortmodule)
+            verdict = verdicts().judge(self, pytorch, ortmodule)
         finally:
             self._judging = False
         if self._interrupted:  # a Ctrl-C the evidence swallowed (e.g. a failed request): no verdict
@@ -215,40 +215,26 @@ class Session:
         options and fixes, from the initial snapshot, every dropout off, judged against float64 where they are not
         allclose (ortlab.verdict.gradients): a dict with "agree", the worst parameters, the losses. The evidence
         bisect judges a toggled option by."""
-        from ortlab.verdict import procedure
+        return verdicts().gradient_check(self, options, fixes, parity, seed)
 
-        return procedure.gradient_check(self, options, fixes, parity, seed)
+    # -- the verdict's driver (ortlab.verdict.driver.Driver): what its procedure asks of this session
 
-    def _evidence_request(self, config, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
-        """The engine's gradient check (and with `burst`, the float64 burst) for `config`: in this process or in
-        the worker (ortlab.verdict.procedure)."""
+    def evidence_burst(self, config: BurstConfig) -> Run:
+        """A burst of `config` that is a verdict's evidence (a noise pair, localizing statistics): not kept among
+        the session's runs."""
+        return self._burst(config)
+
+    def evidence(self, task: str, config: BurstConfig, what: str, progress: Callable | None = None,
+                 **kwargs: Any) -> dict[str, Any]:
+        """What `task` ("module:function") computes on the model for `config` (Engine.task), in this process or in
+        the worker; `what` names it while it runs, `progress(count, row)` for each step it reports."""
+        told = {"progress": progress} if progress is not None else {}
         if self.in_process:
             with self._lock:
-                return self._local_engine().gradient_check(config, fixes, burst)
-        return self._request(m.RunGradientCheck(config.to_dict(), fixes, burst), config.effective_options(),
-                             "comparing first-step gradients")
-
-    def _ensemble_request(self, config, fixes: tuple[str, ...], hints: dict[str, Any] | None = None
-                          ) -> dict[str, Any]:
-        """The engine's fp32 ensemble for `config`'s steps (`hints`: where they start and stop): in this process or
-        in the worker (ortlab.verdict.procedure)."""
-        if self.in_process:
-            with self._lock:
-                return self._local_engine().ensemble(config, fixes, hints)
-        return self._request(m.RunEnsemble(config.to_dict(), fixes, hints), config.effective_options(),
-                             "running fp32's spread")
-
-    def _localize_request(self, config, fixes: tuple[str, ...], progress: Callable | None, folder: str | None,
-                          known: dict[str, Any] | None, origin: str) -> dict[str, Any]:
-        """The engine's localization for `config`: in this process or in the worker (ortlab.verdict.procedure)."""
-        if self.in_process:
-            with self._lock:
-                return self._local_engine().localize(config, fixes, progress, folder, known, origin)
-        from ortlab.verdict.localize import Tried
-
-        on_tried = (lambda msg: progress(msg.count, Tried(**msg.row))) if progress else None
-        return self._request(m.RunLocalize(config.to_dict(), fixes, folder, known, origin),
-                             config.effective_options(), "localizing the divergence", on_tried)
+                return self._local_engine().task(task, config, **kwargs, **told)
+        on_tried = (lambda msg: progress(msg.count, msg.row)) if progress else None
+        return self._request(m.RunTask(task, config.to_dict(), kwargs, progress is not None),
+                             config.effective_options(), what, on_tried)
 
     def localize(self, options: Options | dict | None = None, fixes: Any = (), *, seed: int = 0,
                  progress: Callable[[int, Any], None] | None = None, repro: str | Path | None = None,
@@ -258,9 +244,7 @@ class Session:
         (ortlab.verdict.localize), found by bisecting the module tree in the worker that holds the model.
         `progress(tried, row)` after each module tried; `repro`: a folder to write its regression test into
         (ortlab.verdict.repro); `known`: a localization made before (its dict), reused."""
-        from ortlab.verdict import procedure
-
-        return procedure.localize_module(self, options, fixes, seed, progress, repro, known, origin)
+        return verdicts().localize_module(self, options, fixes, seed, progress, repro, known, origin)
 
     def _local_engine(self):
         if self._engine is None:

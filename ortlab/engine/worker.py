@@ -96,13 +96,9 @@ def _serve(conn: Connection, log: Path | None = None) -> None:
             elif isinstance(msg, m.RunCheck):
                 report = engine.check(msg.fixes, Options(msg.options), msg.out)
                 send(m.Checked(report.to_dict()))
-            elif isinstance(msg, m.RunGradientCheck):
-                send(m.Checked(engine.gradient_check(BurstConfig.from_dict(msg.config), msg.fixes, msg.burst)))
-            elif isinstance(msg, m.RunEnsemble):
-                send(m.Checked(engine.ensemble(BurstConfig.from_dict(msg.config), msg.fixes, msg.hints)))
-            elif isinstance(msg, m.RunLocalize):
-                send(m.Checked(engine.localize(BurstConfig.from_dict(msg.config), msg.fixes, lambda n, row: send(
-                    m.Tried(n, row.to_dict())), msg.repro, msg.known, msg.origin)))
+            elif isinstance(msg, m.RunTask):
+                reports = {"progress": lambda n, row: send(m.Tried(n, row))} if msg.progress else {}
+                send(m.Checked(engine.task(msg.task, BurstConfig.from_dict(msg.config), **msg.kwargs, **reports)))
         except KeyboardInterrupt:
             send(m.Failed("interrupted", "stopped before the burst started"))
         except InputError as e:

@@ -9,9 +9,9 @@ import torch
 
 from ortlab import _ort
 from ortlab.compat.errors import root_message
+from ortlab.compat.inputs import InputWatch
 from ortlab.engine.types import Transition
 from ortlab.options import SPECS, Options, ReadAt
-from ortlab.verdict.inputs import InputWatch
 from ortlab.workload import call_arguments
 
 # Every ORTModule wrap builds DebugOptions from these; the rest reach ORT through the environment.

@@ -4,6 +4,7 @@ no script, no font, no request to anywhere; it reads the same offline, in any br
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import Any
 
 from ortlab.reporting import figures
@@ -114,30 +115,39 @@ def _verdict(s: dict[str, Any]) -> str:
     return "".join(out) + _missing(s)
 
 
-def _move(s: dict[str, Any]) -> str:
+def _items(s: dict[str, Any], title: Callable[[dict[str, Any]], str], body: Callable[[dict[str, Any]], list[str]],
+           missing: str = "error", said: str = "") -> str:
+    """A section of one block per item: its title, then its error (`missing` key, after `said`) or its body."""
     out = []
-    for m in s["items"]:
-        out.append(f"<h3>{_e(' -> '.join(m['runs']))}</h3>")
-        if m.get("error"):
-            out.append(f"<p class='missing'>{_e(m['error'])}</p>")
-            continue
-        sides = [(n, m[k]) for n, k in (("ORTModule", "from"), ("torch.compile", "to"))]
-        out.append(table([{"": n, "torch": d["torch"], "stack": d["stack"], "verdict": d["verdict"] or "not judged",
-                           **{label: d["figures"].get(key) for key, label in _MOVE_FIGURES}} for n, d in sides]))
-        rows = "".join(f"<tr><td><code>{_e(o['option'])}{'' if o['value'] is None else _e('=' + str(o['value']))}"
-                       f"</code></td><td>{_e(o['becomes'])}<br><span class='muted'>{_e(o['why'])}</span>"
-                       f"{'<pre>' + _e(o['snippet']) + '</pre>' if o['snippet'] else ''}</td><td>{_e(o['fit'])}</td>"
-                       "</tr>" for o in m["options"])
-        out.append(f"<table><tr><th>ORTModule</th><th>on the newest torch</th><th>fit</th></tr>{rows}</table>")
-        if m["recomputed"]:
-            out.append(f"<p>ORTModule recomputed in backward: {_e(', '.join(m['recomputed']))}</p>")
-        memory = m.get("memory") or {}
-        if memory.get("line"):
-            out.append(f"<p>memory: {_e(memory['line'])}" + (f"<br>measure it: <code>{_e(memory['command'])}</code>"
-                                                           if memory.get("command") else "") + "</p>")
-        out += [f"<p class='muted'>{_e(line)}</p>" for line in (m["verdict"].get("note"), *m["missing"]) if line]
-        out.append(f"<p><b>{_e(m['conclusion'])}</b></p>")
+    for item in s["items"]:
+        out.append(f"<h3>{_e(title(item))}</h3>")
+        out += [f"<p class='missing'>{said}{_e(item[missing])}</p>"] if item.get(missing) else body(item)
     return "".join(out) + _missing(s)
+
+
+def _move(s: dict[str, Any]) -> str:
+    return _items(s, lambda m: " -> ".join(m["runs"]), _move_body)
+
+
+def _move_body(m: dict[str, Any]) -> list[str]:
+    out = []
+    sides = [(n, m[k]) for n, k in (("ORTModule", "from"), ("torch.compile", "to"))]
+    out.append(table([{"": n, "torch": d["torch"], "stack": d["stack"], "verdict": d["verdict"] or "not judged",
+                       **{label: d["figures"].get(key) for key, label in _MOVE_FIGURES}} for n, d in sides]))
+    rows = "".join(f"<tr><td><code>{_e(o['option'])}{'' if o['value'] is None else _e('=' + str(o['value']))}"
+                   f"</code></td><td>{_e(o['becomes'])}<br><span class='muted'>{_e(o['why'])}</span>"
+                   f"{'<pre>' + _e(o['snippet']) + '</pre>' if o['snippet'] else ''}</td><td>{_e(o['fit'])}</td>"
+                   "</tr>" for o in m["options"])
+    out.append(f"<table><tr><th>ORTModule</th><th>on the newest torch</th><th>fit</th></tr>{rows}</table>")
+    if m["recomputed"]:
+        out.append(f"<p>ORTModule recomputed in backward: {_e(', '.join(m['recomputed']))}</p>")
+    memory = m.get("memory") or {}
+    if memory.get("line"):
+        out.append(f"<p>memory: {_e(memory['line'])}" + (f"<br>measure it: <code>{_e(memory['command'])}</code>"
+                                                       if memory.get("command") else "") + "</p>")
+    out += [f"<p class='muted'>{_e(line)}</p>" for line in (m["verdict"].get("note"), *m["missing"]) if line]
+    out.append(f"<p><b>{_e(m['conclusion'])}</b></p>")
+    return out
 
 
 _MOVE_FIGURES = (("median_step_s", "median step after start-up (s)"), ("startup_s", "start-up (s)"),
@@ -163,46 +173,42 @@ def _time(s: dict[str, Any]) -> str:
 
 
 def _time_diff(s: dict[str, Any]) -> str:
+    return _items(s, lambda d: d['title'], _time_diff_body)
+
+
+def _time_diff_body(d: dict[str, Any]) -> list[str]:
     out = []
-    for d in s["items"]:
-        out.append(f"<h3>{_e(d['title'])}</h3>")
-        if d.get("error"):
-            out.append(f"<p class='missing'>{_e(d['error'])}</p>")
-            continue
-        counts = ", ".join(f"{n} {k}" for k, n in d["counts"].items())
-        out += [f"<pre>{_e(d['headline'])}</pre>", table(d["parts"]), f"<p>{_e(counts)}; the largest changes:</p>",
-                table(d["rows"])]
-        out += [f"<p class='muted'>note: {_e(n)}</p>" for n in d["notes"]]
-    return "".join(out) + _missing(s)
+    counts = ", ".join(f"{n} {k}" for k, n in d["counts"].items())
+    out += [f"<pre>{_e(d['headline'])}</pre>", table(d["parts"]), f"<p>{_e(counts)}; the largest changes:</p>",
+            table(d["rows"])]
+    out += [f"<p class='muted'>note: {_e(n)}</p>" for n in d["notes"]]
+    return out
 
 
 def _memory(s: dict[str, Any]) -> str:
-    out = []
-    for m in s["items"]:
-        out.append(f"<h3>{_e(m['run'])}</h3>")
-        if m.get("missing"):
-            out.append(f"<p class='missing'>no account: {_e(m['missing'])}</p>")
-            continue
-        peak = (f", activation peak {m['peak_mb']:.2f} MB at {_e(m['peak_node'])} ({_e(m['peak_phase'])})"
-                if m.get("peak_mb") is not None else "")
-        out += [f"<p>kept for backward {m['kept_mb'] or 0:.2f} MB{peak}</p>",
-                f"<p class='muted'>{_e(m['counts'])}</p>", table(m["top"])]
-    return _img(figures.timelines(s["items"]), "live activation memory") + "".join(out) + _missing(s)
+    return (_img(figures.timelines(s["items"]), "live activation memory")
+            + _items(s, lambda m: m["run"], _memory_body, "missing", "no account: "))
+
+
+def _memory_body(m: dict[str, Any]) -> list[str]:
+    peak = (f", activation peak {m['peak_mb']:.2f} MB at {_e(m['peak_node'])} ({_e(m['peak_phase'])})"
+            if m.get("peak_mb") is not None else "")
+    return [f"<p>kept for backward {m['kept_mb'] or 0:.2f} MB{peak}</p>", f"<p class='muted'>{_e(m['counts'])}</p>",
+            table(m["top"])]
 
 
 def _divergence(s: dict[str, Any]) -> str:
+    return _items(s, lambda d: d['title'], _divergence_body)
+
+
+def _divergence_body(d: dict[str, Any]) -> list[str]:
     out = []
-    for d in s["items"]:
-        out.append(f"<h3>{_e(d['title'])}</h3>")
-        if d.get("error"):
-            out.append(f"<p class='missing'>{_e(d['error'])}</p>")
-            continue
-        box = (f"<div class='first'>first divergence: {_e(d['first'])}</div>" if d["first"]
-               else "<div class='ok'>no divergence beyond tolerance</div>")
-        out += [box, f"<p class='muted'>{_e(d['compared'])}</p>"]
-        out += [f"<p class='diverged'>first nan/inf in {_e(k)}: {_e(v)}</p>" for k, v in d["nonfinite"].items()]
-        out += ["<p>largest differences (relative to tolerance):</p>", table(d["top"])]
-    return "".join(out) + _missing(s)
+    box = (f"<div class='first'>first divergence: {_e(d['first'])}</div>" if d["first"]
+           else "<div class='ok'>no divergence beyond tolerance</div>")
+    out += [box, f"<p class='muted'>{_e(d['compared'])}</p>"]
+    out += [f"<p class='diverged'>first nan/inf in {_e(k)}: {_e(v)}</p>" for k, v in d["nonfinite"].items()]
+    out += ["<p>largest differences (relative to tolerance):</p>", table(d["top"])]
+    return out
 
 
 def _graphs(s: dict[str, Any]) -> str:
@@ -217,25 +223,20 @@ def _graphs(s: dict[str, Any]) -> str:
 
 
 def _plans(s: dict[str, Any]) -> str:
-    out = []
-    for p in s["items"]:
-        out.append(f"<h3>{_e(p['run'])}</h3>")
-        out.append(f"<p class='missing'>{_e(p['error'])}</p>" if p.get("error") else
-                   f"<p>{p['count']} plans, largest saving first:</p>" + table(p["plans"]))
-    return "".join(out) + _missing(s)
+    return _items(s, lambda p: p["run"], lambda p: [f"<p>{p['count']} plans, largest saving first:</p>",
+                                                    table(p["plans"])])
 
 
 def _tuning(s: dict[str, Any]) -> str:
+    return _items(s, lambda t: t['folder'], _tuning_body)
+
+
+def _tuning_body(t: dict[str, Any]) -> list[str]:
     out = []
-    for t in s["items"]:
-        out.append(f"<h3>{_e(t['folder'])}</h3>")
-        if t.get("error"):
-            out.append(f"<p class='missing'>{_e(t['error'])}</p>")
-            continue
-        out += [f"<p>best: <b>{_e(t['best'])}</b></p>", table(t["rows"]),
-                f"<pre>{_e(chr(10).join(t['export_lines']))}</pre>" if t["export_lines"] else ""]
-        out += [f"<p class='muted'>note: {_e(n)}</p>" for n in t["notes"]]
-    return "".join(out) + _missing(s)
+    out += [f"<p>best: <b>{_e(t['best'])}</b></p>", table(t["rows"]),
+            f"<pre>{_e(chr(10).join(t['export_lines']))}</pre>" if t["export_lines"] else ""]
+    out += [f"<p class='muted'>note: {_e(n)}</p>" for n in t["notes"]]
+    return out
 
 
 def _reproduce(s: dict[str, Any]) -> str:

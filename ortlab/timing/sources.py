@@ -62,11 +62,11 @@ class TorchProfiler(TimeSource):
     module_ranges = True  # a range per module (forward hooks)
 
     def __init__(self) -> None:
-        self._profiler = None  # torch.profiler while it runs
-        self._stopped = None  # torch.profiler once it stopped
+        self._profiler: Any = None  # torch.profiler while it runs
+        self._stopped: Any = None  # torch.profiler once it stopped
         self._hooks: list = []  # forward hook handles (profiled steps only)
         self._ranges: list = []  # open record_function ranges: modules
-        self._phase_range = None  # the open record_function range of the current phase
+        self._phase_range: Any = None  # the open record_function range of the current phase
 
     def step_begin(self, step: int) -> None:
         if step == self.c.steps[0]:

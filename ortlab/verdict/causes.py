@@ -4,19 +4,22 @@ module type ("... in 20 BatchNorm2d modules"), ranked by evidence (a measured di
 An export hazard is a cause only when the measured evidence points to it: the graph froze Python (a branch, a
 number) and the losses or the trained weights differ later. Hazards raised inside torch's own modules (the
 batch-size check inside F.batch_norm) or that the evidence does not point to are one note, never advice to
-rewrite code. Source lines are the user's: ortlab's own files are never named (ortlab.verdict.hazards).
+rewrite code. Source lines are the user's: ortlab's own files are never named (ortlab.compat.hazards).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ortlab.compat.hazards import SHOWN, harmless_note
+from ortlab.compat.hazards import examples as _examples
+from ortlab.compat.hazards import grouped as _grouped
+from ortlab.compat.hazards import place as _place
 from ortlab.engine.backends import has, label
 from ortlab.verdict.state import FROZEN
 
 BATCH_NORM = ("running_mean", "running_var", "num_batches_tracked")
 BUFFER_FIX = "pytorch-buffers"
-SHOWN = 2  # module paths named as examples in a grouped cause
 
 
 def state_text(differ: list[dict[str, Any]]) -> str:
@@ -109,38 +112,6 @@ def _hazard_causes(hazards: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({**h, "kind": "export hazard", "hazard": kind,
                     "text": f"export hazard at {where}{step}: {kind}; {h['advice']}"})
     return out
-
-
-def harmless_note(hazards: list[dict[str, Any]], when: str = " in this burst") -> str | None:
-    """The hazards that are no cause, grouped by kind and module type, in one note (`ortlab check` says the same of
-    torch's own checks)."""
-    if not hazards:
-        return None
-    parts = []
-    for (kind, module_type), group in _grouped(hazards, lambda h: (h["kind"], h.get("module_type") or "")).items():
-        places = list(dict.fromkeys(p for h in group if (p := _place(h)) is not None))
-        modules = list(dict.fromkeys(h.get("module") for h in group if h.get("module")))
-        inside = " (torch's own check)" if all(h.get("in_torch") for h in group) else ""
-        count = (f" in {len(modules)} {module_type or 'model'} module{'s' if len(modules) > 1 else ''}"
-                 if modules else "")
-        parts.append(f"{kind}{count}{inside}" + (f" at {_examples(places)}" if places else ""))
-    return f"export hazards seen, harmless{when}: " + "; ".join(parts)
-
-
-def _grouped(items: list[dict[str, Any]], key: Any) -> dict[Any, list[dict[str, Any]]]:
-    out: dict[Any, list[dict[str, Any]]] = {}
-    for item in items:
-        out.setdefault(key(item), []).append(item)
-    return out
-
-
-def _place(h: dict[str, Any]) -> str | None:
-    return f"{h['file']}:{h['line']}" if h.get("file") else (f"module {h['module']}" if h.get("module") else None)
-
-
-def _examples(names: list[str]) -> str:
-    shown = ", ".join(f"`{n}`" for n in names[:SHOWN])
-    return ("e.g. " if len(names) > SHOWN else "") + shown
 
 
 def _count(value: float) -> str:

@@ -64,7 +64,7 @@ def gradient_members(workload: Any, batches: list[Any], seed: int = 0, fixes: tu
 
 
 def _step(workload: Any, batches: list[Any], seed: int, nudge: int | None, fixes: Any, ulps: int = 1) -> Any:
-    from ortlab.engine.parity import parity
+    from ortlab.parity import parity
     from ortlab.verdict import reference
     from ortlab.verdict.gradients import Step
 
@@ -147,18 +147,18 @@ def wanted(verdict: Any) -> bool:
 
 def settled(target: dict[str, Any], members: list[dict[str, Any]]) -> bool:
     """Whether what sent for the members is within FACTOR times their spread so far: `target` {"losses",
-    "pytorch", "float64"} (the loss curves) and, when the end state sent for them, "state" {"pytorch", "other",
-    "float64"} (the summaries ortlab.verdict.state judges)."""
+    "reference", "float64"} (the loss curves: the other backend's, PyTorch fp32's, float64's) and, when the end
+    state sent for them, "state" {"reference", "other", "float64"} (the summaries ortlab.verdict.state judges)."""
     from ortlab.verdict import state
     from ortlab.verdict.exact import judge_numbers
 
     exact = target["float64"]
     spread = losses_spread(members, exact)
-    if not spread or judge_numbers(target["losses"], target["pytorch"], exact, spread=max(spread)).diverged:
+    if not spread or judge_numbers(target["losses"], target["reference"], exact, spread=max(spread)).diverged:
         return False
     states = target.get("state")
     return not states or not any(g["diverged"] for g in state.judged(
-        states["pytorch"], states["other"], states["float64"], [m["state"] for m in members]).values())
+        states["reference"], states["other"], states["float64"], [m["state"] for m in members]).values())
 
 
 def losses_spread(members: list[dict[str, Any]] | None, exact: list[float]) -> list[float]:
@@ -250,10 +250,10 @@ def hints(grads: dict[str, Any] | None, verdict: Any, pytorch: Any, other: Any, 
     losses = verdict.losses or {}
     if losses.get("judged_by") == "float64":
         steps = len(losses["float64"])
-        out["target"] = {"losses": other.losses[:steps], "pytorch": pytorch.losses[:steps],
+        out["target"] = {"losses": other.losses[:steps], "reference": pytorch.losses[:steps],
                          "float64": losses["float64"]}
         if any(g.get("diverged") for g in ((verdict.state or {}).get("float64") or {}).values()):
-            out["target"]["state"] = {"pytorch": state.read(pytorch.path), "other": state.read(other.path),
+            out["target"]["state"] = {"reference": state.read(pytorch.path), "other": state.read(other.path),
                                       "float64": exact["state"]}
     return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def distances_figure(verdict: Any, who: str = "ORT"):
+def distances_figure(verdict: Any, who: str = "ORTModule"):
     """A matplotlib Figure from a Verdict (or its dict): parameters in model order on x, distance to float64 on a log
     y axis: PyTorch fp32 (grey), the other backend (blue; red and named where it diverged), what was allowed
     (FACTOR x PyTorch's + the floors). None when the gradients were not judged against float64."""

@@ -13,13 +13,20 @@ PyTorch run given as the reference, as a comparison judges each backend against 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import has, label
 from ortlab.errors import InputError
-from ortlab.run import Run, load_run
+from ortlab.run import Run, RunStatus, load_run
+
+if TYPE_CHECKING:
+    from ortlab.compat.report import CheckReport
+    from ortlab.engine.config import BurstConfig
+    from ortlab.engine.session import Session
+    from ortlab.options import Options
 
 SETTINGS = ("seed", "optimizer", "lr", "steps", "precision", "perturb", "sampler")  # what must agree in config
 
@@ -61,7 +68,7 @@ def judge_runs(first: str | Path | Run, second: str | Path | Run, reference: str
     ref = _load(reference) if reference is not None else None
     chosen = pairs(runs, ref)
     for pytorch, other in chosen:  # every refusal before any verdict
-        if pytorch.status == "ok" and other.status == "ok":
+        if pytorch.status == RunStatus.OK and other.status == RunStatus.OK:
             comparable(pytorch, other)
     sessions: dict[str, Any] = {}  # one per start: its model built once, its float64 burst run once
     return [Judged(pytorch, other, _judge(pytorch, other, out, sessions)) for pytorch, other in chosen]
@@ -125,7 +132,7 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str,
     from ortlab.verdict import procedure
     from ortlab.verdict.judge import NOT_JUDGED
 
-    if pytorch.status != "ok" or other.status != "ok":
+    if pytorch.status != RunStatus.OK or other.status != RunStatus.OK:
         return procedure.judge(None, pytorch, other)
     rebuild = (pytorch.meta.get("model") or {}).get("rebuild") or {}
     if not rebuild.get("ref"):
@@ -149,7 +156,7 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str,
         verdict.notes.append(f"judged from two run folders: {_label(other)} on torch {_torch(other)}, PyTorch on "
                              f"torch {_torch(pytorch)}; float64 here on torch {_torch(None)}")
         if not any(n.startswith(procedure.NOT_WRITTEN) for n in verdict.notes):
-            procedure._written(verdict, other)
+            procedure.written(verdict, other)
     return verdict
 
 
@@ -166,17 +173,18 @@ def _snapshot_file(pytorch: Run, other: Run, rebuild: dict[str, Any]) -> str | N
 
 
 class Recorded:
-    """The session procedure.judge asks for evidence: the first steps from the runs' records, the rest from an
-    in-process session of the runs' model here (its bursts written to `out`)."""
+    """The driver procedure.judge asks for evidence (ortlab.verdict.driver.Driver): the first steps from the runs'
+    records, the rest from an in-process session of the runs' model here (its bursts written to `out`)."""
 
-    def __init__(self, session: Any, pytorch: Run, other: Run, out: Path):
+    def __init__(self, session: Session, pytorch: Run, other: Run, out: Path):
         from ortlab.verdict import record
 
         self.session, self.pytorch, self.other, self.out = session, pytorch, other, Path(out)
         self.steps = (record.first_step(pytorch), record.first_step(other))
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.session, name)
+    @property
+    def shell_options(self) -> Options | None:
+        return self.session.shell_options
 
     def check_start(self) -> None:
         """JudgeError unless this process builds the snapshot and batches the runs recorded."""
@@ -200,24 +208,34 @@ class Recorded:
                 raise JudgeError(f"this process's batch of step {step} differs from the one {self.pytorch.path.name} "
                                  f"trained on (SHA-256 {x[:12]} vs {y[:12]}): judge where the runs were made")
 
-    def _burst(self, cfg: Any, *args: Any, **kwargs: Any) -> Run:
+    def evidence_burst(self, config: BurstConfig) -> Run:
         """An evidence burst here (a noise pair, localizing statistics), written to `out`; BackendUnavailable for
         a backend that does not run here."""
         from ortlab.engine.backends import check_available
+        from ortlab.engine.types import Device
 
-        check_available(cfg.backend)
-        return self.session._burst(replace(cfg, out=str(self.out.expanduser().resolve()), device="auto"), *args,
-                                   **kwargs)
+        check_available(config.backend)
+        return self.session.evidence_burst(replace(config, out=str(self.out.expanduser().resolve()),
+                                                   device=Device.AUTO))
 
-    def _evidence_request(self, config: Any, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
-        """The gradient check of the recorded first steps (float64 computed here), and with `burst` the float64
-        burst: what Engine.gradient_check gives in the runs' own process."""
-        return evidence(self.session._local_engine(), config, fixes, *self.steps, burst)
+    def check(self, fixes: Any = "auto", options: Options | dict | None = None) -> CheckReport:
+        return self.session.check(fixes, options)
+
+    def evidence(self, task: str, config: BurstConfig, what: str, progress: Callable | None = None,
+                 **kwargs: Any) -> dict[str, Any]:
+        """The gradient check of the recorded first steps (float64 computed here; with `burst` the float64 burst:
+        what tasks.gradient_check gives in the runs' own process); any other task from the session here."""
+        from ortlab.verdict import tasks
+
+        if task == tasks.GRADIENT_CHECK:
+            return evidence(self.session._local_engine(), config, kwargs.get("fixes", ()), *self.steps,
+                            kwargs.get("burst", False))
+        return self.session.evidence(task, config, what, progress, **kwargs)
 
 
 def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any, burst: bool = False
              ) -> dict[str, Any]:
-    """Engine.gradient_check for two first steps recorded elsewhere: judged here against float64 of the engine's
+    """tasks.gradient_check for two first steps recorded elsewhere: judged here against float64 of the engine's
     snapshot and first batch (the float64 burst's first step when `burst`)."""
     import torch
 

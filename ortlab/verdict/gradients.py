@@ -10,14 +10,13 @@ to the relative difference from PyTorch fp32, |g_ort - g_pt| / max(|g_pt|, FLOOR
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ortlab import _ort
+from ortlab.snapshot import kept
 
 FLOOR = 1e-4  # of the norm of all gradients: what a "zero" gradient is measured against (without float64)
 AGREE = 1e-3  # without float64: the worst parameter's relative difference up to which the gradients agree
@@ -220,21 +219,6 @@ def step(workload: Any, batches: list[tuple[Any, Any]], runner: Any = None) -> S
                            for n, p in model.named_parameters() if p.requires_grad})
 
 
-@contextlib.contextmanager
-def kept(model: Any) -> Iterator[None]:
-    """The model's state and gradients restored after the block (a step must leave no trace)."""
-    from ortlab.snapshot import Snapshot
-
-    snapshot = Snapshot.take(model)
-    grads = {n: p.grad for n, p in model.named_parameters()}
-    try:
-        yield
-    finally:
-        snapshot.restore(model)
-        for name, p in model.named_parameters():
-            p.grad = grads[name]
-
-
 def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int = 0, tolerance: float = AGREE,
                log: Path | None = None, runner: Any = None, batch: tuple[Any, Any] | None = None,
                exact: bool | Step = True, batches: list[tuple[Any, Any]] | None = None) -> GradientCheck:
@@ -246,8 +230,8 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
     (ortlab.verdict.exact); a Step: that float64 step, already taken (a float64 burst's first)."""
     from ortlab.capture import captured_output
     from ortlab.compat import registry
-    from ortlab.engine.parity import parity
     from ortlab.options import Options
+    from ortlab.parity import parity
     from ortlab.workload import to_device
 
     model = workload.model

@@ -20,7 +20,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ortlab.engine.backends import label
 from ortlab.enums import StrEnum
+from ortlab.run import RunStatus
 
 FILE = "verdict.json"  # in the other backend's run folder
 
@@ -37,7 +39,6 @@ class VerdictStatus(StrEnum):
 AGREE, DIVERGED, NOT_JUDGED = VerdictStatus.AGREE, VerdictStatus.DIVERGED, VerdictStatus.NOT_JUDGED
 LOSS_NOISE_FACTOR = 10.0  # without float64: the loss may be this many times further from PyTorch's than the noise pair
 LOSS_FLOOR = 1e-5  # ... plus this much, relative to the loss
-LABELS = {"ortmodule": "ORT", "compile": "torch.compile"}  # whose gradient, in the headline
 
 
 @dataclass
@@ -96,13 +97,12 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     from ortlab.verdict import ensemble as en
     from ortlab.verdict import state as states
 
-    # "ok" is ortlab.run.RunStatus.OK: ortlab.run reads verdicts, so the verdict does not import it
-    if ortmodule is None or ortmodule.status != "ok" or pytorch.status != "ok":
-        which = ortmodule if ortmodule is not None and ortmodule.status != "ok" else pytorch
+    if ortmodule is None or ortmodule.status != RunStatus.OK or pytorch.status != RunStatus.OK:
+        which = ortmodule if ortmodule is not None and ortmodule.status != RunStatus.OK else pytorch
         return Verdict(NOT_JUDGED, f"not judged: the {which.backend} run ended {which.status}")
     evidence: list[str] = []  # what diverged, in words
     notes: list[str] = []
-    who = LABELS.get(ortmodule.backend, ortmodule.backend)
+    who = label(ortmodule.backend)  # whose gradient, in the headline
     exact = float64 if float64 and not float64.get("error") else None
     if float64 and float64.get("error"):
         notes.append(f"{float64['error']}: the losses and end state are judged against a perturbed PyTorch pair")

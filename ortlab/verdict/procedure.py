@@ -4,8 +4,9 @@ the runs are allclose, the same burst in float64 PyTorch, and where one PyTorch 
 losses or the end state, fp32's spread: ortlab.verdict.ensemble), judged (ortlab.verdict.judge), and on a
 divergence its causes named: what `ortlab check` finds (ORTModule), else where activation statistics first differ.
 
-The session is only a transport here: `_burst` (a burst not kept among its runs), `check`, `_evidence_request`,
-`_ensemble_request` and `_localize_request` (one request to its worker or its in-process engine).
+The session is only a driver here (ortlab.verdict.driver.Driver: a Session, or the runs' records in
+ortlab.verdict.folders): evidence bursts, `check`, the gradient evidence, fp32's spread and the localization,
+each one call.
 """
 
 from __future__ import annotations
@@ -13,24 +14,33 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import has, unavailable
 from ortlab.errors import InputError
+from ortlab.run import RunStatus, write_json
+from ortlab.verdict import tasks
+
+if TYPE_CHECKING:
+    from ortlab.engine.config import BurstConfig
+    from ortlab.run import Run
+    from ortlab.verdict.driver import Driver
+    from ortlab.verdict.judge import Verdict
+    from ortlab.verdict.localize import Localization
 
 NOT_WRITTEN = "not written to"  # a note: the verdict could not be written to the run's folder
 NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the parameters times (1 + this)
 
 
-def judge(session: Any, pytorch: Any, other: Any) -> Any:
+def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
     """The Verdict on `other` (ORTModule, torch.compile) against `pytorch`, both runs of `session` from the same
     snapshot, written to the other run's folder (verdict.json); the evidence runs are not added to its runs."""
     from ortlab.engine.config import BurstConfig
     from ortlab.verdict.judge import NOT_JUDGED, Verdict
     from ortlab.verdict.judge import judge as decide
 
-    if pytorch.status != "ok" or other.status != "ok":
-        return _written(decide(pytorch, other), other)
+    if pytorch.status != RunStatus.OK or other.status != RunStatus.OK or session is None:
+        return written(decide(pytorch, other), other)
     pt_config = BurstConfig.from_dict(pytorch.meta["config"])
     config = BurstConfig.from_dict(other.meta["config"])
     fixes = tuple((other.meta.get("fixes") or {}).get("applied") or ())
@@ -39,9 +49,10 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
     float64 = evidence.pop("float64", None)
     noise = None
     if burst and (float64 is None or float64.get("error")):  # today's evidence: a PyTorch pair from a perturbed start
-        noise = session._burst(replace(pt_config, perturb=NOISE_PERTURBATION, name="pytorch-noise", collect={}))
-        if noise.status != "ok":
-            return _written(Verdict(NOT_JUDGED, f"not judged: the noise burst ended {noise.status}"), other)
+        noise = session.evidence_burst(replace(pt_config, perturb=NOISE_PERTURBATION, name="pytorch-noise",
+                                                    collect={}))
+        if noise.status != RunStatus.OK:
+            return written(Verdict(NOT_JUDGED, f"not judged: the noise burst ended {noise.status}"), other)
     verdict = decide(pytorch, other, evidence, noise, float64=float64)
     members = None
     if noise is None and float64 and not float64.get("error") and wanted(verdict):
@@ -63,44 +74,65 @@ def judge(session: Any, pytorch: Any, other: Any) -> Any:
             # so it is the user's next step, not part of every verdict
             verdict.notes.append(f"shrink it to the smallest module and a script that shows it: ortlab repro "
                                  f"{other.path}")
-    return _written(verdict, other)
+    return written(verdict, other)
 
 
-def gradient_check(session: Any, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0
+def gradient_check(session: Driver, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0
                    ) -> dict[str, Any]:
     """The first batch's gradients on PyTorch and on a fresh ORTModule with these options and fixes (judged against
     float64 where they are not allclose): the evidence bisect judges a toggled option by."""
     from ortlab.compat.registry import parse
     from ortlab.engine.config import BurstConfig
 
-    config = BurstConfig(backend="ortmodule", steps=1, options=session.shell_options.overlaid(options),
+    config = BurstConfig(backend="ortmodule", steps=1, options=_shell(session).overlaid(options),
                          parity=parity, seed=seed, fixes=parse(fixes))
     return gradient_evidence(session, config, tuple(config.fixes))
 
 
-def gradient_evidence(session: Any, config: Any, fixes: tuple[str, ...], burst: bool = False) -> dict[str, Any]:
+def step_gradients(workload: Any, fixes: Any, log: Any, runner: Any, batch: Any) -> Any:
+    """`ortlab check`'s training step judged as the verdict judges a first step (ortlab.verdict.gradients): `runner`
+    (a fresh ORTModule) beside PyTorch on one batch, against float64 where they are not allclose."""
+    from ortlab.verdict.gradients import first_step
+
+    return first_step(workload, fixes, log=log, runner=runner, batch=batch)
+
+
+def gradient_words(row: dict[str, Any]) -> str:
+    """A gradient row of that judgement in words (ortlab.verdict.gradients.describe)."""
+    from ortlab.verdict.gradients import describe
+
+    return describe(row)
+
+
+def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ...], burst: bool = False
+                      ) -> dict[str, Any]:
     """The gradient check for `config`'s backend (and with `burst`, the float64 burst) from the session's engine; a
     failure is a skipped check with its reason, never a lost verdict."""
+    from ortlab.engine.types import Optimizer
+
     try:
         if config.distributed:  # one process: the model as a rank would start it
-            config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer="adamw",
+            config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
                              save_checkpoint=False, sampler=None)
-        return session._evidence_request(config, fixes, burst)
+        return session.evidence(tasks.GRADIENT_CHECK, config, "comparing first-step gradients", fixes=fixes,
+                                burst=burst)
     except Exception as e:
         from ortlab.compat.errors import root_message
 
         return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
 
 
-def ensemble_evidence(session: Any, config: Any, fixes: tuple[str, ...], given: dict[str, Any] | None = None
+def ensemble_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ...], given: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
     """fp32 runs of the burst's steps whose rounding differs (ortlab.verdict.ensemble), from the session's engine
     (`given`: ensemble.hints); a failure is an ensemble not run, with its reason."""
+    from ortlab.engine.types import Optimizer
+
     try:
         if config.distributed:
-            config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer="adamw",
+            config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
                              save_checkpoint=False, sampler=None)
-        return session._ensemble_request(config, fixes, given)
+        return session.evidence(tasks.ENSEMBLE, config, "running fp32's spread", fixes=fixes, hints=given)
     except Exception as e:
         from ortlab.compat.errors import root_message
 
@@ -122,7 +154,7 @@ def hints(evidence: dict[str, Any], verdict: Any, pytorch: Any, other: Any, floa
     return given(evidence, verdict, pytorch, other, float64)
 
 
-def check_causes(session: Any, options: Any, applied: tuple[str, ...], evidence: dict[str, Any] | None = None
+def check_causes(session: Driver, options: Any, applied: tuple[str, ...], evidence: dict[str, Any] | None = None
                  ) -> list[dict[str, Any]]:
     """What `check` finds that the applied fixes did not remove, as causes (with the fixes that remove them). A
     wrong gradient is named as the verdict's own evidence names it (`evidence`: its gradient check), so that the
@@ -190,15 +222,15 @@ def _line(blocker: Any, evidence: dict[str, Any] | None) -> str:
     return line.replace(f"{blocker.kind}: ", f"{blocker.kind} of {worst['parameter']}: ", 1)
 
 
-def localize(session: Any, pt_config: Any, config: Any) -> dict[str, Any]:
+def localize(session: Driver, pt_config: BurstConfig, config: BurstConfig) -> dict[str, Any]:
     """One step with activation statistics on both backends, and the first divergence between them."""
     from ortlab.activations import compare
 
-    stats = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1, "node_rank": 0,
-             "rdzv_endpoint": None, "save_checkpoint": False}
+    stats: dict[str, Any] = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1,
+                             "node_rank": 0, "rdzv_endpoint": None, "save_checkpoint": False}
     try:
-        pt = session._burst(replace(pt_config, name="localize-pytorch", **stats))
-        other = session._burst(replace(config, name=f"localize-{config.backend}", **stats))
+        pt = session.evidence_burst(replace(pt_config, name="localize-pytorch", **stats))
+        other = session.evidence_burst(replace(config, name=f"localize-{config.backend}", **stats))
     except InputError as e:  # a backend that does not run where the verdict is reached (ortlab.verdict.folders)
         return {"kind": "localized", "text": f"could not localize: {e}"}
     if not (pt.ok and other.ok):
@@ -212,21 +244,30 @@ def localize(session: Any, pt_config: Any, config: Any) -> dict[str, Any]:
             "step": first.step, "tensor": first.name, "runs": [pt.path.name, other.path.name]}
 
 
-def localize_module(session: Any, options: Any = None, fixes: Any = (), seed: int = 0, progress: Any = None,
-                    repro: Any = None, known: dict[str, Any] | None = None, origin: str = "") -> Any:
+def localize_module(session: Driver, options: Any = None, fixes: Any = (), seed: int = 0, progress: Any = None,
+                    repro: Any = None, known: dict[str, Any] | None = None, origin: str = "") -> Localization:
     """Session.localize: the smallest module whose ORTModule run alone reproduces the gradient divergence against
     float64 (ortlab.verdict.localize), asked of the session's worker or in-process engine."""
     from ortlab.compat.registry import AUTO, FixError, parse
     from ortlab.engine.config import BurstConfig
-    from ortlab.verdict.localize import Localization
+    from ortlab.verdict.localize import Localization, Tried
 
     if parse(fixes) == AUTO:
         raise FixError("localize takes the fixes the ORTModule run applied, by name (its meta.json says which), "
                        "not 'auto'")
-    config = BurstConfig(backend="ortmodule", steps=1, options=session.shell_options.overlaid(options),
+    config = BurstConfig(backend="ortmodule", steps=1, options=_shell(session).overlaid(options),
                          parity=True, seed=seed, fixes=parse(fixes))
     fixes, folder = tuple(config.fixes), str(repro) if repro is not None else None
-    return Localization.from_dict(session._localize_request(config, fixes, progress, folder, known, origin))
+    told = (lambda n, row: progress(n, Tried(**row))) if progress else None
+    return Localization.from_dict(session.evidence(tasks.LOCALIZE, config, "localizing the divergence", told,
+                                                   fixes=fixes, repro=folder, known=known, origin=origin))
+
+
+def _shell(session: Driver) -> Any:
+    """The options the session's bursts start from."""
+    from ortlab.options import Options
+
+    return session.shell_options if session.shell_options is not None else Options.from_environ()
 
 
 def _allclose(pytorch: Any, other: Any) -> bool:
@@ -250,8 +291,8 @@ def _allclose(pytorch: Any, other: Any) -> bool:
     return True
 
 
-def _written(verdict: Any, run: Any) -> Any:
-    from ortlab.run import write_json
+def written(verdict: Verdict, run: Run) -> Verdict:
+    """The verdict written to the other run's folder (verdict.json); a folder that cannot take it gets a note."""
     from ortlab.verdict.judge import FILE
 
     try:

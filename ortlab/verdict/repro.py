@@ -66,6 +66,7 @@ def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_k
     from ortlab.engine.config import BurstConfig
     from ortlab.engine.session import Session
     from ortlab.run import Run, load_run, write_json
+    from ortlab.verdict import procedure
     from ortlab.verdict.judge import FILE
 
     run = run if isinstance(run, Run) else load_run(run)
@@ -79,8 +80,8 @@ def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_k
     folder = Path(out).expanduser().resolve() if out is not None else run.path / "repro"
     folder.mkdir(parents=True, exist_ok=True)
     with Session(factory, kwargs, out=run.path.parent, in_process=in_process, seed=seed, snapshot=snapshot) as s:
-        found = s.localize(config.options, fixes, seed=config.seed, progress=progress, repro=folder, known=known,
-                           origin=f"the first batch of run {run.path.name}")
+        found = procedure.localize_module(s, config.options, fixes, config.seed, progress, folder, known,
+                                          origin=f"the first batch of run {run.path.name}")
     if not known:
         write_json(run.path / FILE, {**verdict, LOCALIZED: {**found.to_dict(), "repro": None}})
     script = Path(found.repro["script"]) if found.repro else None

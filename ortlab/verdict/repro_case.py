@@ -62,8 +62,8 @@ def capture(workload: Any, batch: tuple[Any, Any], path: str, seed: int = 0) -> 
     that reached each of its outputs. The model is left as it was."""
     import torch
 
-    from ortlab.engine.parity import parity
-    from ortlab.verdict.gradients import kept
+    from ortlab.parity import parity
+    from ortlab.snapshot import kept
     from ortlab.workload import to_device
 
     model = workload.model

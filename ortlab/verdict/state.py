@@ -22,35 +22,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-FILE = "final_state.json"
-FROZEN = "frozen parameter"  # a parameter that does not require grad
+# written by the engine as a burst ends (ortlab.evidence); named here for the verdict's readers
+from ortlab.evidence import FROZEN, summarize  # noqa: F401
+from ortlab.evidence import STATE_FILE as FILE
+from ortlab.evidence import write_state as write  # noqa: F401
+
 NOISE_FACTOR = 10.0  # a float tensor differs when it is this many times further off than the noise pair
 FLOOR = 1e-6  # ... and further than this (relative), whatever the noise
-
-
-def summarize(model: Any) -> dict[str, dict[str, Any]]:
-    """Per state_dict entry: parameter or buffer, dtype, size, the owning module's class, and the float64 sum and
-    sum of squares."""
-    import torch
-
-    parameters = {n: p.requires_grad for n, p in model.named_parameters()}
-    types = {n: type(m).__name__ for n, m in model.named_modules()}
-    out = {}
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            values = (tensor.detach().abs() if tensor.is_complex() else tensor.detach()).double()
-            kind = "buffer" if name not in parameters else "parameter" if parameters[name] else FROZEN
-            out[name] = {"kind": kind,
-                         "dtype": str(tensor.dtype).removeprefix("torch."), "numel": tensor.numel(),
-                         "module_type": types.get(name.rpartition(".")[0]),
-                         "sum": float(values.sum()), "sumsq": float((values * values).sum())}
-    return out
-
-
-def write(model: Any, run_dir: Path) -> None:
-    from ortlab.run import write_json
-
-    write_json(run_dir / FILE, summarize(model))
 
 
 def read(run_dir: Path) -> dict[str, dict[str, Any]] | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import ipywidgets as W
 
-from ortlab.engine.backends import BACKENDS, default_backends, has, unavailable
+from ortlab.engine.backends import BACKENDS, aliased, default_backends, has, unavailable
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
@@ -101,10 +101,14 @@ class BurstPanel(Background, W.VBox):
         self.choices = {"both": list(default_backends()), "all": [r.name for r in runnable]}
         both = " and ".join(BACKENDS[b].label for b in self.choices["both"])
         others = [r.label for r in runnable if r.name not in self.choices["both"]]
-        self.backend = W.ToggleButtons(options=[*((r.label, r.name) for r in runnable), ("both", "both"),
+        # "both" means PyTorch and ORTModule (the registry's ALIASES, the CLI's --backend both); where the default
+        # pair is another one (the current stack: torch.compile), its button says which
+        pair = "both" if tuple(self.choices["both"]) == aliased("both") else " + ".join(
+            BACKENDS[b].label for b in self.choices["both"])
+        self.backend = W.ToggleButtons(options=[*((r.label, r.name) for r in runnable), (pair, "both"),
                                                 *([("all", "all")] if others else [])],
                                        value="both", description="backend", style={"button_width": "auto"},
-                                       tooltip=f"both: {both}" + (f"; all: and {', '.join(others)} (torch.compile's "
+                                       tooltip=f"{pair}: {both}" + (f"; all: and {', '.join(others)} (torch.compile's "
                                        "first step compiles: tens of seconds)" if others else ""),
                                        layout=W.Layout(max_width="100%"))
         # each backend's stack, where another stack's environment exists or can be built (ortlab.cross_stack)
@@ -358,11 +362,11 @@ class BurstPanel(Background, W.VBox):
 
     def _show_distances(self) -> None:
         """The last verdict's gradients against float64, per parameter (nothing when they were not judged so)."""
+        from ortlab.engine.backends import label
         from ortlab.plots import figure_png
         from ortlab.verdict.figures import distances_figure
-        from ortlab.verdict.judge import LABELS
 
-        figures = [distances_figure(v, LABELS.get(b, b)) for b, v in self.last_verdicts.items()]
+        figures = [distances_figure(v, label(b)) for b, v in self.last_verdicts.items()]
         figure = next((f for f in figures if f is not None), None)
         self.distances.value = figure_png(figure) if figure is not None else b""
 

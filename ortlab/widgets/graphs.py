@@ -30,7 +30,8 @@ def _table(df, max_rows: int | None = None) -> str:
 
 
 def _runs_on_disk() -> list:
-    from ortlab.run import list_runs, load_run
+    from ortlab.listing import list_runs
+    from ortlab.run import load_run
 
     df = list_runs("runs")
     return [load_run(p) for p in reversed(df["path"].tolist())] if len(df) else []

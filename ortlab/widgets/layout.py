@@ -12,13 +12,14 @@ from typing import Any
 
 import ipywidgets as W
 
-from ortlab.run import ENDED_EARLY
+from ortlab.run import ENDED_EARLY, RunStatus
 
 MISSING = "—"  # a value that is not there, in every table of the Lab
 LONG = 40  # characters beyond which a table cell's text wraps in a column of its own width
 MB = 2**20  # ortlab's MB (memory.md): what the memory account and the process figures count in
 STOPPED = ENDED_EARLY  # a user's Stop (interrupted, stopped)
-COLORS = {"ok": "#080", "fallback": "#d35400", "interrupted": "#666", "stopped": "#666", "running": "#666"}
+COLORS = {RunStatus.OK: "#080", RunStatus.FALLBACK: "#d35400", RunStatus.INTERRUPTED: "#666", RunStatus.STOPPED: "#666",
+          RunStatus.RUNNING: "#666"}
 FAILED = "#c00"
 # what a snake_case column's last word says of its unit
 _UNITS = {"ms": "ms", "s": "s", "mb": "MB", "pct": "%", "bytes": "MB"}

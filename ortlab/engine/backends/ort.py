@@ -15,13 +15,13 @@ from typing import Any
 import torch
 
 from ortlab.capture import parse_feature_table
+from ortlab.compat import hazards
 from ortlab.compat.errors import failure_stage, root_message
 from ortlab.engine.backends import Backend
 from ortlab.engine.collectors import graph_key
 from ortlab.engine.types import Burst, Engine, Transition
 from ortlab.engine.wrapper import Wrapper, input_schema
 from ortlab.run import RunStatus
-from ortlab.verdict import hazards
 from ortlab.workload import call_model
 
 MHA_HINT = ("torch.nn.MultiheadAttention is a known cause: ORT 1.19.2's symbolic shape inference fails on its "
@@ -139,7 +139,7 @@ class OrtBackend(Backend):
                 call_model(engine.model, inputs)
 
     def _follow_inputs(self, engine: Engine, b: Burst, step: int, inputs: Any) -> None:
-        """Inputs the current graph cannot follow (ortlab.verdict.inputs): a graph of their own with the fix
+        """Inputs the current graph cannot follow (ortlab.compat.inputs): a graph of their own with the fix
         graph-per-value (not under DDP: its module is fixed), else a transitions row and a record, once each."""
         per_value = "graph-per-value" in b.state.fixes and not b.cfg.distributed
         runner, row, ignored = self.wrapper.follow(inputs, b.path.name, step, per_value, b.options,

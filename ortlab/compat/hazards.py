@@ -35,6 +35,7 @@ KINDS = (
 )
 # Warnings of other categories that say the graph lost something (the exporter's UserWarnings)
 _OTHER = ("ONNX Preprocess - Removing mutation",)
+SHOWN = 2  # module paths named as examples in a grouped note or cause
 
 
 def classify(message: str) -> tuple[str, str]:
@@ -151,3 +152,38 @@ def _module(names: dict[int, tuple[str, str]]) -> tuple[str | None, str | None]:
             return name or "(root)", module_type
         frame = frame.f_back
     return None, None
+
+
+def harmless_note(hazards: list[dict[str, Any]], when: str = " in this burst") -> str | None:
+    """The hazards that are no cause, grouped by kind and module type, in one note (`ortlab check` says the same of
+    torch's own checks)."""
+    if not hazards:
+        return None
+    parts = []
+    for (kind, module_type), group in grouped(hazards, lambda h: (h["kind"], h.get("module_type") or "")).items():
+        places = list(dict.fromkeys(p for h in group if (p := place(h)) is not None))
+        modules = list(dict.fromkeys(h.get("module") for h in group if h.get("module")))
+        inside = " (torch's own check)" if all(h.get("in_torch") for h in group) else ""
+        count = (f" in {len(modules)} {module_type or 'model'} module{'s' if len(modules) > 1 else ''}"
+                 if modules else "")
+        parts.append(f"{kind}{count}{inside}" + (f" at {examples(places)}" if places else ""))
+    return f"export hazards seen, harmless{when}: " + "; ".join(parts)
+
+
+def grouped(items: list[dict[str, Any]], key: Any) -> dict[Any, list[dict[str, Any]]]:
+    """`items` by `key`, in their first order (hazards and causes are grouped alike)."""
+    out: dict[Any, list[dict[str, Any]]] = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return out
+
+
+def place(h: dict[str, Any]) -> str | None:
+    """Where a hazard is: its line in the user's code, else its module."""
+    return f"{h['file']}:{h['line']}" if h.get("file") else (f"module {h['module']}" if h.get("module") else None)
+
+
+def examples(names: list[str]) -> str:
+    """The first few names, as examples."""
+    shown = ", ".join(f"`{n}`" for n in names[:SHOWN])
+    return ("e.g. " if len(names) > SHOWN else "") + shown

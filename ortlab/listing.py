@@ -1,0 +1,42 @@
+"""The runs of a folder as rows (`ortlab.list_runs`, `ortlab runs`): each run's summary, with its verdict's numbers
+in one line beside what it said. Above the verdict on purpose: a run folder (ortlab.run) knows nothing of how a
+verdict is judged or worded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ortlab.run import Run, RunError, load_run
+from ortlab.verdict.judge import FILE, evidence
+
+
+def summary_row(run: Run) -> dict[str, Any]:
+    """A run's summary (Run.summary) with, for a judged run, the verdict's evidence in one line after its status,
+    then when it started and where it is."""
+    out: dict[str, Any] = {}
+    for key, value in run.summary().items():
+        out[key] = value
+        if key == "verdict":
+            verdict = run.read_json(FILE)
+            line = evidence(verdict) if isinstance(verdict, dict) else None
+            if line:
+                out["verdict_evidence"] = line
+    return {**out, "started": run.meta.get("started"), "path": str(run.path)}
+
+
+def list_runs(folder: str | Path = "runs"):
+    """All runs below `folder`, newest first, as a DataFrame."""
+    import pandas as pd
+
+    rows = []
+    folder = Path(folder)
+    if folder.is_dir():
+        for meta in folder.glob("*/meta.json"):
+            try:
+                rows.append(summary_row(load_run(meta.parent)))
+            except RunError as e:  # one damaged run must not hide the others
+                rows.append({"run": meta.parent.name, "status": "unreadable", "error": str(e),
+                             "started": None, "path": str(meta.parent)})
+    df = pd.DataFrame(rows)
+    return df.sort_values("started", ascending=False, ignore_index=True, na_position="last") if len(df) else df
