@@ -13,7 +13,7 @@ from typing import Any
 from ortlab.engine.backends import BACKENDS, has, label
 from ortlab.errors import InputError
 from ortlab.move.mapping import Fit, equivalent
-from ortlab.run import Run, load_run
+from ortlab.run import Run, RunStatus, load_run
 
 # The figures compared side by side: (key in a side's dict, label, unit, format)
 FIGURES = (("median_step_s", "median step after start-up", "ms", 1000.0),
@@ -36,7 +36,7 @@ class Side:
     run: str
     path: str
     backend: str
-    status: str
+    status: RunStatus | str  # the run's (RunStatus; a string read from an older run)
     torch: str | None
     python: str | None
     stack: str | None
@@ -150,11 +150,12 @@ def move_report(ortmodule_run: str | Path | Run, target_run: str | Path | Run,
     ratios = {key: (t.figures[key] / o.figures[key] if o.figures.get(key) and t.figures.get(key) is not None
                     else None) for key, *_ in FIGURES}
     missing = [f"{side.run} ({_name(side)}) {side.status}: {side.error or 'no error recorded'}; its figures are "
-               + ("PyTorch's, so not shown" if side.status == "fallback" else "a partial run's")
-               for side in (o, t) if side.status != "ok"]
-    missing += [f"{label} of {side.run} ({_name(side)}): not recorded" for side in (o, t) if side.status != "fallback"
-                for key, label, *_ in FIGURES if side.figures.get(key) is None
-                and not (key == "activation_peak_mb" and side is t)]
+               + ("PyTorch's, so not shown" if side.status == RunStatus.FALLBACK else "a partial run's")
+               for side in (o, t) if side.status != RunStatus.OK]
+    missing += [f"{label} of {side.run} ({_name(side)}): not recorded"
+                for side in (o, t) if side.status != RunStatus.FALLBACK
+                for key, label, *_ in FIGURES
+                if side.figures.get(key) is None and not (key == "activation_peak_mb" and side is t)]
     return MoveReport(o, t, options, ratios, {"from": o.verdict, "to": t.verdict, "note": note},
                       recomputed(ort), missing, _conclusion(o, t, ratios), memory_equivalent(ort, target, o, t))
 
@@ -231,7 +232,7 @@ def _side(run: Run, given: Any) -> Side:
     return Side(run=run.path.name, path=str(run.path), backend=run.backend, status=run.status,
                 torch=versions.get("torch"), python=versions.get("python"), stack=_stack(versions),
                 device=run.meta.get("device"), error=run.error,
-                figures={key: None if run.status == "fallback" and key in _PYTORCHS else summary.get(key)
+                figures={key: None if run.status == RunStatus.FALLBACK and key in _PYTORCHS else summary.get(key)
                          for key, *_ in FIGURES},
                 steps=summary.get("steps", 0), busy=summary.get("busy"), verdict=status,
                 evidence=evidence if isinstance(evidence, str) else None, settings=settings)
