@@ -335,7 +335,7 @@ def _budget_command(target: Run, budget: float) -> str:
     notebook's model (no command), its Python call with the setting."""
     import shlex
 
-    from ortlab.reporting.provenance import command, python_call
+    from ortlab.provenance import command, python_call
 
     words = shlex.split(command([target]) or "")
     if not words:

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from ortlab.reporting import views
-from ortlab.reporting.provenance import command, python_call, repro_script, what_ran
+from ortlab.provenance import command, python_call, repro_script, what_ran
 from ortlab.reporting.sources import Sources
 from ortlab.run import Run, RunStatus
 
