@@ -18,12 +18,15 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import ALIASES, BACKENDS, REFERENCE, BurstError, label
 from ortlab.engine.stack_env import StackError, parse_stack
 from ortlab.errors import InputError, did_you_mean
 from ortlab.stacks import STACKS, Stack, this_stack
+
+if TYPE_CHECKING:
+    from ortlab.summary import Comparison
 
 
 class CrossStackError(InputError):
@@ -124,6 +127,17 @@ def save_snapshot(ref: Any, seed: int, out: str | Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         snapshot.save(path)
     return path
+
+
+def compare_stacks(model: Any, backends: str | Sequence[str] = "pytorch,ortmodule@ort,compile@current",
+                   steps: int = 20, options: Any = None, *, model_kwargs: dict[str, Any] | None = None,
+                   out: str | Path = "runs", **kwargs: Any) -> Comparison:
+    """The Comparison of `backends` placed on their stacks ("BACKEND@STACK"; without one, ORTModule on the ort
+    stack and the others here): `ortlab compare --backends ...` from Python. Every worker from one snapshot, each
+    run judged against PyTorch's; its columns and recommendation name each stack and torch. `model`: an import path
+    ("module:function", "file.py:function") or a factory defined in a module (a notebook's cannot cross Python
+    versions: CrossStackError says what to do); `kwargs`: Session.burst's."""
+    return compare(model, dict(model_kwargs or {}), parse_placed(backends), steps, options, out=out, **kwargs)
 
 
 def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], steps: int = 20,

@@ -57,6 +57,20 @@ def test_a_bad_placement_is_refused_in_one_line_naming_what_is_allowed(value, er
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_placed_backend_in_one_process_points_at_the_comparison_across_stacks():
+    """Session.compare (one process) given "compile@current": one line naming ortlab.compare_stacks, which takes
+    the same words (and is the public name of cross_stack's comparison)."""
+    import ortlab
+    from ortlab.engine.backends import parse_backends
+
+    with pytest.raises(BurstError, match=r"^backend 'compile@current' names a stack: .* ortlab.compare_stacks\(model, "
+                       r"'pytorch,compile@current'\)"):
+        parse_backends("pytorch,compile@current")
+    assert ortlab.compare_stacks.__module__ == "ortlab.cross_stack"
+    with pytest.raises(CrossStackError, match="put it in a module"):  # a notebook's factory, refused before any burst
+        ortlab.compare_stacks(lambda: None, "pytorch,compile@" + str(OTHER))
+
+
 def test_a_bad_stack_on_the_command_line_is_one_line_and_exit_2(tmp_path):
     r = ortlab("compare", "--backends", "pytorch,compile@curent", "--out", str(tmp_path))
     assert r.returncode == 2, r.stderr
@@ -257,6 +271,16 @@ def test_the_burst_panel_offers_each_backend_the_stacks_ready_here(panel):
     panel.stacks["compile"].value = str(OTHER)
     assert panel._placed(["pytorch", "compile"]) == (Placed("pytorch", this_stack()), Placed("compile", OTHER))
     assert panel._placed(["compile"]) is None  # one burst: the session's
+    from ortlab.widgets.burst_panel import elsewhere_choices
+
+    shown = dict((v, label) for label, v in panel.backend.options)
+    if this_stack() == Stack.CURRENT:  # ORTModule cannot run here, but in the ort stack's worker it can
+        assert elsewhere_choices() == {"ortmodule@ort": ["pytorch", "ortmodule"]}
+        assert shown["ortmodule@ort"] == "PyTorch + ORTModule (ort stack)"
+        assert panel._placed(panel.choices["ortmodule@ort"]) == (Placed("pytorch", Stack.CURRENT),
+                                                                 Placed("ortmodule", Stack.ORT))
+    else:  # ORTModule runs here: nothing to offer elsewhere
+        assert elsewhere_choices() == {} and not any("@" in v for v in shown)
 
 
 @pytest.mark.slow
@@ -275,3 +299,20 @@ def test_the_burst_panel_compares_across_stacks_and_names_them(panel):
     assert panel.progress.value == 2 * len(panel.choices[chosen])  # every step of every backend counted
     assert [r.backend for r in panel.last_runs] == panel.choices[chosen]
     assert panel.last_runs[-1].meta["versions"]["torch"] != panel.last_runs[0].meta["versions"]["torch"]
+
+
+@pytest.mark.slow
+def test_on_the_current_stack_the_burst_panel_compares_with_ortmodule_on_the_ort_stack(panel):
+    """The Lab opened on the newest torch still answers stay or move: PyTorch here beside ORTModule in the ort
+    stack's worker, judged there (where ORTModule runs), its torch named."""
+    if this_stack() != Stack.CURRENT:
+        pytest.skip("ORTModule runs in this process here: the Lab offers it directly (the current stack tests this)")
+    _other_stack_or_skip()
+    panel.backend.value, panel.steps.value = "ortmodule@ort", 2
+    panel.run_button.click()
+    panel.wait(900)
+    status = panel.status.value
+    assert "Traceback" not in status and "ortmodule verdict: agree" in status, status
+    assert "on the ort stack (torch 2.6" in status and "recommendation:" in status
+    assert [r.backend for r in panel.last_runs] == ["pytorch", "ortmodule"]
+    assert panel.last_runs[1].meta["versions"]["torch"].startswith("2.6")

@@ -8,8 +8,8 @@ import datetime as _dt
 import math
 from typing import Any
 
-from ortlab.reporting import views
 from ortlab.provenance import command, python_call, repro_script, what_ran
+from ortlab.reporting import views
 from ortlab.reporting.sources import Sources
 from ortlab.run import Run, RunStatus
 

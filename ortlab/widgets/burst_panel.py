@@ -12,7 +12,7 @@ from pathlib import Path
 
 import ipywidgets as W
 
-from ortlab.engine.backends import BACKENDS, aliased, default_backends, has, unavailable
+from ortlab.engine.backends import BACKENDS, REFERENCE, aliased, default_backends, has, unavailable
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
@@ -88,6 +88,16 @@ def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
     return {b: [shown(here), *map(shown, others)] for b in backends if not only_on_ort(b)}
 
 
+def elsewhere_choices() -> dict[str, list[str]]:
+    """The comparisons with a backend that cannot run in this process but runs on another stack that is ready here
+    (ORTModule, from the current stack): "ortmodule@ort" -> PyTorch here and ORTModule in the ort stack's worker."""
+    from ortlab.cross_stack import default_stack, only_on_ort
+    from ortlab.engine.stack_env import ready
+
+    return {f"{b}@{default_stack(b)}": [REFERENCE, b] for b in BACKENDS
+            if unavailable(b) is not None and only_on_ort(b) and ready(default_stack(b)) is None}
+
+
 class BurstPanel(Background, W.VBox):
     """Thin over Session.burst: a background thread runs the bursts so the kernel stays responsive and Stop
     works; each step updates the progress bar and the loss curve."""
@@ -105,8 +115,12 @@ class BurstPanel(Background, W.VBox):
         # pair is another one (the current stack: torch.compile), its button says which
         pair = "both" if tuple(self.choices["both"]) == aliased("both") else " + ".join(
             BACKENDS[b].label for b in self.choices["both"])
+        elsewhere = elsewhere_choices()  # e.g. on the current stack, PyTorch + ORTModule in the ort stack's worker
+        self.choices.update(elsewhere)
+        across = [(" + ".join(BACKENDS[b].label for b in v) + f" ({k.split('@')[1]} stack)", k)
+                  for k, v in elsewhere.items()]
         self.backend = W.ToggleButtons(options=[*((r.label, r.name) for r in runnable), (pair, "both"),
-                                                *([("all", "all")] if others else [])],
+                                                *([("all", "all")] if others else []), *across],
                                        value="both", description="backend", style={"button_width": "auto"},
                                        tooltip=f"{pair}: {both}" + (f"; all: and {', '.join(others)} (torch.compile's "
                                        "first step compiles: tens of seconds)" if others else ""),

@@ -172,6 +172,10 @@ def parse_backends(value: Any) -> tuple[str, ...]:
         value = expanded if expanded is not None else value.split(",")
     names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
     for name in names:
+        if "@" in name and name.split("@")[0].strip() in BACKENDS:  # a backend placed on a stack: not one process's
+            raise BurstError(f"backend {name!r} names a stack: a comparison across stacks runs each backend in its "
+                             f"stack's worker: ortlab.compare_stacks(model, {','.join(names)!r}) (the CLI: ortlab "
+                             "compare --backends ...)")
         if name not in BACKENDS:
             raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join((*BACKENDS, *ALIASES))}"
                              f"{did_you_mean(name, (*BACKENDS, *ALIASES))}")
