@@ -317,7 +317,7 @@ def stacks_of(placed: Sequence[Placed], runs: dict[str, Any]) -> dict[str, dict[
     out = {}
     for p in placed:
         run = runs.get(p.backend)
-        torch = ((run.meta.get("versions") or {}).get("torch") if run is not None else None) or STACKS[p.stack].torch
+        torch = (run.versions.get("torch") if run is not None else None) or STACKS[p.stack].torch
         out[p.backend] = {"stack": str(p.stack), "torch": str(torch).split("+")[0]}
     return out
 

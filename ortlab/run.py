@@ -206,6 +206,12 @@ class Run:
         return self.meta.get("error")
 
     @property
+    def versions(self) -> dict[str, Any]:
+        """The versions of the libraries the run trained with (torch, python, onnxruntime-training...), as meta.json
+        recorded them; empty for a run that recorded none."""
+        return self.meta.get("versions") or {}
+
+    @property
     def metrics(self):
         """One row per step (DataFrame): step, loss, step_time_s, samples_per_s, peak_mem_mb and what the collectors
         add; damaged lines are skipped and named in `damaged_lines`."""

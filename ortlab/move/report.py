@@ -221,7 +221,7 @@ def _status(verdict: Any) -> tuple[str | None, str | None]:
 
 def _side(run: Run, given: Any) -> Side:
     summary = run.summary()
-    versions = run.meta.get("versions") or {}
+    versions = run.versions
     status, evidence = _status(given) if given is not None else (summary.get("verdict"),
                                                                  summary.get("verdict_evidence"))
     settings = {}

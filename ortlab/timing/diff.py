@@ -136,7 +136,7 @@ def _first(loaded: list[tuple[str, dict[str, Any]]], source: Any) -> tuple[str, 
 
     label, data = loaded[0]
     try:
-        data["_versions"] = load_run(data["_path"]).meta.get("versions") or {}
+        data["_versions"] = load_run(data["_path"]).versions
     except Exception:  # a rank folder without meta: its run's versions are the same
         data["_versions"] = {}
     if not data.get("step_s"):

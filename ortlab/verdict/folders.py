@@ -285,7 +285,7 @@ def _torch(run: Run | None) -> str:
         import torch
 
         return torch.__version__
-    return (run.meta.get("versions") or {}).get("torch", "?")
+    return run.versions.get("torch", "?")
 
 
 __all__ = ["JudgeError", "Judged", "judge_runs"]
