@@ -137,3 +137,15 @@ def test_tensors_whose_memory_is_reused_behind_torchs_back_are_always_copied():
         t.copy_(torch.zeros(4))
         s.flush()
         assert rows[0, 3] == 4 and not s.device._safe
+
+
+def test_the_summarizer_names_only_the_paths_that_summarized():
+    """A burst whose tensors never reached the C kernel (a CUDA burst: the kernel is compiled there all the same)
+    is not described as "c+torch"; here float64 tensors go through numpy, and float32 ones through the kernel."""
+    s = Summarizer(K, batched=False)
+    if s.kernel is None:
+        pytest.skip("the C kernel could not be compiled here")
+    summarized(s, [torch.randn(10, dtype=torch.float64)])
+    assert s.describe() == "numpy"
+    summarized(s, [torch.randn(10)])
+    assert s.describe() == "c+numpy"

@@ -32,6 +32,7 @@ class Summarizer:
         self.device = Batched(self.positions)  # the rows waiting for `flush`
         self.used: set[str] = set()  # which CPU paths summarized: "numpy" ("c": the kernel, when there is one)
         self.on_device = False  # whether tensors were summarized on their device (ortlab.activations.batched)
+        self.used_c = False  # whether the C kernel summarized any (a CUDA burst: none, though it is compiled)
         self._index: dict[int, tuple[np.ndarray, int, int]] = {}  # n -> (positions, their address, count)
         # id(rows) -> (rows, samples, address of rows, bytes per row, address of samples, bytes per sample row):
         # the collector passes the same two buffers every call, so their addresses are looked up once
@@ -57,6 +58,7 @@ class Summarizer:
         kernel's path checks only what it needs (no detach, no device object, one call into C). A tensor on
         another device: its row is written at `flush`."""
         if t.dtype is _F32 and t.is_cpu and self.kernel is not None and not self.batched:
+            self.used_c = True
             if not t.is_contiguous():
                 t = t.detach().contiguous()
             n = t.numel()
@@ -84,7 +86,7 @@ class Summarizer:
 
     def describe(self) -> str:
         """Which paths summarized ("c": float32 on the CPU, "numpy", "torch": on the device; joined by "+")."""
-        cpu = {"c"} if self.kernel is not None and not self.batched else set()
+        cpu = {"c"} if self.used_c else set()
         return "+".join(sorted(self.used | cpu | ({"torch"} if self.on_device else set()))) or "numpy"
 
     def _generic(self, t: torch.Tensor, row: np.ndarray, samples: np.ndarray) -> None:

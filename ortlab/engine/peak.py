@@ -1,6 +1,8 @@
 """Peak memory of the burst's process, read once per step, so it must be cheap. On CUDA both of the caching
 allocator's peaks: what tensors held (allocated) and what it took from the driver (reserved, which is what runs
-out first)."""
+out first), read from one nested dict of the allocator's counters: torch.cuda.max_memory_allocated() flattens and
+sorts every counter on each call (measured on an H200: 145 us each, 290 us a step for both, 5% of the demo's
+step; the nested dict 24 us)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ class PeakMemory:
 
     def peak_mb(self) -> float | None:
         if self.cuda:
-            return torch.cuda.max_memory_allocated() / 2**20
+            return _cuda_peaks()[0] / 2**20
         if self._fd is not None:
             status = os.pread(self._fd, 4096, 0)
             at = status.find(b"VmHWM:")
@@ -43,14 +45,14 @@ class PeakMemory:
 
     def reserved_mb(self) -> float | None:
         """The CUDA caching allocator's peak reserved memory since the last reset (None on the CPU)."""
-        return torch.cuda.max_memory_reserved() / 2**20 if self.cuda else None
+        return _cuda_peaks()[1] / 2**20 if self.cuda else None
 
     def figures(self) -> dict[str, float | None]:
-        """A step row's memory fields: peak_mem_mb, and peak_reserved_mb on CUDA."""
-        out = {"peak_mem_mb": self.peak_mb()}
+        """A step row's memory fields: peak_mem_mb, and peak_reserved_mb on CUDA (one read of the allocator)."""
         if self.cuda:
-            out["peak_reserved_mb"] = self.reserved_mb()
-        return out
+            allocated, reserved = _cuda_peaks()
+            return {"peak_mem_mb": allocated / 2**20, "peak_reserved_mb": reserved / 2**20}
+        return {"peak_mem_mb": self.peak_mb()}
 
     def allocator(self) -> dict[str, int] | None:
         """The CUDA allocator's figures in bytes (peaks since the last reset, and now), None on the CPU: what a
@@ -65,3 +67,10 @@ class PeakMemory:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _cuda_peaks() -> tuple[int, int]:
+    """The current CUDA device's peak allocated and peak reserved bytes since the last reset, in one call."""
+    stats = torch.cuda.memory_stats_as_nested_dict()
+    return (stats.get("allocated_bytes", {}).get("all", {}).get("peak", 0),
+            stats.get("reserved_bytes", {}).get("all", {}).get("peak", 0))
