@@ -5,8 +5,10 @@ its first step and its starting point. The engine writes these files as a burst 
 - final_state.json (every burst): the model's state per parameter and buffer, summarized (sum and sum of squares in
   float64, kind, dtype, size, the owning module's class): enough to name the tensors two runs disagree on, small
   enough to keep with every run.
-- judge.json, first_step.pt, snapshot.pt (a parity burst): the starting snapshot's and each step's batch's SHA-256,
-  the first step's gradients, and the snapshot itself when small (ortlab.verdict.record says why each).
+- judge.json, first_step_summary.pt, snapshot.pt (a parity burst): the starting snapshot's and each step's batch's
+  SHA-256, the first step's gradients summarized (a fixed size a parameter: ortlab.sketch; first_step.pt holds
+  them whole when the burst's evidence is "full"), and the snapshot itself when small (ortlab.verdict.record says
+  why each).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from ortlab.run import write_json
 STATE_FILE = "final_state.json"
 FROZEN = "frozen parameter"  # a parameter that does not require grad
 RECORD_FILE = "judge.json"
-GRADIENTS = "first_step.pt"
+GRADIENTS = "first_step.pt"  # every gradient (BurstConfig.evidence "full")
+SUMMARY = "first_step_summary.pt"  # a summary a parameter (ortlab.sketch): what any parity burst keeps
 SNAPSHOT = "snapshot.pt"
 SNAPSHOT_KEPT_BYTES = 32 * 2**20  # a snapshot up to this size is written into the run folder (the demo: 0.4 MB)
 FORMAT = "ortlab-judge-1"
@@ -92,17 +95,25 @@ def batch_hashes(workload: Any, feed: Any, steps: int) -> list[str]:
     return [digest(workload.micro_batches(feed.batch, t)).hexdigest()[:32] for t in range(steps)]
 
 
-def gradients(model: Any, loss: float, scaler: Any = None) -> dict[str, Any]:
-    """The first step's loss and every trained parameter's gradient (fp32 copies on the CPU; None where it got
-    none), taken after the step's backward and before the optimizer's step; under a GradScaler, unscaled."""
+def gradients(model: Any, loss: float, scaler: Any = None, full: bool = False) -> dict[str, Any]:
+    """The first step's loss and every trained parameter's gradient summarized (ortlab.sketch: a fixed size a
+    parameter, computed on its device; None where it got none), taken after the step's backward and before the
+    optimizer's step; under a GradScaler, unscaled. `full`: the gradients themselves too (fp32 copies on the CPU)."""
     import torch
 
+    from ortlab import sketch
+
     scale = float(scaler.get_scale()) if scaler is not None else 1.0
-    grads = {}
+    summaries, grads = {}, {}
     for name, p in model.named_parameters():
-        if p.requires_grad:
-            grads[name] = None if p.grad is None else (p.grad.detach().to("cpu", torch.float32, copy=True) / scale)
-    return {"loss": float(loss), "grads": grads}
+        if not p.requires_grad:
+            continue
+        g = None if p.grad is None else p.grad.detach()
+        summaries[name] = None if g is None else sketch.summarize(g if scale == 1.0 else g.double() / scale,
+                                                                  name).to_dict()
+        if full:
+            grads[name] = None if g is None else (g.to("cpu", torch.float32, copy=True) / scale)
+    return {"loss": float(loss), "summaries": summaries, **({"grads": grads} if full else {})}
 
 
 def write_record(path: Path, first: dict[str, Any] | None, initial: Any, workload: Any, feed: Any, seed: int,
@@ -114,10 +125,14 @@ def write_record(path: Path, first: dict[str, Any] | None, initial: Any, workloa
     started = time.perf_counter()
     files = {}
     if first is not None:
-        tmp = path / f".{GRADIENTS}.tmp"
-        torch.save({"format": FORMAT, **first}, tmp)
-        tmp.replace(path / GRADIENTS)
-        files["first_step"] = GRADIENTS
+        from ortlab import sketch
+
+        _save(path / SUMMARY, {"format": sketch.FORMAT, "width": sketch.WIDTH, "exact": sketch.EXACT,
+                               "loss": first["loss"], "grads": first["summaries"]})
+        files["first_step_summary"] = SUMMARY
+        if first.get("grads") is not None:
+            _save(path / GRADIENTS, {"format": FORMAT, "loss": first["loss"], "grads": first["grads"]})
+            files["first_step"] = GRADIENTS
     size = sum(t.numel() * t.element_size() for t in initial.model.values())
     if size <= SNAPSHOT_KEPT_BYTES:
         initial.save(path / SNAPSHOT)
@@ -126,3 +141,12 @@ def write_record(path: Path, first: dict[str, Any] | None, initial: Any, workloa
               "batches": batch_hashes(workload, feed, steps), "seed": seed, **files}
     record["cost_s"] = round(time.perf_counter() - started, 4)
     write_json(path / RECORD_FILE, record)
+
+
+def _save(target: Path, data: Any) -> None:
+    """torch.save whole or not at all."""
+    import torch
+
+    tmp = target.with_name(f".{target.name}.tmp")
+    torch.save(data, tmp)
+    tmp.replace(target)

@@ -77,14 +77,42 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
+KEPT_WHOLE_BYTES = 256 * 2**20  # a model's parameters up to this size are copied by `kept`; larger ones are watched
+
+
+class ChangedInPlace(RuntimeError):
+    """A parameter of a large model changed in place inside `kept` (a forward or backward that writes to its own
+    weights), which `kept` cannot put back: it names the parameter."""
+
+
 @contextlib.contextmanager
 def kept(model: torch.nn.Module) -> Iterator[None]:
-    """The model's state and gradients restored after the block (a step, a trace, a probe must leave no trace)."""
-    snapshot = Snapshot.take(model)
-    grads = {n: p.grad for n, p in model.named_parameters()}
+    """The model's state and gradients restored after the block (a step, a trace, a probe must leave no trace).
+    Buffers are copied (a forward changes them: running statistics, counters); parameters are copied when small
+    (KEPT_WHOLE_BYTES), else watched by their version counters, so that a step of a 1B model does not hold a second
+    copy of its weights: one changed in place raises ChangedInPlace."""
+    params = list(model.named_parameters())
+    whole = sum(p.numel() * p.element_size() for _, p in params) <= KEPT_WHOLE_BYTES
+    if whole:
+        snapshot = Snapshot.take(model)
+    else:
+        snapshot = Snapshot({n: b.detach().to("cpu", copy=True) for n, b in model.named_buffers()}, {})
+        versions = {n: p._version for n, p in params}
+    grads = {n: p.grad for n, p in params}
     try:
         yield
     finally:
-        snapshot.restore(model)
+        if whole:
+            snapshot.restore(model)
+        else:
+            with torch.no_grad():
+                for name, b in model.named_buffers():
+                    if name in snapshot.model:
+                        b.copy_(snapshot.model[name].to(device=b.device, dtype=b.dtype))
         for name, p in model.named_parameters():
             p.grad = grads[name]
+        if not whole:
+            changed = [n for n, p in params if p._version != versions[n]]
+            if changed:
+                raise ChangedInPlace(f"parameter {changed[0]} changed in place during a forward or backward (its "
+                                     "version counter moved), which ortlab cannot put back in a model this large")

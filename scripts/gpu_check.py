@@ -1,6 +1,6 @@
 """Prove ortlab's CUDA paths on a GPU machine, in one command from a plain checkout (no package registry needed):
 
-    PYTHONPATH=. scripts/gpu_check [--out DIR]
+    PYTHONPATH=. scripts/gpu_check [--out DIR] [--scale]
 
 It runs the benchmarks whose targets hold on CUDA (statistics <= 1.15x a step, burst bookkeeping <= 1.05x, compile
 bookkeeping <= 1.05x; short settings) and the tests marked `cuda` (tests/test_cuda.py: with pytest when it is
@@ -8,8 +8,10 @@ installed, else by calling each test itself), then prints ONE table: the card, t
 or fail and each ratio against its target. Exit 0 only when all pass (a test that skips itself, e.g. ORTModule
 without onnxruntime-training, is not a failure), 1 otherwise, 2 on a machine without a GPU (one line). The table
 (table.txt, results.json) and every raw output (the benchmarks' logs and JSON, pytest's output) are written to
---out (default: $OUT when set, else ./gpu_check_out), so they can be brought back. About 5 minutes on an H100 (an
-estimate), under 8: each part has a share of --budget (450 s) and is stopped past it.
+--out (default: $OUT when set, else ./gpu_check_out), so they can be brought back. 3 minutes on an H200
+(2026-11-28), under 8: each part has a share of --budget (450 s) and is stopped past it. `--scale` adds the verdict
+at scale (a 1B model compared and judged, the device's peak against 48 GB; its share: SCALE_SECONDS, and the budget
+grows by as much).
 
 ORTLAB_GPU_CHECK_FAKE_DEVICE=cpu (set only by tests/test_gpu_check.py) fakes the device check: the whole script runs
 on the CPU with tiny settings, to prove the script itself end to end (its `cuda` tests then skip, saying why).
@@ -43,6 +45,10 @@ BENCHMARKS = [
      ["--steps", "3", "--rounds", "1"], 150),
 ]
 TESTS = "tests/test_cuda.py"
+SCALE_SECONDS = 300  # the verdict at scale's share of the default budget (when --scale adds it)
+SCALE_PEAK_GB = 48.0  # its target: the device's peak while a 1B model is compared and judged (one 80 GB card)
+SCALE_MODEL = ("ortlab.demo.sizes:llama_1b", [])  # on the CPU (faked): a small Llama of the same code
+SCALE_FAKE = ("ortlab.demo.families:llama", [])
 RESULT_LINE = re.compile(r"^(?:tests/)?test_cuda\.py::(\w+) (PASSED|FAILED|SKIPPED|ERROR)")
 
 
@@ -53,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=BUDGET,
                         help=f"seconds for the whole check (default {BUDGET:g}), shared among its parts")
     parser.add_argument("--only", choices=("benchmarks", "tests"), help="run only one part")
+    parser.add_argument("--scale", action="store_true",
+                        help="also the verdict at scale: a 1B model (Llama 3.2 1B's shapes, random weights) compared "
+                        "on PyTorch and torch.compile and judged, the device's peak against 48 GB (SCALE_SECONDS of "
+                        "the budget)")
     parser.add_argument("--bare-tests", type=Path, help=argparse.SUPPRESS)  # internal: the tests without pytest
     args = parser.parse_args(argv)
     if args.bare_tests:
@@ -71,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    deadline = started + args.budget
+    deadline = started + args.budget + (SCALE_SECONDS * args.budget / BUDGET if args.scale else 0.0)
     machine = describe(torch, fake)
     print(f"gpu_check: {machine['card']}; torch {machine['torch']}, CUDA {machine['cuda']}; outputs in {out}",
           flush=True)
@@ -80,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, script, cuda_args, fake_args, share in BENCHMARKS:
             rows += benchmark(name, script, (fake_args if fake else cuda_args) + ["--device", device], out,
                               min(share * args.budget / BUDGET, remaining(deadline, started)), started)
+    if args.scale:
+        rows += scale(out, min(SCALE_SECONDS * args.budget / BUDGET, remaining(deadline, started)), started, fake)
     if args.only != "benchmarks":
         rows += tests(out, max(remaining(deadline, started), 30.0), started)
     elapsed = time.monotonic() - started
@@ -154,6 +166,81 @@ def benchmark(name: str, script: str, arguments: list[str], out: Path, share: fl
                      "measured": ratio, "target": target, "seconds": round(seconds, 1),
                      "device": data.get("device")})
     return rows
+
+
+def scale(out: Path, share: float, started: float, fake: bool) -> list[dict]:
+    """The verdict at scale: `ortlab burst` of a 1B model on PyTorch and torch.compile (aot_eager: AOTAutograd's
+    graphs without inductor's minutes of compiling), parity, 3 steps, judged; the GPU's used memory sampled every
+    0.2 s while it runs (NVML, else nvidia-smi). One row: the device's peak over its start against SCALE_PEAK_GB, and
+    the verdict (a verdict not reached fails the row)."""
+    check = "verdict at scale (1B Llama shapes, PyTorch vs torch.compile)"
+    if share < 1:
+        return [{"check": check, "result": "fail", "note": "not run: the time budget was spent"}]
+    model, extra = SCALE_FAKE if fake else SCALE_MODEL
+    folder = out / "scale-runs"
+    command = [sys.executable, "-m", "ortlab.cli", "burst", "--model", model, *extra, "--backend", "pytorch,compile",
+               "--compile-backend", "aot_eager", "--parity", "--steps", "3", "--no-memory", "--json", "--out",
+               str(folder), "--device", "cpu" if fake else "cuda"]
+    print(f"[{time.monotonic() - started:5.0f} s] verdict at scale: {' '.join(command[3:])}", flush=True)
+    sampler = DeviceMemory(None if fake else 0)
+    sampler.start()
+    code, seconds = run(command, out / "scale.log", share, child_env())
+    peak_gb = sampler.stop()
+    verdicts = [json.loads((d / "verdict.json").read_text()) for d in sorted(folder.glob("*"))
+                if (d / "verdict.json").is_file()] if folder.is_dir() else []
+    status = verdicts[0]["status"] if verdicts else None
+    (out / "scale.json").write_text(json.dumps({"peak_gb": peak_gb, "seconds": round(seconds, 1), "exit": code,
+                                                "verdicts": verdicts}, indent=1), encoding="utf-8")
+    note = (f"verdict: {status}" if status else f"no verdict (exit {code}): see scale.log") + \
+        f"; {seconds:.0f} s" + ("" if peak_gb is not None else "; the device's memory could not be read")
+    judged = status in ("agree", "diverged")
+    within = peak_gb is not None and peak_gb < SCALE_PEAK_GB
+    return [{"check": check, "result": "pass" if judged and (within or fake) else "fail",
+             "measured": peak_gb, "target": SCALE_PEAK_GB, "unit": "GB", "seconds": round(seconds, 1), "note": note}]
+
+
+class DeviceMemory:
+    """The GPU's used memory sampled in a thread: its peak over what was used when sampling began, in GB."""
+
+    def __init__(self, index: int | None):
+        import threading
+
+        self.index, self.peak, self.base = index, None, None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _read(self) -> float | None:
+        if self.index is None:
+            return None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(self.index)).used / 1e9
+        except Exception:  # no NVML: nvidia-smi
+            try:
+                text = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                                       f"--id={self.index}"], capture_output=True, text=True, timeout=5).stdout
+                return float(text.strip().splitlines()[0]) * 2**20 / 1e9
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+                return None
+
+    def _loop(self) -> None:
+        while not self._done.wait(0.2):
+            used = self._read()
+            if used is not None:
+                self.peak = max(self.peak or 0.0, used)
+
+    def start(self) -> None:
+        self.base = self._read()
+        self._thread.start()
+
+    def stop(self) -> float | None:
+        self._done.set()
+        self._thread.join()
+        if self.peak is None or self.base is None:
+            return None
+        return round(self.peak - self.base, 2)
 
 
 def tests(out: Path, share: float, started: float) -> list[dict]:
@@ -254,8 +341,11 @@ def render(machine: dict, rows: list[dict], seconds: float, ok: bool, out: Path)
              f"{machine['ortlab']}, {machine['date']}", "",
              f"{'check':<{width}}  {'result':<7}  {'measured':>8}  {'target':>8}  note"]
     for r in rows:
-        measured = f"{r['measured']:.3f}x" if r.get("measured") is not None else ""
-        target = f"<= {r['target']:g}x" if r.get("target") is not None else ""
+        unit = r.get("unit")
+        measured = ("" if r.get("measured") is None else f"{r['measured']:.1f} {unit}" if unit else
+                    f"{r['measured']:.3f}x")
+        target = ("" if r.get("target") is None else f"< {r['target']:g} {unit}" if unit else
+                  f"<= {r['target']:g}x")
         lines.append(f"{r['check']:<{width}}  {r['result']:<7}  {measured:>8}  {target:>8}  {r.get('note', '')}")
     failed = sum(r["result"] == "fail" for r in rows)
     lines += ["", f"{'ALL PASSED' if ok else f'{failed} FAILED'}: {len(rows)} checks in {seconds / 60:.1f} min; "

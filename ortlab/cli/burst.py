@@ -6,6 +6,7 @@ import sys
 
 from ortlab.cli.common import (
     CliError,
+    add_float64_arg,
     add_in_process_arg,
     add_json_arg,
     add_model_args,
@@ -30,7 +31,8 @@ def cmd_burst(args) -> int:
         backends = (args.backend,)
     else:
         backends = chosen_backends(args.backend)
-    with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
+    with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process,
+                 float64=args.float64) as session:
         if len(backends) > 1:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)
             print_json(comparison.to_dict()) if args.json else print(comparison)
@@ -82,7 +84,7 @@ def burst_kwargs(args) -> tuple[dict, object]:
                 parity=args.parity, progress=not args.json and sys.stderr.isatty(), collect=collect,
                 nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
                 save_checkpoint=args.save_checkpoint, sampler=args.sampler, fixes=args.fix,
-                compile=compile_settings), options
+                compile=compile_settings, evidence=args.evidence), options
 
 
 def outcome(runs, comparison, allow_fallback: bool) -> int:
@@ -94,12 +96,21 @@ def outcome(runs, comparison, allow_fallback: bool) -> int:
                 print(f"ortlab burst: {run.backend}: {run.meta[key]}", file=sys.stderr)
     if any(r.status in ENDED_EARLY for r in runs):
         return 130
-    diverged = [v for v in (comparison.verdict_of(b) for b in comparison.others) if v is not None and v.diverged] \
+    verdicts = [v for v in (comparison.verdict_of(b) for b in comparison.others) if v is not None] \
         if comparison is not None else []
+    diverged = [v for v in verdicts if v.diverged or _unjudged(v, runs)]
     for verdict in diverged:
         print(f"ortlab burst: {verdict.headline}", file=sys.stderr)
     accepted = (RunStatus.OK, RunStatus.FALLBACK) if allow_fallback else (RunStatus.OK,)
     return 1 if diverged or not all(r.status in accepted for r in runs) else 0
+
+
+def _unjudged(verdict, runs) -> bool:
+    """A verdict not judged although every run ended ok: its evidence could not be gathered (out of memory, a
+    worker that died), which is never an agreement."""
+    from ortlab.verdict.judge import NOT_JUDGED
+
+    return verdict.status == NOT_JUDGED and all(r.status == RunStatus.OK for r in runs)
 
 
 def collect_settings(args) -> dict[str, dict]:
@@ -200,6 +211,11 @@ def add_burst_args(b) -> None:
                    help="how the ranks share a workload's dataset (e.g. --model-arg "
                    "variable_length=true): torch's DistributedSampler or ORT's load-balancing sampler, which gives "
                    "every rank samples of similar complexity each step (default: the dataset in order)")
+    b.add_argument("--evidence", default="summary", choices=("summary", "full"),
+                   help="what a parity burst keeps of its first step's gradients for `ortlab judge`: summary (a "
+                   "fixed size a parameter: tens of MB a run at any size) or full (every gradient too: 4 bytes a "
+                   "parameter)")
+    add_float64_arg(b)
     add_out_arg(b)
     add_in_process_arg(b)
     add_json_arg(b)

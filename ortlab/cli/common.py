@@ -85,3 +85,15 @@ def positive_float(text: str) -> float:
 
 def seed(text: str) -> int:
     return _number(int, text, lambda v: 0 <= v <= 2**32 - 1, "a whole number from 0 to 4294967295")
+
+
+def add_float64_arg(p) -> None:
+    """--float64: whether the verdict runs its float64 burst (ortlab.verdict.cost)."""
+    from ortlab.verdict.cost import MODES
+
+    p.add_argument("--float64", default="auto", choices=MODES,
+                   help="the verdict's float64 burst, which judges the losses and end state against float64 and "
+                   "costs about 40 bytes a parameter with AdamW: auto runs it where its estimated need is at most 2 "
+                   "GB and fits the free memory (else the losses and end state are judged against fp32's spread, "
+                   "said in the verdict), burst always, first-step never (the first step's gradients are judged "
+                   "against float64 block by block either way)")

@@ -22,7 +22,8 @@ def cmd_compare(args) -> int:
                                          **kwargs)
     else:
         backends = chosen_backends(args.backends if placed is None else ",".join(p.backend for p in placed))
-        with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process) as session:
+        with Session(args.model, model_kwargs(args), out=args.out, in_process=args.in_process,
+                     float64=args.float64) as session:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)
     decision, recommendation = comparison.decision(), comparison.recommendation()
     if args.json:

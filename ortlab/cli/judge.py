@@ -3,14 +3,14 @@ machines (ortlab.verdict.folders), as `ortlab compare` gives it in one process."
 
 from __future__ import annotations
 
-from ortlab.cli.common import add_json_arg, print_json
+from ortlab.cli.common import add_float64_arg, add_json_arg, print_json
 
 
 def cmd_judge(args) -> int:
     from ortlab.verdict.folders import judge_runs
     from ortlab.verdict.judge import AGREE
 
-    judged = judge_runs(args.first, args.second, args.reference, args.out)
+    judged = judge_runs(args.first, args.second, args.reference, args.out, args.float64)
     if args.json:
         print_json([j.to_dict() for j in judged])
     else:
@@ -35,5 +35,6 @@ def register(sub) -> None:
                    "against torch.compile)")
     j.add_argument("--out", default=None, help="folder for the bursts a verdict may need (a noise pair, the "
                    "statistics that localize a divergence) (default: beside the judged run)")
+    add_float64_arg(j)
     add_json_arg(j)
     j.set_defaults(func=cmd_judge)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.engine import messages as m
+from ortlab.engine.headroom import Watch
 from ortlab.errors import OrtlabError
 from ortlab.options import Options, ReadAt
 from ortlab.run import RunStatus, mark
@@ -36,6 +37,11 @@ class WorkerError(OrtlabError, RuntimeError):
     """The worker could not start or answered with an error; the message says why."""
 
 
+class WorkerOutOfMemory(WorkerError):
+    """The worker was killed for memory (the kernel's OOM killer, a cgroup's limit): the message says what it held
+    and what is allowed, in one line."""
+
+
 @dataclass
 class Worker:
     """One worker process, its socket, the import-time options it was started with and its log."""
@@ -44,6 +50,7 @@ class Worker:
     conn: Connection
     import_options: Options
     log_path: Path
+    watch: Watch | None = None  # its memory: a SIGKILL is named "killed for memory" when that is why
 
     @property
     def alive(self) -> bool:
@@ -56,6 +63,8 @@ class Worker:
                 return self.conn.recv()
         except (EOFError, OSError):
             return None
+        if self.watch is not None:
+            self.watch.sample()
         return None if not self.alive and not _has_data(self.conn) else "tick"
 
     def receive(self, timeout: float) -> Any:
@@ -81,6 +90,13 @@ class Worker:
         code = self.proc.wait()
         self.conn.close()
         return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+
+    def out_of_memory(self) -> str | None:
+        """Once it is gone: "killed for memory by ...: it held ..., the limit is ..." when memory is why it died."""
+        code = self.proc.wait()
+        if self.watch is None or code >= 0:
+            return None
+        return self.watch.killed_for_memory(signal.Signals(-code).name)
 
     def stopped(self) -> str:
         """What ended it after a Stop (it was ended on purpose: its log goes)."""
@@ -158,7 +174,7 @@ class Client:
         conn = Connection(os.dup(parent.fileno()))
         parent.close()
         self.starts += 1
-        w = self.worker = Worker(proc, conn, import_options, log_path)
+        w = self.worker = Worker(proc, conn, import_options, log_path, Watch(proc.pid))
         ref = self.ref
         conn.send(m.Init(ref.kind, ref.target, tuple(ref.kwargs), ref.label, self.seed, import_options.to_dict(),
                          str(self.snapshot) if self.snapshot else None, reason, changes))
@@ -183,6 +199,8 @@ class Client:
         `stop` and, once the worker has answered, raises KeyboardInterrupt (the request was interrupted, whatever
         it answered); `on_tried(msg)` for each Tried on the way (the localizer's progress)."""
         w = self.for_options(options)
+        if w.watch is not None:
+            w.watch.restart()
         w.conn.send(msg)
         interrupted = False
         while True:
@@ -197,7 +215,11 @@ class Client:
                 raise KeyboardInterrupt
             if reply is None:
                 self.worker = None
-                raise WorkerError(f"the worker died ({w.crashed()}) while {what}; its log: {w.log_path}\n"
+                died, memory = w.crashed(), w.out_of_memory()
+                if memory is not None:
+                    raise WorkerOutOfMemory(f"the worker (pid {w.proc.pid}) was {memory}, while {what}; its log: "
+                                            f"{w.log_path}")
+                raise WorkerError(f"the worker died ({died}) while {what}; its log: {w.log_path}\n"
                                   f"{tail(w.log_path)}")
             if isinstance(reply, m.Tried) and on_tried:
                 on_tried(reply)
@@ -243,6 +265,11 @@ class Client:
                     mark(path, RunStatus.STOPPED,
                          error=f"stopped: the worker was terminated ({what}) because "
                                f"{grace.reason or 'it did not end the burst after the Stop request'}")
+                elif (memory := w.out_of_memory()) is not None:
+                    mark(path, RunStatus.CRASHED,
+                         error=f"out of memory: the worker process (pid {w.proc.pid}) was {memory}, during the "
+                               f"burst (the steps done are kept); the log is kept in {path / 'log.txt'}, the "
+                               f"worker's in {w.log_path}")
                 else:
                     mark(path, RunStatus.CRASHED,
                          error=f"the worker process died ({what}) during the burst; the log is kept "

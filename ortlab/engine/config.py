@@ -37,6 +37,9 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+EVIDENCE = ("summary", "full")  # BurstConfig.evidence
+
+
 @dataclass(frozen=True)
 class BurstConfig:
     backend: str = "ortmodule"
@@ -69,6 +72,9 @@ class BurstConfig:
     # torch.compile's settings for a compile burst: mode, dynamic, fullgraph, backend, memory_budget
     # (engine.backends.compiled)
     compile: dict[str, Any] = field(default_factory=dict)
+    # what a parity burst records of its first step's gradients for a verdict elsewhere (ortlab.evidence): "summary"
+    # (a fixed-size summary per parameter: ortlab.sketch) or "full" (every gradient too: 4 bytes a parameter on disk)
+    evidence: str = "summary"
 
     def __post_init__(self):
         registered(self.backend)
@@ -90,6 +96,9 @@ class BurstConfig:
         if not (isinstance(self.perturb, int | float) and not isinstance(self.perturb, bool)
                 and math.isfinite(self.perturb) and 0 <= self.perturb < 1e-2):
             raise BurstError(f"perturb {self.perturb!r} is not allowed; allowed: a number from 0 to 0.01")
+        if self.evidence not in EVIDENCE:
+            raise BurstError(f"evidence {self.evidence!r} is not allowed; allowed: {', '.join(EVIDENCE)} (what a parity "
+                             "burst records of its first step's gradients)")
         if not _whole(self.seed) or not 0 <= self.seed <= SEED_MAX:
             raise BurstError(f"seed {self.seed!r} is not allowed; allowed: a whole number from 0 to {SEED_MAX}")
         if not isinstance(self.options, Options):

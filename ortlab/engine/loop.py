@@ -26,6 +26,7 @@ from ortlab.engine import precision
 from ortlab.engine.backends import Backend, make, registered
 from ortlab.engine.collectors import Collector, make_collectors
 from ortlab.engine.config import BurstConfig, resolve_device
+from ortlab.engine.headroom import refuse_unfit
 from ortlab.engine.machine import Contention, fit_threads
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
@@ -177,6 +178,9 @@ class Engine:
             self.check_import_options(wanted)
         device = resolve_device(cfg.device)
         precision.check(cfg.precision, device, cfg.backend)
+        unfit = refuse_unfit(self.model, str(cfg.optimizer), device, self.ref.describe())
+        if unfit:  # said before the burst starts, not found out by the kernel's OOM killer mid-step
+            raise BurstError(unfit)
         feed = self.feed = self._feed(cfg)
         self.model.to(device)
         self.initial.restore(self.model)
@@ -256,7 +260,7 @@ class Engine:
         for j in range(work.accumulation):
             total += self._micro(b, step, j, first if j == 0 else self._batch(b, step, j))
         if step == 0 and b.cfg.parity and not b.cfg.distributed:  # before the optimizer moves the gradients
-            b.first = evidence.gradients(self.model, total, b.scaler)
+            b.first = evidence.gradients(self.model, total, b.scaler, full=b.cfg.evidence == "full")
         for c in b.timers:
             c.phase(step, "optimizer")
         b.stage = "optimizer"

@@ -56,9 +56,15 @@ class Session:
     # the stack its workers run on ("ort", "current": ortlab.engine.stack_env starts that stack's Python); None:
     # this process's. Another stack's bursts need a worker (not in_process) and a model given by import path.
     stack: str | None = None
+    # the verdict's float64 burst (its losses and end state against float64): "auto" runs it where its estimated
+    # need fits the device's free memory, "burst" always, "first-step" never (ortlab.verdict.cost)
+    float64: str = "auto"
 
     def __post_init__(self):
+        from ortlab.verdict.cost import mode
         from ortlab.workload import ModelRef
+
+        self.float64 = mode(self.float64)  # a bad mode is refused before any worker starts
 
         self.ref = ModelRef.of(self.model, **self.model_kwargs)
         if self.shell_options is None:
@@ -86,7 +92,7 @@ class Session:
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
               save_checkpoint: bool = False, sampler: Sampler | str | None = None, fixes: Any = (),
-              perturb: float = 0.0, compile: dict[str, Any] | None = None) -> Run:
+              perturb: float = 0.0, compile: dict[str, Any] | None = None, evidence: str = "summary") -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
@@ -98,7 +104,9 @@ class Session:
         A burst whose ORTModule fell back to PyTorch ends with status "fallback", never "ok". `compile`: the
         settings of a backend="compile" burst (mode, dynamic, fullgraph, backend, memory_budget:
         ortlab.engine.backends.compiled).
-        `perturb`: the initial parameters times (1 + perturb), for a noise reference."""
+        `perturb`: the initial parameters times (1 + perturb), for a noise reference. `evidence`: what a parity
+        burst records of its first step's gradients for a verdict elsewhere ("summary": a fixed size a parameter;
+        "full": every gradient too)."""
         from ortlab.engine.config import BurstConfig
 
         cfg = BurstConfig(backend=backend, steps=steps, options=self._shell_options().overlaid(options),
@@ -107,7 +115,7 @@ class Session:
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                           save_checkpoint=save_checkpoint, sampler=None if sampler is None else Sampler(sampler),
-                          fixes=fixes, perturb=perturb, compile=compile or {})
+                          fixes=fixes, perturb=perturb, compile=compile or {}, evidence=evidence)
         run = self._burst(cfg, on_step, progress)
         self.runs.append(run)
         self.transition_rows.extend(run.read_json("transitions.json", []))

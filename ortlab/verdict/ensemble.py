@@ -114,21 +114,23 @@ def burst_members(workload: Any, feed: Any, initial: Any, optimizer: str, lr: fl
 
 def _noise(workload: Any, feed: Any, seed: int, rounding: dict[str, float] | None) -> dict[str, float]:
     """Per parameter, fp32's own first-step error per element (RMS): `rounding`'s distances over the square root
-    of the parameter's size, or measured (one float64 and one fp32 step on the first batch)."""
-    from ortlab.verdict import reference
+    of the parameter's size, or measured (one float64 step, block by block, and one fp32 step on the first
+    batch)."""
+    from ortlab.verdict import gradients
 
     sizes = {n: p.numel() for n, p in workload.model.named_parameters() if p.requires_grad}
     if rounding:
         return {n: d / math.sqrt(sizes[n]) for n, d in rounding.items()
                 if n in sizes and sizes[n] and d is not None and math.isfinite(d)}
     batches = workload.micro_batches(feed.batch, 0)
-    exact = reference.step(workload, batches, seed)
     fp32 = _step(workload, batches, seed, None, ())
+    measured = gradients.float64_distances(workload, batches, seed, {gradients.PYTORCH: fp32,
+                                                                     gradients.CANDIDATE: fp32})
     out = {}
-    for name, g in fp32.grads.items():
-        g64 = exact.grads.get(name)
-        if g is not None and g64 is not None and g.numel():
-            size = float((g.double() - g64.to(g.device)).norm()) / math.sqrt(g.numel())
+    for name, d in measured.to.get(gradients.PYTORCH, {}).items():
+        g = fp32.grads.get(name)
+        if g is not None and g.numel():
+            size = d / math.sqrt(g.numel())
             out[name] = size if math.isfinite(size) else 0.0
     return out
 

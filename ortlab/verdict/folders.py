@@ -58,12 +58,16 @@ class Judged:
 
 
 def judge_runs(first: str | Path | Run, second: str | Path | Run, reference: str | Path | Run | None = None,
-               out: str | Path | None = None) -> list[Judged]:
+               out: str | Path | None = None, float64: str = "auto") -> list[Judged]:
     """The verdict on two run folders made by any process on any stack, as Session.compare gives it in one: the
     non-PyTorch run against the PyTorch one, or (neither PyTorch's) each against `reference`, a PyTorch run of
     the same start. Each verdict is written to its run's folder (verdict.json). `out`: where the bursts the
     verdict may need (a noise pair, the statistics that localize a divergence) go (default: beside the judged
-    run). Raises JudgeError (one line) when the runs cannot be judged together."""
+    run). `float64`: whether the float64 burst runs (ortlab.verdict.cost: "auto", "burst", "first-step"). Raises
+    JudgeError (one line) when the runs cannot be judged together."""
+    from ortlab.verdict.cost import mode
+
+    float64 = mode(float64)
     runs = [_load(r) for r in (first, second)]
     ref = _load(reference) if reference is not None else None
     chosen = pairs(runs, ref)
@@ -71,7 +75,7 @@ def judge_runs(first: str | Path | Run, second: str | Path | Run, reference: str
         if pytorch.status == RunStatus.OK and other.status == RunStatus.OK:
             comparable(pytorch, other)
     sessions: dict[str, Any] = {}  # one per start: its model built once, its float64 burst run once
-    return [Judged(pytorch, other, _judge(pytorch, other, out, sessions)) for pytorch, other in chosen]
+    return [Judged(pytorch, other, _judge(pytorch, other, out, sessions, float64)) for pytorch, other in chosen]
 
 
 def pairs(runs: list[Run], reference: Run | None) -> list[tuple[Run, Run]]:
@@ -107,9 +111,9 @@ def comparable(pytorch: Run, other: Run) -> None:
             why = ("it was not a parity burst" if not run.meta.get("config", {}).get("parity")
                    else f"it has no {record.FILE} (made by an ortlab that did not record one)")
             raise JudgeError(f"{run.path.name} cannot be judged from its folder: {why}; burst again with --parity")
-        if not (run.path / record.GRADIENTS).is_file():
-            raise JudgeError(f"{run.path.name} has no {record.GRADIENTS} (its first step's gradients): burst again "
-                             "with --parity")
+        if not record.has_first_step(run):
+            raise JudgeError(f"{run.path.name} has neither {record.SUMMARY} nor {record.GRADIENTS} (its first step's "
+                             "gradients): burst again with --parity")
         recorded.append(found)
     a, b = recorded
     names = f"{pytorch.path.name} and {other.path.name}"
@@ -126,7 +130,7 @@ def comparable(pytorch: Run, other: Run) -> None:
                              f"vs {y[:12]})")
 
 
-def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str, Any]) -> Any:
+def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str, Any], float64: str = "auto") -> Any:
     from ortlab.engine.config import made_elsewhere
     from ortlab.engine.session import Session
     from ortlab.verdict import procedure
@@ -146,7 +150,7 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str,
     key = json.dumps([rebuild["ref"], rebuild.get("seed") or 0, snapshot, str(out)], sort_keys=True, default=str)
     if key not in sessions:
         sessions[key] = Session(ModelRef.from_dict(rebuild["ref"]), seed=rebuild.get("seed") or 0, out=out,
-                                in_process=True, snapshot=snapshot)
+                                in_process=True, snapshot=snapshot, float64=float64)
     session = sessions[key]
     transport = Recorded(session, pytorch, other, out)
     transport.check_start()
@@ -185,6 +189,10 @@ class Recorded:
     @property
     def shell_options(self) -> Options | None:
         return self.session.shell_options
+
+    @property
+    def float64(self) -> str:
+        return self.session.float64
 
     def check_start(self) -> None:
         """JudgeError unless this process builds the snapshot and batches the runs recorded."""
@@ -229,14 +237,15 @@ class Recorded:
 
         if task == tasks.GRADIENT_CHECK:
             return evidence(self.session._local_engine(), config, kwargs.get("fixes", ()), *self.steps,
-                            kwargs.get("burst", False))
+                            kwargs.get("burst", False), kwargs.get("float64", "auto"), kwargs.get("peak_bytes"))
         return self.session.evidence(task, config, what, progress, **kwargs)
 
 
-def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any, burst: bool = False
-             ) -> dict[str, Any]:
+def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any, burst: bool = False,
+             float64: str = "auto", peak_bytes: float | None = None) -> dict[str, Any]:
     """tasks.gradient_check for two first steps recorded elsewhere: judged here against float64 of the engine's
-    snapshot and first batch (the float64 burst's first step when `burst`)."""
+    snapshot and first batch (the float64 burst's first step when `burst` and `float64` with its estimated need
+    allow it: ortlab.verdict.cost)."""
     import torch
 
     from ortlab.engine import precision
@@ -247,6 +256,10 @@ def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any,
 
     reference_run, first64, error = None, True, None
     engine.model.to("cpu")  # where the recorded gradients are
+    if burst:
+        from ortlab.verdict.tasks import float64_burst_fits
+
+        burst, error = float64_burst_fits(engine, cfg, float64, peak_bytes)
     if burst:
         done = engine.__dict__.setdefault("_float64_bursts", {})  # both runs against one reference: run once
         key = (cfg.optimizer, cfg.lr, cfg.steps, cfg.seed, cfg.sampler)
@@ -266,7 +279,7 @@ def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any,
     out = {**check.to_dict(), "exported": 0}
     if precision.note(cfg.precision):
         out["notes"] = [*out.get("notes", []), precision.note(cfg.precision)]
-    if burst:
+    if reference_run is not None or error is not None:
         out["float64"] = reference_run if error is None else {"error": error}
     return out
 

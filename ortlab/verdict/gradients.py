@@ -13,10 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ortlab import _ort
 from ortlab.snapshot import kept
+
+if TYPE_CHECKING:
+    from ortlab.verdict.blockwise import Distances
 
 FLOOR = 1e-4  # of the norm of all gradients: what a "zero" gradient is measured against (without float64)
 AGREE = 1e-3  # without float64: the worst parameter's relative difference up to which the gradients agree
@@ -46,6 +49,7 @@ class GradientCheck:
     loss_float64: float | None = None
     notes: list[str] = field(default_factory=list)
     members: list[dict] = field(default_factory=list)  # the fp32 ensemble's runs (ortlab.verdict.ensemble), if any
+    float64: Any = field(default=None, repr=False)  # what the float64 step measured (blockwise.Distances), if any
 
     @property
     def worst(self) -> dict[str, Any] | None:
@@ -82,7 +86,9 @@ class GradientCheck:
                "loss_pytorch": self.loss_pytorch, "loss_ortmodule": self.loss_ortmodule,
                "loss_float64": self.loss_float64, "forward_agrees": self.forward_agrees,
                "worst": self.rows[:5], "parameters": len(self.rows), "fixes": self.fixes, "notes": self.notes,
-               "members": self.members, "garbage": sum(_garbage(r) for r in self.rows)}
+               "members": self.members, "garbage": sum(_garbage(r) for r in self.rows),
+               "undecided": [r["parameter"] for r in self.rows if r.get("undecided")],
+               "estimated": any(r.get("estimated") for r in self.rows)}
         if self.judged_by == FLOAT64:  # every parameter's two distances: what the Lab plots
             out["distances"] = [{k: r.get(k) for k in ("parameter", "to_float64", "pytorch_to_float64", "spread",
                                                        "allowed", "norm", "diverged")} for r in self.rows]
@@ -90,18 +96,20 @@ class GradientCheck:
 
 
 def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: list[str] | None = None,
-            exact: Step | None = None, notes: list[str] | None = None, spread: dict[str, float] | None = None,
-            members: list[dict[str, Any]] | None = None) -> GradientCheck:
-    """Every parameter's gradient of both steps, worst first: judged against `exact` (the float64 step) when
-    given, else against each other (allclose when every parameter is, else relative to PyTorch fp32's).
-    `spread`: per parameter, the largest distance to float64 of the fp32 ensemble's `members`."""
-    import torch
-
+            exact: Step | Distances | None = None, notes: list[str] | None = None,
+            spread: dict[str, float] | None = None, members: list[dict[str, Any]] | None = None) -> GradientCheck:
+    """Every parameter's gradient of both steps, worst first: judged against float64 when `exact` is given (the
+    float64 step, or what a float64 step taken block by block measured of both: ortlab.verdict.blockwise), else
+    against each other (allclose when every parameter is, else relative to PyTorch fp32's). `spread`: per
+    parameter, the largest distance to float64 of the fp32 ensemble's `members`. A step's gradients may be
+    summaries (ortlab.sketch: a run recorded elsewhere): its distances are then estimates, and a parameter
+    estimated within sketch.UNCERTAIN of what is allowed is undecided (neither diverged nor agreed)."""
+    from ortlab import sketch
     from ortlab.verdict import exact as ex
 
-    total = math.sqrt(sum(float(g.double().norm()) ** 2 for g in pytorch.grads.values() if g is not None))
-    scale = total if exact is None else math.sqrt(
-        sum(float(g.double().norm()) ** 2 for g in exact.grads.values() if g is not None))
+    measured = measured_against(exact, pytorch, ortmodule) if isinstance(exact, Step) else exact
+    total = math.sqrt(sum(sketch.norm(g) ** 2 for g in pytorch.grads.values() if g is not None))
+    scale = total if measured is None else measured.scale
     floor = FLOOR * total
     rows: list[dict[str, Any]] = []
     for name, g_pt in pytorch.grads.items():
@@ -111,46 +119,100 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
             continue
         if g_pt is None or g_ort is None:
             rows.append({"parameter": name, "module": module, "relative": math.inf, "difference": math.nan,
-                         "pytorch_norm": None if g_pt is None else float(g_pt.norm()),
-                         "ortmodule_norm": None if g_ort is None else float(g_ort.norm()), "diverged": True,
+                         "pytorch_norm": None if g_pt is None else sketch.norm(g_pt),
+                         "ortmodule_norm": None if g_ort is None else sketch.norm(g_ort), "diverged": True,
                          "note": f"only {'ORTModule' if g_pt is None else 'PyTorch'} gave it a gradient"})
             continue
-        g_pt, g_ort = g_pt.double(), g_ort.double().to(g_pt.device)
-        if not torch.isfinite(g_ort).all():
+        estimated = False
+        if not sketch.finite(g_ort):
             note, diff = "not finite", math.inf
         else:
-            note, diff = None, float((g_ort - g_pt).norm())
-        reference = max(float(g_pt.norm()), floor, 1e-30)
+            diff, exact_here = sketch.distance(g_ort, g_pt, name)
+            note, estimated = None, not exact_here
+        pt_norm = sketch.norm(g_pt)
+        reference = max(pt_norm, floor, 1e-30)
         row = {"parameter": name, "module": module, "relative": diff / reference, "difference": diff,
-               "pytorch_norm": float(g_pt.norm()), "ortmodule_norm": float(g_ort.norm()), "note": note}
-        g_64 = exact.grads.get(name) if exact is not None else None
-        if g_64 is not None:
-            j = ex.judge(g_ort, g_pt, g_64, scale, spread=(spread or {}).get(name) if spread else None)
+               "pytorch_norm": pt_norm, "ortmodule_norm": sketch.norm(g_ort), "note": note}
+        if measured is not None and name in measured.norms:
+            cand = measured.to.get(CANDIDATE, {}).get(name, math.inf)
+            j = ex.decide(cand, measured.to.get(PYTORCH, {}).get(name, math.nan),
+                          measured.norms[name], scale, spread=(spread or {}).get(name) if spread else None)
             row.update(to_float64=j.candidate, pytorch_to_float64=j.pytorch, allowed=j.allowed, norm=j.norm,
                        diverged=j.diverged or note is not None, **({"spread": j.spread} if spread else {}))
+            if note is None and name in measured.estimated and _near(j.candidate, j.allowed):
+                row.update(diverged=False, undecided=True, estimated=True)
+            elif name in measured.estimated:
+                row["estimated"] = True
         else:
-            row["diverged"] = note is not None or not ex.close(g_ort, g_pt)
+            row["diverged"] = note is not None or not (diff <= ex.ALLCLOSE * max(pt_norm, 1e-30))
+            if estimated:
+                row["estimated"] = True
         rows.append(row)
-    if exact is not None:
+    if measured is not None:
         judged_by = FLOAT64
         rows = worst_first(rows, list(pytorch.grads))
     else:
         judged_by = ALLCLOSE if not any(r["diverged"] for r in rows) else FP32
         rows.sort(key=lambda r: -r["relative"])
-    return GradientCheck(rows, pytorch.loss, ortmodule.loss, tolerance, list(fixes or []), judged_by,
-                         exact.loss if exact is not None else None, list(notes or []), list(members or []))
+    check = GradientCheck(rows, pytorch.loss, ortmodule.loss, tolerance, list(fixes or []), judged_by,
+                          measured.loss if measured is not None else None, list(notes or []), list(members or []))
+    check.float64 = measured
+    return check
+
+
+def _near(candidate: float, allowed: float) -> bool:
+    """An estimated distance too near what is allowed for a summary to decide (ortlab.sketch.UNCERTAIN)."""
+    from ortlab.sketch import UNCERTAIN
+
+    return math.isfinite(candidate) and allowed > 0 and (1 - UNCERTAIN) * allowed <= candidate <= \
+        (1 + UNCERTAIN) * allowed
+
+
+PYTORCH, CANDIDATE = "pytorch", "candidate"  # the two fp32 steps a float64 step is measured against
+
+
+def measured_against(exact: Step, pytorch: Step, other: Step) -> Distances:
+    """A float64 step taken whole (a float64 copy of the model, or the float64 burst's first step) measured as a
+    block-by-block one measures itself: norms, both steps' distances, and its gradients kept."""
+    from ortlab import sketch
+    from ortlab.verdict.blockwise import Distances
+
+    out = Distances(exact.loss, how="float64 step")
+    for name, g64 in exact.grads.items():
+        if g64 is None:
+            continue
+        g64 = g64.double()
+        out.norms[name] = float(g64.norm())
+        summarized = any(isinstance(s.grads.get(name), sketch.Summary) for s in (pytorch, other))
+        reference = sketch.summarize(g64, name) if summarized else g64
+        for label, s in ((PYTORCH, pytorch), (CANDIDATE, other)):
+            g = s.grads.get(name)
+            if g is not None:
+                d, exact_here = sketch.distance(g, reference, name)
+                out.to.setdefault(label, {})[name] = d
+                if not exact_here:
+                    out.estimated.add(name)
+        out.kept[name] = g64
+    return out
 
 
 def allclose(pytorch: Step, other: Step) -> bool:
     """The fast path: every parameter's gradient of both steps equal up to rounding of the last bits (stops at the
-    first that is not, so a check that needs float64 costs little here)."""
+    first that is not, so a check that needs float64 costs little here). Summaries: their estimated distance."""
+    from ortlab import sketch
     from ortlab.verdict import exact as ex
 
     for name, g_pt in pytorch.grads.items():
         g_other = other.grads.get(name)
         if (g_pt is None) != (g_other is None):
             return False
-        if g_pt is not None and not ex.close(g_other, g_pt):
+        if g_pt is None:
+            continue
+        if isinstance(g_pt, sketch.Summary) or isinstance(g_other, sketch.Summary):
+            if not sketch.finite(g_other) or \
+                    not sketch.distance(g_other, g_pt, name)[0] <= ex.ALLCLOSE * max(sketch.norm(g_pt), 1e-30):
+                return False
+        elif not ex.close(g_other, g_pt):
             return False
     return True
 
@@ -215,7 +277,8 @@ def step(workload: Any, batches: list[tuple[Any, Any]], runner: Any = None) -> S
         if runner is not None and runner is not model and _ort.is_ortmodule(runner) and \
                 (fell_back := _ort.Wrap(runner, True).fallback()) is not None:
             raise fell_back
-        return Step(loss, {n: None if p.grad is None else p.grad.detach().clone()
+        # the gradients themselves, not copies: `kept` puts the model's own back, so these are the only ones
+        return Step(loss, {n: None if p.grad is None else p.grad.detach()
                            for n, p in model.named_parameters() if p.requires_grad})
 
 
@@ -253,25 +316,47 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
 def judged_steps(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, other: Step,
                  exact: bool | Step = True, tolerance: float = AGREE) -> GradientCheck:
     """Two first steps (PyTorch fp32's and the other backend's, taken here or recorded by their runs:
-    ortlab.verdict.record) judged: allclose, else against float64 (`exact`: the step, or True to take it here on a
-    copy of the workload's model from its current state and `batches`) and, where they diverge, fp32's spread."""
+    ortlab.verdict.record) judged: allclose, else against float64 (`exact`: the step, or True to take it here, block
+    by block, from the workload's model's current state and `batches`) and, where they diverge, fp32's spread."""
     model = workload.model
     if not exact or allclose(pt, other):
         return typed(compare(pt, other, tolerance, list(fixes)), model)
     from ortlab.verdict import reference
 
     if isinstance(exact, Step):
-        exact_step = exact
+        measured = measured_against(exact, pt, other)
     else:
-        try:  # a copy of the model: the original is untouched
-            exact_step = reference.step(workload, batches, seed)
+        try:
+            measured = float64_distances(workload, batches, seed, {PYTORCH: pt, CANDIDATE: other})
         except reference.NoFloat64 as e:
             return compare(pt, other, tolerance, list(fixes), notes=[f"{e}: the gradients are judged against "
                                                                      "PyTorch fp32's instead"])
-    check = compare(pt, other, tolerance, list(fixes), exact_step)
+    notes = [measured.note] if measured.note else []
+    check = compare(pt, other, tolerance, list(fixes), measured, notes=notes)
     if not check.agree and not any(_garbage(r) for r in check.rows if r.get("diverged")):
-        check = widened(workload, batches, seed, fixes, pt, other, exact_step, check, tolerance)
+        check = widened(workload, batches, seed, fixes, pt, other, measured, check, tolerance)
     return typed(check, model)
+
+
+def float64_distances(workload: Any, batches: list[Any], seed: int, steps: dict[str, Step]) -> Distances:
+    """The float64 step measured against fp32 `steps` (their distances to it, its norms), taken block by block
+    (ortlab.verdict.blockwise: no float64 copy of the model); a model whose blocks cannot be replayed alone is
+    taken whole on a float64 copy, with a note saying why. The float64 gradients a widening may need again (a
+    parameter the candidate may be off beyond fp32's noise) are kept. Raises NoFloat64 when neither runs."""
+    from ortlab.verdict import blockwise, reference
+    from ortlab.verdict.exact import FACTOR, RELATIVE_FLOOR
+
+    def suspect(name: str, distances: dict[str, float], norm: float) -> bool:
+        allowed = FACTOR * distances.get(PYTORCH, 0.0) + RELATIVE_FLOOR * norm
+        return not distances.get(CANDIDATE, math.inf) <= allowed  # nan: kept too
+
+    try:
+        return blockwise.measure(workload, batches, steps, seed, keep=suspect)
+    except reference.NoFloat64 as alone:
+        whole = reference.step(workload, batches, seed)  # NoFloat64 again: the model does not run in float64
+        measured = measured_against(whole, steps[PYTORCH], steps[CANDIDATE])
+        measured.note = f"the float64 step taken whole (a float64 copy of the model), not block by block: {alone}"
+        return measured
 
 
 def typed(check: GradientCheck, model: Any) -> GradientCheck:
@@ -288,25 +373,29 @@ def typed(check: GradientCheck, model: Any) -> GradientCheck:
     return check
 
 
-def widened(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, ort: Step, exact: Step,
+def widened(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, ort: Step, exact: Step | Distances,
             check: GradientCheck, tolerance: float = AGREE) -> GradientCheck:
     """The check again against fp32's spread (ortlab.verdict.ensemble): members added one at a time until the
     other backend is within FACTOR times their largest distance to float64, or none is left (the rows' distances
-    are kept; only what is allowed changes)."""
+    are kept; only what is allowed changes). `exact`: the float64 step, or what it measured with the float64
+    gradients of the parameters that may widen kept."""
+    from ortlab import sketch
     from ortlab.verdict import ensemble
     from ortlab.verdict import exact as ex
 
-    scale = math.sqrt(sum(float(g.double().norm()) ** 2 for g in exact.grads.values() if g is not None))
+    measured = measured_against(exact, pt, ort) if isinstance(exact, Step) else exact
+    scale = measured.scale
     spread: dict[str, float] = {}
     members: list[dict[str, Any]] = []
     rows = [dict(r) for r in check.rows]
     for what, member in ensemble.gradient_members(workload, batches, seed, fixes):
         members.append(what)
         for name, g in member.grads.items():
-            g64 = exact.grads.get(name)
+            g64 = measured.kept.get(name)
             if g is not None and g64 is not None:
-                d = float((g.double() - g64.to(g.device)).norm())
+                d = sketch.apart(g, g64)
                 spread[name] = max(spread.get(name, 0.0), d if math.isfinite(d) else 0.0)
+        del member
         for row in rows:
             if row.get("to_float64") is not None and row["parameter"] in spread:
                 j = ex.decide(row["to_float64"], row["pytorch_to_float64"], row["norm"], scale,

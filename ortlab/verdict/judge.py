@@ -105,7 +105,8 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     who = label(ortmodule.backend)  # whose gradient, in the headline
     exact = float64 if float64 and not float64.get("error") else None
     if float64 and float64.get("error"):
-        notes.append(f"{float64['error']}: the losses and end state are judged against a perturbed PyTorch pair")
+        notes.append(f"{float64['error']}; the losses and end state are judged against a perturbed PyTorch pair "
+                     "instead (fp32's spread, not float64)")
     members = [m for m in (ensemble or {}).get("members") or []] if exact else []
     if ensemble and ensemble.get("error"):
         notes.append(f"the fp32 ensemble could not run ({ensemble['error']}): one PyTorch fp32 run is the yardstick")
@@ -113,7 +114,7 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
     if losses.get("diverged"):
         evidence.append(losses["text"])
     grads = gradients
-    if grads is not None and not grads["agree"]:
+    if grads is not None and grads.get("agree") is False:  # None: not compared (skipped, with its reason)
         evidence.append(_gradient_text(grads, who))
     pt_state, ort_state = states.read(pytorch.path), states.read(ortmodule.path)
     state: dict[str, Any] | None = None
@@ -132,15 +133,21 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
         if differ:
             evidence.append(cs.state_text(differ))
     applied = list((ortmodule.meta.get("fixes") or {}).get("applied") or [])
-    measured = {"losses": bool(losses.get("diverged")), "gradients": bool(grads and not grads["agree"]),
+    measured = {"losses": bool(losses.get("diverged")), "gradients": bool(grads and grads.get("agree") is False),
                 "state": bool(state and state["count"])}
     causes, harmless = cs.causes(ortmodule, state and {**state, "differ": differ}, applied, measured, found or [],
                                  grads)
     if grads is None:
         notes.append("first-step gradients not compared")
-    elif grads.get("error"):
+    elif grads.get("error") and not grads.get("skipped"):  # skipped: the headline says why
         notes.append(f"first-step gradients not compared: {grads['error']}")
     notes += list((grads or {}).get("notes") or [])
+    if grads and grads.get("estimated"):
+        notes.append("first-step gradients judged from the runs' summaries (a count sketch a parameter: distances "
+                     "estimated to about 1%; burst with --evidence full to keep them whole)")
+    if grads and grads.get("undecided") and evidence:
+        notes.append(f"the summaries cannot decide for {len(grads['undecided'])} more parameter"
+                     f"{'s' if len(grads['undecided']) > 1 else ''} (e.g. {grads['undecided'][0]})")
     if grads and grads.get("members") and (grads.get("worst") or [{}])[0].get("spread") is not None:
         notes.append(en.gradient_note(grads, who))
     if not losses.get("judged"):
@@ -152,12 +159,49 @@ def judge(pytorch: Any, ortmodule: Any, gradients: dict[str, Any] | None = None,
         notes.append(harmless)
     if evidence:
         headline = "DIVERGED: " + "; ".join(evidence)
-        if grads is not None and grads.get("forward_agrees") and not grads["agree"]:
+        if grads is not None and grads.get("forward_agrees") and grads.get("agree") is False:
             headline += "; forward agrees"
         return Verdict(DIVERGED, headline, grads, losses, state, causes, notes)
     if (grads is None or grads.get("skipped")) and not losses.get("judged") and not (state and state["count"] == 0):
         return Verdict(NOT_JUDGED, "not judged: no evidence could be gathered", grads, losses, state, [], notes)
+    if grads is not None and grads.get("skipped"):  # the main evidence was not seen: never "agree" on it
+        return Verdict(NOT_JUDGED, _partial_headline(grads, losses, state), grads, losses, state, [], notes)
+    if grads is not None and grads.get("undecided"):  # summaries too near the line: said, not guessed
+        return Verdict(NOT_JUDGED, _undecided_headline(grads), grads, losses, state, [], notes)
+    if grads is None:
+        return Verdict(AGREE, "agree on " + " and ".join(_judged_parts(losses, state)) + " (first-step gradients "
+                       "not compared)", grads, losses, state, [], notes)
     return Verdict(AGREE, "agree" + _agree_detail(grads, losses), grads, losses, state, [], notes)
+
+
+def _judged_parts(losses: dict[str, Any], state: dict[str, Any] | None) -> list[str]:
+    """What agreed, in words: the losses and the end state as far as they were judged."""
+    parts = []
+    if losses.get("judged"):
+        parts.append(f"the losses ({losses.get('judged_by') or 'judged'})")
+    if state is not None:
+        parts.append(f"the end state ({state.get('judged_by')})")
+    return parts or ["nothing"]
+
+
+def _undecided_headline(grads: dict[str, Any]) -> str:
+    """Summaries that cannot decide: which parameters, and how to judge them whole."""
+    from ortlab.sketch import UNCERTAIN
+
+    names = grads["undecided"]
+    return (f"not judged: the first step's gradient summaries cannot decide for {len(names)} parameter"
+            f"{'s' if len(names) > 1 else ''} ({', '.join(names[:3])}{'...' if len(names) > 3 else ''}): estimated "
+            f"within {UNCERTAIN:.0%} of what fp32's noise allows; burst both runs with --evidence full to judge their "
+            "gradients whole")
+
+
+def _partial_headline(grads: dict[str, Any], losses: dict[str, Any], state: dict[str, Any] | None) -> str:
+    """A verdict whose first-step gradients were not compared: what was not judged and why, then what was."""
+    why = grads.get("error") or "no reason given"
+    seen = _judged_parts(losses, state)
+    return (f"not judged: the first step's gradients, the main evidence, were not compared ({why}); "
+            + ("nothing else was judged" if seen == ["nothing"] else
+               f"what was judged agrees: {' and '.join(seen)}"))
 
 
 def evidence(verdict: dict[str, Any]) -> str | None:

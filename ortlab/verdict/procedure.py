@@ -45,7 +45,7 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
     config = BurstConfig.from_dict(other.meta["config"])
     fixes = tuple((other.meta.get("fixes") or {}).get("applied") or ())
     burst = config.parity and not _allclose(pytorch, other)
-    evidence = gradient_evidence(session, config, fixes, burst)
+    evidence = gradient_evidence(session, config, fixes, burst, _peak_bytes(pytorch), pytorch.meta.get("model"))
     float64 = evidence.pop("float64", None)
     noise = None
     if burst and (float64 is None or float64.get("error")):  # today's evidence: a PyTorch pair from a perturbed start
@@ -61,7 +61,7 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
     if verdict.diverged:  # name the causes: what check finds (not needed for buffers alone), else where statistics
         # first differ; both need the backend, which may not run where runs made elsewhere are judged
         absent = unavailable(config.backend)
-        explained = not (verdict.losses or {}).get("diverged") and evidence.get("agree", True)
+        explained = not (verdict.losses or {}).get("diverged") and evidence.get("agree") is not False
         found = check_causes(session, config.options, fixes, evidence) if has(config.backend, "compat") and \
             not explained and not absent else []
         if not verdict.causes and not found and not absent:
@@ -70,7 +70,7 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
             verdict = decide(pytorch, other, evidence, noise, found, float64, members)
         if absent:
             verdict.notes.append(f"causes not looked for here: {absent}")
-        if has(config.backend, "compat") and not evidence.get("agree", True):  # the minifier: one export per try,
+        if has(config.backend, "compat") and evidence.get("agree") is False:  # the minifier: one export per try,
             # so it is the user's next step, not part of every verdict
             verdict.notes.append(f"shrink it to the smallest module and a script that shows it: ortlab repro "
                                  f"{other.path}")
@@ -104,10 +104,13 @@ def gradient_words(row: dict[str, Any]) -> str:
     return describe(row)
 
 
-def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ...], burst: bool = False
-                      ) -> dict[str, Any]:
-    """The gradient check for `config`'s backend (and with `burst`, the float64 burst) from the session's engine; a
-    failure is a skipped check with its reason, never a lost verdict."""
+def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ...], burst: bool = False,
+                      peak_bytes: float | None = None, model: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The gradient check for `config`'s backend (and with `burst`, the float64 burst where the session's float64
+    mode and its estimated need allow: ortlab.verdict.cost; `peak_bytes`, the PyTorch burst's peak memory) from the
+    session's engine; a failure is a skipped check with its reason, never a lost verdict (nor an agreement); killed
+    for memory, the reason says what the float64 burst needs (`model`: the run's description, its parameter
+    counts) and the verdict that fits."""
     from ortlab.engine.types import Optimizer
 
     try:
@@ -115,11 +118,29 @@ def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
                              save_checkpoint=False, sampler=None)
         return session.evidence(tasks.GRADIENT_CHECK, config, "comparing first-step gradients", fixes=fixes,
-                                burst=burst)
+                                burst=burst, float64=getattr(session, "float64", None) or "auto",
+                                peak_bytes=peak_bytes)
     except Exception as e:
         from ortlab.compat.errors import root_message
+        from ortlab.engine.client import WorkerOutOfMemory
 
-        return {"agree": True, "error": root_message(e), "worst": [], "skipped": True}
+        error = root_message(e)
+        if isinstance(e, WorkerOutOfMemory) and burst:
+            error += _cheaper(config, model or {})
+        return {"agree": None, "error": error, "worst": [], "skipped": True}
+
+
+def _cheaper(config: BurstConfig, model: dict[str, Any]) -> str:
+    """After the worker was killed for memory during the float64 burst: what it needed, and the verdict that fits."""
+    from ortlab.verdict import cost
+
+    weights, trained = model.get("parameters"), model.get("trainable_parameters")
+    if not weights or not trained:
+        return "; --float64 first-step judges without the float64 burst"
+    estimate = cost.need(weights, trained, str(config.optimizer))
+    return (f"; the float64 burst needs about {estimate.bytes / 1e9:.1f} GB more than training, without its "
+            "activations: --float64 first-step judges the first step's gradients against float64 block by block "
+            "and the losses and end state against fp32's spread, within training's memory")
 
 
 def ensemble_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ...], given: dict[str, Any] | None = None
@@ -180,7 +201,8 @@ def _worst(blocker: Any, evidence: dict[str, Any] | None) -> dict[str, Any] | No
     from ortlab.compat.blockers import WRONG_GRADIENT
 
     worst = ((evidence or {}).get("worst") or [{}])[0]
-    if blocker.kind != WRONG_GRADIENT or evidence is None or evidence.get("agree", True) or not worst.get("parameter"):
+    if blocker.kind != WRONG_GRADIENT or evidence is None or evidence.get("agree") is not False or \
+            not worst.get("parameter"):
         return None
     return worst
 
@@ -261,6 +283,16 @@ def localize_module(session: Driver, options: Any = None, fixes: Any = (), seed:
     told = (lambda n, row: progress(n, Tried(**row))) if progress else None
     return Localization.from_dict(session.evidence(tasks.LOCALIZE, config, "localizing the divergence", told,
                                                    fixes=fixes, repro=folder, known=known, origin=origin))
+
+
+def _peak_bytes(run: Run) -> float | None:
+    """The run's peak memory in bytes (its steps' peak_mem_mb: the CUDA allocator's, or the process's resident
+    set), None where it recorded none."""
+    try:
+        peak = run.metrics["peak_mem_mb"].max()
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return None
+    return float(peak) * 2**20 if peak == peak else None
 
 
 def _shell(session: Driver) -> Any:

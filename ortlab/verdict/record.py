@@ -6,15 +6,21 @@ batches; two folders made by separate processes (ORTModule on torch 2.6, torch.c
 neither. So a parity burst writes, beside its losses (metrics.jsonl) and end state (final_state.json):
 - judge.json: the starting snapshot's SHA-256 (model and optimizer state), each step's batch's SHA-256, the burst
   seed, and which of the files below it wrote: what `ortlab judge` checks before judging two folders together;
-- first_step.pt: the first step's gradient of every trained parameter (fp32, on the CPU; unscaled under fp16's
-  loss scaling) and its loss: the evidence the verdict judges against float64, which the judging process cannot
-  recompute for a backend it may not have (ORTModule does not load on torch >= 2.7);
+- first_step_summary.pt: the first step's gradient of every trained parameter summarized in a fixed size
+  (ortlab.sketch: norm, sum, finiteness, a count sketch the float64 side computes alike; unscaled under fp16's loss
+  scaling): what any parity burst keeps, tens of MB at most whatever the model's size;
+- first_step.pt (the burst's evidence "full"): the first step's gradient of every trained parameter whole (fp32,
+  on the CPU) and its loss.
+Either is the evidence the verdict judges against float64, which the judging process cannot recompute for a
+backend it may not have (ORTModule does not load on torch >= 2.7); a summary decides as the whole gradients do
+except near the line (ortlab.sketch.UNCERTAIN), where the verdict says it cannot decide.
 - snapshot.pt: the starting snapshot itself when it is small (SNAPSHOT_KEPT_BYTES): then the judging process
   needs no model factory that builds the same weights (another torch can initialise differently). A larger one is
   built again by the run's factory (or read from the --snapshot file the run names) and checked by its hash.
 
-Cost (measured in docs/convergence.md): one copy of the gradients at step 0 and a file of the trained parameters'
-size; hashing the snapshot once per process and the burst's batches once per burst.
+Cost (measured in docs/convergence.md): the summaries at step 0 (computed on the device) and 32 kB a parameter
+tensor on disk (4 bytes a parameter more with "full"); hashing the snapshot once per process and the burst's
+batches once per burst.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 # written by the engine as a parity burst ends (ortlab.evidence); named here for the verdict's readers
-from ortlab.evidence import FORMAT, GRADIENTS, SNAPSHOT, batch_hashes, snapshot_hash  # noqa: F401
+from ortlab.evidence import FORMAT, GRADIENTS, SNAPSHOT, SUMMARY, batch_hashes, snapshot_hash  # noqa: F401
 from ortlab.evidence import RECORD_FILE as FILE
 
 
@@ -41,18 +47,34 @@ def read(run: Any) -> dict[str, Any] | None:
 
 
 def first_step(run: Any) -> Any:
-    """The run's first step as a gradients.Step (first_step.pt, loaded without executing code), or None."""
+    """The run's first step as a gradients.Step (loaded without executing code): its gradients whole where the run
+    kept them (first_step.pt), else their summaries (first_step_summary.pt: ortlab.sketch.Summary per parameter),
+    or None when it recorded neither."""
     import torch
 
+    from ortlab import sketch
     from ortlab.verdict.gradients import Step
 
-    path = Path(run.path) / GRADIENTS
-    if not path.is_file():
-        return None
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-        return Step(float(data["loss"]), dict(data["grads"]))
-    except Exception as e:  # a damaged or foreign file: named, never a traceback
-        from ortlab.run import RunError
+    for name in (GRADIENTS, SUMMARY):
+        path = Path(run.path) / name
+        if not path.is_file():
+            continue
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+            if name == GRADIENTS:
+                return Step(float(data["loss"]), dict(data["grads"]))
+            if data.get("format") != sketch.FORMAT or data.get("width") != sketch.WIDTH:
+                raise ValueError(f"format {data.get('format')} of width {data.get('width')}")
+            return Step(float(data["loss"]), {k: None if v is None else sketch.Summary.from_dict(v)
+                                              for k, v in data["grads"].items()})
+        except Exception as e:  # a damaged or foreign file: named, never a traceback
+            from ortlab.run import RunError
 
-        raise RunError(f"{path}: not a first step ortlab recorded (damaged or foreign: {type(e).__name__})") from None
+            raise RunError(f"{path}: not a first step ortlab recorded (damaged, foreign or of another ortlab: "
+                           f"{type(e).__name__})") from None
+    return None
+
+
+def has_first_step(run: Any) -> bool:
+    """Whether the run recorded its first step's gradients (whole or summarized)."""
+    return any((Path(run.path) / name).is_file() for name in (GRADIENTS, SUMMARY))

@@ -34,6 +34,54 @@ def double(value: Any) -> Any:
     return value
 
 
+_NARROW = None  # the dtypes a float64 tensor is kept from (set on first use: torch imported lazily)
+
+
+def _keeper() -> Any:
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    global _NARROW
+    _NARROW = (torch.float32, torch.float16, torch.bfloat16)
+
+    class KeepFloat64(TorchFunctionMode):
+        """Inside a float64 step, a tensor asked to become float32 (or narrower) by .float() or .to(dtype) becomes
+        float64. Models upcast for accuracy that way (Hugging Face's causal-LM loss, Llama's RMSNorm and rotary
+        frequencies), which on a float64 tensor is a downcast: the yardstick would compute its loss and norms in
+        fp32, ~1e-7 off, as far as fp32's own rounding it is meant to measure."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if args and isinstance(args[0], torch.Tensor):
+                if func is torch.Tensor.float and len(args) == 1 and not kwargs:
+                    return args[0].double()
+                if func is torch.Tensor.to and _only_a_narrow_dtype(args[1:], kwargs):
+                    return args[0].double()
+            return func(*args, **kwargs)
+
+    return KeepFloat64
+
+
+def _only_a_narrow_dtype(args: tuple, kwargs: dict) -> bool:
+    """Whether .to()'s arguments ask for a narrower floating dtype and nothing else (no device, no copy)."""
+    rest = {k: v for k, v in kwargs.items() if k not in ("dtype", "non_blocking")}
+    dtype = kwargs.get("dtype", args[0] if len(args) == 1 else None)
+    return not rest and len(args) <= 1 and (not args or "dtype" not in kwargs) and dtype in _NARROW
+
+
+_KEEPER = None
+
+
+@contextlib.contextmanager
+def keep_float64() -> Iterator[None]:
+    """Inside the block, what the model casts to float32 (or narrower) becomes float64 (KeepFloat64)."""
+    global _KEEPER
+    if _KEEPER is None:
+        _KEEPER = _keeper()
+    with _KEEPER():
+        yield
+
+
 def model64(model: Any) -> Any:
     """A float64 copy of `model` (the original untouched)."""
     try:
@@ -51,7 +99,7 @@ def step(workload: Any, batches: list[tuple[Any, Any]], seed: int = 0) -> Any:
     model = model64(workload.model)
     model.train()
     try:
-        with parity(model, True, seed):
+        with parity(model, True, seed), keep_float64():
             loss = workload.backward(model, batches, double)
     except Exception as e:
         raise NoFloat64(f"the model does not run in float64: {type(e).__name__}: {_first_line(e)}") from e
@@ -103,7 +151,7 @@ def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, st
     cast = double if float64 else (lambda v: v)
     noise = torch.Generator().manual_seed(nudge or 0)
     losses, first = [], None
-    with parity(model, True, seed), formulas(model, fixes):
+    with parity(model, True, seed), formulas(model, fixes), (keep_float64() if float64 else contextlib.nullcontext()):
         for t in range(steps):
             batches = [to_device(b, device) for b in workload.micro_batches(feed.batch, t)]
             loss = workload.backward(model, batches, cast)
