@@ -302,3 +302,42 @@ def test_the_repro_template_has_the_one_case_line_the_writer_fills():
     from ortlab.verdict.repro_case import _CASE_LINE, TEMPLATE
 
     assert len(_CASE_LINE.findall(TEMPLATE.read_text())) == 1
+
+
+def test_a_cause_search_that_fails_never_costs_the_verdict(tmp_path):
+    """The statistics bursts of a localization came back without statistics (what a torch.compile run on a model
+    it lowers wrongly once gave: "<run>-localize-compile holds no statistics", and the comparison's table and
+    verdict were lost): the cause reads "could not localize" with the reason."""
+    from ortlab.engine.config import BurstConfig
+    from ortlab.engine.session import Session
+    from ortlab.verdict import procedure
+
+    with Session("ortlab.demo:gpt", {"n_layer": 1, "d_model": 16}, out=tmp_path, in_process=True) as session:
+        made = [session.burst("pytorch", 1, parity=True, progress=False) for _ in range(2)]
+
+        class NoStatistics:  # the session's own bursts, made without the statistics the localization asked for
+            shell_options = session.shell_options
+
+            def evidence_burst(self, config):
+                return made.pop(0)
+
+        cause = procedure.localize(NoStatistics(), BurstConfig(backend="pytorch"), BurstConfig(backend="pytorch"))
+    assert cause["kind"] == "localized" and cause["text"].startswith("could not localize: "), cause
+    assert "StatsFileError" in cause["text"] and "statistics" in cause["text"]
+
+
+@slow
+@pytest.mark.timeout(900)
+def test_a_compile_run_that_diverges_keeps_its_table_verdict_and_exit_code(tmp_path):
+    """A model whose torch.compile lowering computes one op wrong (tests/factories/compile_differs.py): the
+    comparison prints its table and a DIVERGED verdict naming the gradient, exits 1, whatever its cause search
+    found."""
+    done = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--model",
+                           f"{FACTORIES / 'compile_differs.py'}:model", "--backend", "pytorch,compile", "--parity",
+                           "--steps", "3", "--no-memory", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=850)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "final loss" in done.stdout and "compile verdict: DIVERGED:" in done.stdout, done.stdout[-3000:]
+    assert "torch.compile's gradient of out.weight" in done.stdout
+    verdict = json.loads(next(tmp_path.glob("*-compile/verdict.json")).read_text())
+    assert verdict["status"] == "diverged" and verdict["causes"], verdict

@@ -406,3 +406,36 @@ def test_the_float64_step_keeps_float64_where_the_model_upcasts_to_float32(facto
     whole = reference.step(work, batches)
     assert float(torch.tensor(whole.loss, dtype=torch.float32)) != whole.loss
     assert blockwise.step(work, batches, lambda n, g: None) == whole.loss
+
+
+@pytest.mark.slow
+def test_a_run_keeps_summaries_unless_asked_and_either_is_judged_alike(tmp_path):
+    """A parity burst keeps its first step summarized (first_step_summary.pt); with evidence "full" its gradients
+    whole too. The same two folders (a torch.compile run that lowers one op wrong, its weight matrices sketched)
+    judged from either reach the same verdict, the summaries' distances within a few % of the whole gradients'."""
+    import shutil
+
+    import ortlab
+    from ortlab.engine.session import Session
+    from ortlab.evidence import GRADIENTS, SUMMARY
+
+    model = f"{ROOT / 'tests' / 'factories' / 'compile_differs.py'}:model"  # compile lowers one op wrong
+    with Session(model, {"width": 2048}, out=tmp_path / "runs", in_process=True) as s:
+        pt = s.burst("pytorch", 2, parity=True, progress=False, evidence="full")
+        other = s.burst("compile", 2, parity=True, progress=False, evidence="full")
+        plain = s.burst("pytorch", 2, parity=True, progress=False)
+    assert (plain.path / SUMMARY).is_file() and not (plain.path / GRADIENTS).exists()
+    assert all((r.path / SUMMARY).is_file() and (r.path / GRADIENTS).is_file() for r in (pt, other))
+    whole = ortlab.judge_runs(pt.path, other.path, out=tmp_path / "whole")[0].verdict
+    assert whole.gradients["judged_by"] == "float64", whole.headline
+    for run in (pt, other):
+        shutil.move(run.path / GRADIENTS, tmp_path / f"{run.backend}-{GRADIENTS}")
+    summed = ortlab.judge_runs(pt.path, other.path, out=tmp_path / "summed")[0].verdict
+    assert summed.status == whole.status, (summed.headline, whole.headline)
+    assert summed.gradients["estimated"] and not whole.gradients["estimated"]
+    a = {r["parameter"]: r for r in whole.gradients.get("distances") or whole.gradients["worst"]}
+    b = {r["parameter"]: r for r in summed.gradients.get("distances") or summed.gradients["worst"]}
+    for name in set(a) & set(b):
+        for key in ("to_float64", "pytorch_to_float64"):
+            if a[name].get(key):
+                assert b[name][key] == pytest.approx(a[name][key], rel=0.05), (name, key)

@@ -7,6 +7,8 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,8 +61,6 @@ def test_each_zoo_model_gets_the_true_verdict(factory, fixes, expected, tmp_path
         assert wrong and wrong[0].startswith(f"ortlab check: wrong gradient of {parameter}: "
                                              "aten::_adaptive_avg_pool2d (module "), row["causes"]
         pool = wrong[0].split("(module ")[1].split(",")[0].split(")")[0]  # and the pool nearest to it: an SE block's
-        import sys
-
         sys.path.insert(0, os.environ["ORTLAB_ZOO_PACKAGES"])
         import torchvision
 
@@ -75,6 +75,16 @@ def test_each_zoo_model_gets_the_true_verdict(factory, fixes, expected, tmp_path
             "BatchNorm running statistics in 2 BatchNorm2d modules (`body.1`, `body.4`): ORTModule counts 1 batch "
             "where PyTorch counts 3 batches"), row["causes"]
         assert row["causes"][0].endswith("; weights train the same; fix: pytorch-buffers")
+    # the same two runs judged from their folders, whose first steps are summaries (ortlab.sketch): the verdict the
+    # whole gradients reached in one process
+    runs = sorted(d for d in tmp_path.iterdir() if d.name.endswith(("-pytorch", "-ortmodule")))
+    assert len(runs) == 2 and not any((d / "first_step.pt").exists() for d in runs)
+    judged = subprocess.run([sys.executable, "-m", "ortlab.cli", "judge", *map(str, runs), "--out",
+                             str(tmp_path / "judged"), "--json"], capture_output=True, text=True, timeout=1500,
+                            env=_script().environment())
+    assert judged.returncode in (0, 1), judged.stderr[-2000:]
+    verdict = json.loads(judged.stdout)[0]["verdict"]
+    assert verdict["status"] == row["status"], (verdict["headline"], row["headline"])
 
 
 @pytest.mark.slow

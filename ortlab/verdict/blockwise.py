@@ -224,19 +224,19 @@ class _Runner:
                             f"float64: {type(e).__name__}: {_first_line(e)}") from e
         return out, weights
 
-    def collect(self, unit: Unit, weights: dict[str, torch.Tensor]) -> None:
-        """The float64 gradients of one call of `unit` accumulated; a parameter's handed on after its last call."""
+    def collect(self, unit: Unit, grads: dict[str, torch.Tensor | None]) -> None:
+        """The float64 gradients of one call of `unit` (by local name) accumulated in place; a parameter's handed
+        on after its last call."""
         done: dict[str, torch.Tensor | None] = {}
-        for local, w in weights.items():
+        for local, g in grads.items():
             name = unit.names[local]
-            if w.grad is not None and name in self.trained:
-                g = w.grad.detach()
-                done[name] = g if done.get(name) is None else done[name] + g
+            if g is not None and name in self.trained:
+                done[name] = g if done.get(name) is None else done[name].add_(g)
             else:
                 done.setdefault(name, None)
         for name, g in done.items():
             if g is not None:
-                self.grads[name] = g if name not in self.grads else self.grads[name] + g
+                self.grads[name] = g if name not in self.grads else self.grads[name].add_(g)
             self.pending[name] -= 1
             if self.pending[name] == 0 and self.last and name in self.grads:
                 self._deliver(name)
@@ -285,8 +285,10 @@ class _Replay(torch.autograd.Function):
                                             strict=True) if g is not None and o.requires_grad]
             if pairs:
                 torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        ctx.runner.collect(ctx.unit, weights)
-        del weights, out, pairs
+        del out, pairs
+        grads = {local: None if w.grad is None else w.grad.detach() for local, w in weights.items()}
+        del weights  # the float64 weights go before the gradients are accumulated
+        ctx.runner.collect(ctx.unit, grads)
         return (None,) * 8 + tuple(t.grad if t.requires_grad else None for t in inputs)
 
 

@@ -245,7 +245,20 @@ def _line(blocker: Any, evidence: dict[str, Any] | None) -> str:
 
 
 def localize(session: Driver, pt_config: BurstConfig, config: BurstConfig) -> dict[str, Any]:
-    """One step with activation statistics on both backends, and the first divergence between them."""
+    """One step with activation statistics on both backends, and the first divergence between them. A search that
+    fails (a backend that does not run here, a run that recorded no statistics) is a cause not found, said in
+    its text: never the verdict lost."""
+    try:
+        return _localized(session, pt_config, config)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        from ortlab.compat.errors import root_message
+
+        return {"kind": "localized", "text": f"could not localize: {root_message(e)}"}
+
+
+def _localized(session: Driver, pt_config: BurstConfig, config: BurstConfig) -> dict[str, Any]:
     from ortlab.activations import compare
 
     stats: dict[str, Any] = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1,
