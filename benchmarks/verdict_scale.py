@@ -4,15 +4,14 @@
 For each model two child processes run the same bursts from one snapshot, side by side: one the bursts alone
 (Session.burst per backend), one the comparison with its verdict (`ortlab burst --backend both --parity`, the
 default float64 mode). Each child's process tree (the worker included) has its private memory sampled every 0.1 s
-(RssAnon + RssShmem of every process: tensors and heaps; not the shared libraries' file pages, which a memory
-cgroup would charge to whichever run touched them first). Per model: the bursts' peak, the comparison's peak, what the verdict adds and that
-in bytes per parameter, the evidence on disk per run (every file the comparison wrote, evidence bursts included,
-over the runs it made), the wall time of each, and the verdict. Then the slope of what the verdict adds over the
-parameters (a least-squares line through the models).
-Targets: the verdict adds at most 8 bytes a parameter over the bursts' own peak, as the slope (what a fixed part
-costs, the float64 copy of a vocabulary's embedding while its block is judged, is the intercept: per model it is
-printed, and weighs most on the smallest); the evidence on disk under 64 MB a run; every model judged (agree or
-diverged, not "not judged").
+(RssAnon + RssShmem of every process: tensors and heaps; not the shared libraries' file pages, which a memory cgroup
+would charge to whichever run touched them first). Per model: the bursts' peak, the comparison's peak, what the
+verdict adds and that in bytes per parameter, the evidence on disk per run (every file the comparison wrote,
+evidence bursts included, over the runs it made), the wall time of each, and the verdict. Then the slope of what the
+verdict adds over the parameters (a least-squares line through the models). Targets: the verdict adds at most 8
+bytes a parameter over the bursts' own peak, as the slope (what a fixed part costs, the float64 copy of a
+vocabulary's embedding while its block is judged, is the intercept: per model it is printed, and weighs most on the
+smallest); the evidence on disk under 64 MB a run; every model judged (agree or diverged, not "not judged").
 
     source bin/_env.sh && python benchmarks/verdict_scale.py [--models 2,6,12,medium] [--steps 3] [--device cpu]
         [--backend ortmodule|compile] [--float64 auto|burst|first-step]
@@ -146,7 +145,8 @@ def main() -> int:
                    "notes": verdict.get("notes", [])}
             rows.append(row)
             print(f"{name:<8} {count / 1e6:>6.0f}M {alone[0] / 1e9:>10.2f}GB {judged[0] / 1e9:>11.2f}GB "
-                  f"{row['adds'] / 1e9:>11.2f}GB {row['bytes_per_parameter']:>8.1f} {row['disk_per_run'] / 2**20:>7.1f}MB "
+                  f"{row['adds'] / 1e9:>11.2f}GB {row['bytes_per_parameter']:>8.1f} "
+                  f"{row['disk_per_run'] / 2**20:>7.1f}MB "
                   f"{alone[1]:>9.0f} {judged[1]:>10.0f}  {row['verdict']}", flush=True)
             if row["verdict"] not in ("agree", "diverged"):
                 print(f"  {row['headline']}\n  {judged[2].stderr[-1500:]}", flush=True)
@@ -154,7 +154,8 @@ def main() -> int:
     worst = max(r["bytes_per_parameter"] for r in rows)
     disk_worst = max(r["disk_per_run"] for r in rows)
     print(f"slope of what the verdict adds: {slope:.1f} bytes a parameter (least squares over {len(rows)} models); "
-          f"worst model {worst:.1f}; peaks: the process tree's private memory (RssAnon + RssShmem), sampled every 0.1 s")
+          f"worst model {worst:.1f}; peaks: the process tree's private memory (RssAnon + RssShmem), sampled every "
+          "0.1 s")
     misses = []
     if slope > TARGET_BYTES_PER_PARAMETER:
         misses.append(f"the verdict adds {slope:.1f} > {TARGET_BYTES_PER_PARAMETER:g} bytes a parameter (slope)")

@@ -120,8 +120,6 @@ def write_record(path: Path, first: dict[str, Any] | None, initial: Any, workloa
                  steps: int) -> None:
     """The run's judge.json, and first_step.pt (`first`: `gradients()` at step 0) and (small) snapshot.pt beside it:
     `initial` the burst's starting Snapshot, `feed` its batches."""
-    import torch
-
     started = time.perf_counter()
     files = {}
     if first is not None:

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from ortlab.errors import OrtlabError
+
 FORMAT = "ortlab-snapshot-1"
 
 
@@ -80,7 +82,7 @@ def _to_cpu(value: Any) -> Any:
 KEPT_WHOLE_BYTES = 256 * 2**20  # a model's parameters up to this size are copied by `kept`; larger ones are watched
 
 
-class ChangedInPlace(RuntimeError):
+class ChangedInPlace(OrtlabError, RuntimeError):
     """A parameter of a large model changed in place inside `kept` (a forward or backward that writes to its own
     weights), which `kept` cannot put back: it names the parameter."""
 

@@ -97,8 +97,8 @@ class BurstConfig:
                 and math.isfinite(self.perturb) and 0 <= self.perturb < 1e-2):
             raise BurstError(f"perturb {self.perturb!r} is not allowed; allowed: a number from 0 to 0.01")
         if self.evidence not in EVIDENCE:
-            raise BurstError(f"evidence {self.evidence!r} is not allowed; allowed: {', '.join(EVIDENCE)} (what a parity "
-                             "burst records of its first step's gradients)")
+            raise BurstError(f"evidence {self.evidence!r} is not allowed; allowed: {', '.join(EVIDENCE)} (what a "
+                             "parity burst records of its first step's gradients)")
         if not _whole(self.seed) or not 0 <= self.seed <= SEED_MAX:
             raise BurstError(f"seed {self.seed!r} is not allowed; allowed: a whole number from 0 to {SEED_MAX}")
         if not isinstance(self.options, Options):

@@ -20,7 +20,7 @@ from ortlab.engine import messages as m
 from ortlab.engine.backends import parse_backends
 from ortlab.engine.client import Client, WorkerError
 from ortlab.engine.progress import Bar, chain
-from ortlab.engine.types import Device, Optimizer, Precision, Sampler
+from ortlab.engine.types import Device, Float64, Optimizer, Precision, Sampler
 from ortlab.judging import verdicts
 from ortlab.options import Options
 from ortlab.run import ENDED_EARLY, Run, load_run
@@ -61,10 +61,9 @@ class Session:
     float64: str = "auto"
 
     def __post_init__(self):
-        from ortlab.verdict.cost import mode
         from ortlab.workload import ModelRef
 
-        self.float64 = mode(self.float64)  # a bad mode is refused before any worker starts
+        self.float64 = str(Float64(self.float64))  # a bad mode is refused before any worker starts
 
         self.ref = ModelRef.of(self.model, **self.model_kwargs)
         if self.shell_options is None:

@@ -60,6 +60,14 @@ class Device(Choice):
     CUDA = "cuda"
 
 
+class Float64(Choice):
+    """Whether a verdict spends its float64 burst (ortlab.verdict.cost): where it is cheap and fits, always, never."""
+
+    AUTO = "auto"
+    BURST = "burst"
+    FIRST_STEP = "first-step"
+
+
 class Sampler(Choice):
     """How a workload's dataset is shared among ranks (ortlab.engine.sampling); None: in order."""
 

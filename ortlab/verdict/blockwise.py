@@ -79,7 +79,7 @@ def plan(model: torch.nn.Module) -> Plan:
         if repeated or not children:
             for n, c in (children if repeated else [("", m)]):
                 path = f"{prefix}{n}" if repeated else prefix.rstrip(".")
-                if not holds(c) or c is model and not repeated:
+                if not holds(c) or (c is model and not repeated):
                     continue
                 local = {ln: names_of[id(p)] for ln, p in c.named_parameters(remove_duplicate=False)}
                 units.append(Unit(path, c, local))
@@ -231,7 +231,8 @@ class _Runner:
         for local, g in grads.items():
             name = unit.names[local]
             if g is not None and name in self.trained:
-                done[name] = g if done.get(name) is None else done[name].add_(g)
+                before = done.get(name)
+                done[name] = g if before is None else before.add_(g)
             else:
                 done.setdefault(name, None)
         for name, g in done.items():
@@ -265,7 +266,8 @@ class _Replay(torch.autograd.Function):
         out_leaves, out_spec = tree_flatten(out)
         out_where = [i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor)]
         holder.update(leaves=out_leaves, spec=out_spec, where=out_where)
-        ctx.runner, ctx.unit, ctx.original, ctx.leaves, ctx.spec, ctx.where = runner, unit, original, leaves, spec, where
+        ctx.runner, ctx.unit, ctx.original = runner, unit, original
+        ctx.leaves, ctx.spec, ctx.where = leaves, spec, where
         ctx.save_for_backward(*tensors)
         outputs = tuple(out_leaves[i] for i in out_where)
         ctx.mark_non_differentiable(*[t for t in outputs if not t.is_floating_point()])
@@ -286,9 +288,9 @@ class _Replay(torch.autograd.Function):
             if pairs:
                 torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         del out, pairs
-        grads = {local: None if w.grad is None else w.grad.detach() for local, w in weights.items()}
+        found = {local: None if w.grad is None else w.grad.detach() for local, w in weights.items()}
         del weights  # the float64 weights go before the gradients are accumulated
-        ctx.runner.collect(ctx.unit, grads)
+        ctx.runner.collect(ctx.unit, found)
         return (None,) * 8 + tuple(t.grad if t.requires_grad else None for t in inputs)
 
 

@@ -20,25 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-MODES = ("auto", "burst", "first-step")
+MODES = ("auto", "burst", "first-step")  # ortlab.engine.types.Float64's members
 FITS = 0.8  # the share of the free memory the float64 burst may be estimated to need and still run
 AUTO_BYTES = 2 * 2**30  # "auto" runs the float64 burst up to this estimated need
 OPTIMIZER_STATE = {"sgd": 8, "adamw": 16, "auto": 16, "zero1": 16, "fused_adam": 16}  # float64 bytes a parameter
 
 
-class Float64ModeError(ValueError):
-    """A float64 mode that is not one of MODES."""
-
-
 def mode(value: Any) -> str:
-    """The float64 mode checked: one of MODES (None: "auto")."""
-    if value is None:
-        return "auto"
-    if value not in MODES:
-        from ortlab.errors import did_you_mean
+    """The float64 mode checked: one of MODES (None: "auto"); another is a BurstError naming what is allowed."""
+    from ortlab.engine.types import Float64
 
-        raise Float64ModeError(f"float64 {value!r} is not known; one of {', '.join(MODES)}{did_you_mean(str(value), MODES)}")
-    return str(value)
+    return str(Float64("auto" if value is None else value))
 
 
 @dataclass

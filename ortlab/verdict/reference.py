@@ -34,7 +34,7 @@ def double(value: Any) -> Any:
     return value
 
 
-_NARROW = None  # the dtypes a float64 tensor is kept from (set on first use: torch imported lazily)
+_NARROW: tuple[Any, ...] = ()  # the narrower floating dtypes (set on first use: torch imported lazily)
 
 
 def _keeper() -> Any:
