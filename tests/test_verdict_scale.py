@@ -462,3 +462,36 @@ def test_without_float64_the_end_state_is_judged_together_per_kind():
     wrong = {**ort, "h.7.w": entry(11.0)}  # 10% off
     named = [d["name"] for d in state.differing(base, wrong, noise)]
     assert named[0] == "h.7.w", named
+
+
+class _Rotary(nn.Module):
+    """transformers 5.17's Llama rotary frequencies, in miniature: a buffer moved with .to(device=, dtype=float32)
+    and positions made .float(), multiplied as matrices (a matmul does not promote: float32 @ float64 raises)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2, dtype=torch.float) / 8)))
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[0], device=x.device)[None, :]
+        freqs = self.inv_freq[:, None].to(device=x.device, dtype=torch.float) @ positions.float()
+        return self.lin(x + freqs.t().cos().to(x.dtype).sum(-1, keepdim=True, dtype=torch.float32))
+
+
+def test_inside_the_float64_step_every_request_for_float32_is_float64():
+    """.float(), .to(device=..., dtype=torch.float), a dtype= keyword: all float64 inside the step, so a model's own
+    upcasts neither downcast the yardstick nor mix float32 into a float64 matmul (what failed on an H200 with
+    transformers 5.17's Llama, 2026-11-28)."""
+    torch.manual_seed(0)
+    work = Workload(_Rotary(), lambda i: (torch.randn(6, 4, generator=torch.Generator().manual_seed(i)),
+                                          torch.randn(6, 4)), nn.functional.mse_loss)
+    batches = work.micro_batches(work.batch, 0)
+    whole = reference.step(work, batches)
+    got = {}
+    assert blockwise.step(work, batches, lambda n, g: got.__setitem__(n, g)) == whole.loss
+    assert all(g.dtype == torch.float64 for g in got.values())
+    with reference.keep_float64():
+        assert torch.ones(2).to(device="cpu", dtype=torch.float32).dtype == torch.float64
+        assert torch.arange(3, dtype=torch.float).dtype == torch.float64
+        assert torch.ones(2, dtype=torch.float64).to(torch.ones(1)).dtype == torch.float32  # like another tensor

@@ -45,28 +45,24 @@ def _keeper() -> Any:
     _NARROW = (torch.float32, torch.float16, torch.bfloat16)
 
     class KeepFloat64(TorchFunctionMode):
-        """Inside a float64 step, a tensor asked to become float32 (or narrower) by .float() or .to(dtype) becomes
-        float64. Models upcast for accuracy that way (Hugging Face's causal-LM loss, Llama's RMSNorm and rotary
-        frequencies), which on a float64 tensor is a downcast: the yardstick would compute its loss and norms in
-        fp32, ~1e-7 off, as far as fp32's own rounding it is meant to measure."""
+        """Inside a float64 step, what is asked to be float32 (or narrower) is float64: .float(), a narrower dtype
+        given to .to() (with or without a device), and a `dtype=` keyword of any call (torch.arange(...,
+        dtype=torch.float), x.sum(dtype=torch.float32)). Models upcast for accuracy that way (Hugging Face's
+        causal-LM loss, Llama's RMSNorm and rotary frequencies, whose code changes from one transformers release to
+        the next), which on a float64 tensor is a downcast: the yardstick would compute its loss and norms in fp32,
+        ~1e-7 off, as far as fp32's own rounding it is meant to measure, or fail mixing the two in a matmul."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if args and isinstance(args[0], torch.Tensor):
-                if func is torch.Tensor.float and len(args) == 1 and not kwargs:
-                    return args[0].double()
-                if func is torch.Tensor.to and _only_a_narrow_dtype(args[1:], kwargs):
-                    return args[0].double()
+            kwargs = dict(kwargs or {})
+            if func is torch.Tensor.float and len(args) == 1 and not kwargs:
+                return args[0].double()
+            if kwargs.get("dtype") in _NARROW:
+                kwargs["dtype"] = torch.float64
+            if func is torch.Tensor.to:
+                args = tuple(torch.float64 if isinstance(a, torch.dtype) and a in _NARROW else a for a in args)
             return func(*args, **kwargs)
 
     return KeepFloat64
-
-
-def _only_a_narrow_dtype(args: tuple, kwargs: dict) -> bool:
-    """Whether .to()'s arguments ask for a narrower floating dtype and nothing else (no device, no copy)."""
-    rest = {k: v for k, v in kwargs.items() if k not in ("dtype", "non_blocking")}
-    dtype = kwargs.get("dtype", args[0] if len(args) == 1 else None)
-    return not rest and len(args) <= 1 and (not args or "dtype" not in kwargs) and dtype in _NARROW
 
 
 _KEEPER = None
