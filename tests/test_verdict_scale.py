@@ -278,7 +278,7 @@ def test_the_float64_burst_is_spent_only_where_it_fits():
     from ortlab.engine.types import BurstError
 
     with pytest.raises(BurstError, match="float64 'bursts' is not allowed; allowed: auto, burst, first-step"):
-        cost.mode("bursts")
+        cost.decide(model, "adamw", "cpu", "bursts")
 
 
 def test_the_machine_says_what_it_allows():

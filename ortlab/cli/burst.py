@@ -155,7 +155,7 @@ def add_burst_args(b) -> None:
 
     from ortlab.compat.registry import FIXES
     from ortlab.engine.collectors import COLLECTORS
-    from ortlab.engine.types import Device, Optimizer, Precision, Sampler
+    from ortlab.engine.types import Device, Evidence, Optimizer, Precision, Sampler
 
     add_model_args(b)
     b.add_argument("--steps", type=positive_int, default=20, help="training steps per backend")
@@ -211,7 +211,7 @@ def add_burst_args(b) -> None:
                    help="how the ranks share a workload's dataset (e.g. --model-arg "
                    "variable_length=true): torch's DistributedSampler or ORT's load-balancing sampler, which gives "
                    "every rank samples of similar complexity each step (default: the dataset in order)")
-    b.add_argument("--evidence", default="summary", choices=("summary", "full"),
+    b.add_argument("--evidence", default="summary", choices=[str(e) for e in Evidence],
                    help="what a parity burst keeps of its first step's gradients for `ortlab judge`: summary (a "
                    "fixed size a parameter: tens of MB a run at any size) or full (every gradient too: 4 bytes a "
                    "parameter)")

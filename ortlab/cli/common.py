@@ -89,9 +89,9 @@ def seed(text: str) -> int:
 
 def add_float64_arg(p) -> None:
     """--float64: whether the verdict runs its float64 burst (ortlab.verdict.cost)."""
-    from ortlab.verdict.cost import MODES
+    from ortlab.engine.types import Float64
 
-    p.add_argument("--float64", default="auto", choices=MODES,
+    p.add_argument("--float64", default="auto", choices=[str(f) for f in Float64],
                    help="the verdict's float64 burst, which judges the losses and end state against float64 and "
                    "costs about 40 bytes a parameter with AdamW: auto runs it where its estimated need is at most 2 "
                    "GB and fits the free memory (else the losses and end state are judged against fp32's spread, "

@@ -12,13 +12,14 @@ from typing import Any
 
 from ortlab.engine.backends import check_available, checked_settings, registered
 from ortlab.engine.collectors import check as check_collectors
-from ortlab.engine.types import BurstError, Choice, Device, Optimizer, Precision, Sampler
+from ortlab.engine.types import BurstError, Choice, Device, Evidence, Optimizer, Precision, Sampler
 from ortlab.options import Options
 
 __all__ = ["BurstConfig", "BurstError", "make_optimizer", "resolve_device"]
 
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
-CHOICES: dict[str, type[Choice]] = {"optimizer": Optimizer, "precision": Precision, "device": Device}
+CHOICES: dict[str, type[Choice]] = {"optimizer": Optimizer, "precision": Precision, "device": Device,
+                                     "evidence": Evidence}
 _ELSEWHERE: ContextVar[bool] = ContextVar("ortlab_config_elsewhere", default=False)
 
 
@@ -35,9 +36,6 @@ def made_elsewhere() -> Iterator[None]:
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-EVIDENCE = ("summary", "full")  # BurstConfig.evidence
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class BurstConfig:
     compile: dict[str, Any] = field(default_factory=dict)
     # what a parity burst records of its first step's gradients for a verdict elsewhere (ortlab.evidence): "summary"
     # (a fixed-size summary per parameter: ortlab.sketch) or "full" (every gradient too: 4 bytes a parameter on disk)
-    evidence: str = "summary"
+    evidence: Evidence = Evidence.SUMMARY
 
     def __post_init__(self):
         registered(self.backend)
@@ -96,9 +94,6 @@ class BurstConfig:
         if not (isinstance(self.perturb, int | float) and not isinstance(self.perturb, bool)
                 and math.isfinite(self.perturb) and 0 <= self.perturb < 1e-2):
             raise BurstError(f"perturb {self.perturb!r} is not allowed; allowed: a number from 0 to 0.01")
-        if self.evidence not in EVIDENCE:
-            raise BurstError(f"evidence {self.evidence!r} is not allowed; allowed: {', '.join(EVIDENCE)} (what a "
-                             "parity burst records of its first step's gradients)")
         if not _whole(self.seed) or not 0 <= self.seed <= SEED_MAX:
             raise BurstError(f"seed {self.seed!r} is not allowed; allowed: a whole number from 0 to {SEED_MAX}")
         if not isinstance(self.options, Options):

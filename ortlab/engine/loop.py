@@ -30,7 +30,7 @@ from ortlab.engine.headroom import refuse_unfit
 from ortlab.engine.machine import Contention, fit_threads
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
-from ortlab.engine.types import BurstError, Transition
+from ortlab.engine.types import BurstError, Evidence, Transition
 from ortlab.lazy import named
 from ortlab.options import Options, ReadAt
 from ortlab.parity import parity
@@ -260,7 +260,7 @@ class Engine:
         for j in range(work.accumulation):
             total += self._micro(b, step, j, first if j == 0 else self._batch(b, step, j))
         if step == 0 and b.cfg.parity and not b.cfg.distributed:  # before the optimizer moves the gradients
-            b.first = evidence.gradients(self.model, total, b.scaler, full=b.cfg.evidence == "full")
+            b.first = evidence.gradients(self.model, total, b.scaler, full=b.cfg.evidence == Evidence.FULL)
         for c in b.timers:
             c.phase(step, "optimizer")
         b.stage = "optimizer"

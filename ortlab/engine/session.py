@@ -20,7 +20,7 @@ from ortlab.engine import messages as m
 from ortlab.engine.backends import parse_backends
 from ortlab.engine.client import Client, WorkerError
 from ortlab.engine.progress import Bar, chain
-from ortlab.engine.types import Device, Float64, Optimizer, Precision, Sampler
+from ortlab.engine.types import Device, Evidence, Float64, Optimizer, Precision, Sampler
 from ortlab.judging import verdicts
 from ortlab.options import Options
 from ortlab.run import ENDED_EARLY, Run, load_run
@@ -57,13 +57,13 @@ class Session:
     # this process's. Another stack's bursts need a worker (not in_process) and a model given by import path.
     stack: str | None = None
     # the verdict's float64 burst (its losses and end state against float64): "auto" runs it where its estimated
-    # need fits the device's free memory, "burst" always, "first-step" never (ortlab.verdict.cost)
-    float64: str = "auto"
+    # need is small (at most 2 GB) and fits the free memory, "burst" always, "first-step" never (ortlab.verdict.cost)
+    float64: Float64 | str = "auto"
 
     def __post_init__(self):
         from ortlab.workload import ModelRef
 
-        self.float64 = str(Float64(self.float64))  # a bad mode is refused before any worker starts
+        self.float64 = Float64(self.float64)  # a bad mode is refused before any worker starts
 
         self.ref = ModelRef.of(self.model, **self.model_kwargs)
         if self.shell_options is None:
@@ -91,7 +91,7 @@ class Session:
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
               save_checkpoint: bool = False, sampler: Sampler | str | None = None, fixes: Any = (),
-              perturb: float = 0.0, compile: dict[str, Any] | None = None, evidence: str = "summary") -> Run:
+              perturb: float = 0.0, compile: dict[str, Any] | None = None, evidence: Evidence | str = "summary") -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
@@ -114,7 +114,7 @@ class Session:
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                           save_checkpoint=save_checkpoint, sampler=None if sampler is None else Sampler(sampler),
-                          fixes=fixes, perturb=perturb, compile=compile or {}, evidence=evidence)
+                          fixes=fixes, perturb=perturb, compile=compile or {}, evidence=Evidence(evidence))
         run = self._burst(cfg, on_step, progress)
         self.runs.append(run)
         self.transition_rows.extend(run.read_json("transitions.json", []))

@@ -60,6 +60,14 @@ class Device(Choice):
     CUDA = "cuda"
 
 
+class Evidence(Choice):
+    """What a parity burst keeps of its first step's gradients (ortlab.evidence): a summary a parameter, or them
+    whole too."""
+
+    SUMMARY = "summary"
+    FULL = "full"
+
+
 class Float64(Choice):
     """Whether a verdict spends its float64 burst (ortlab.verdict.cost): where it is cheap and fits, always, never."""
 

@@ -20,17 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-MODES = ("auto", "burst", "first-step")  # ortlab.engine.types.Float64's members
 FITS = 0.8  # the share of the free memory the float64 burst may be estimated to need and still run
 AUTO_BYTES = 2 * 2**30  # "auto" runs the float64 burst up to this estimated need
 OPTIMIZER_STATE = {"sgd": 8, "adamw": 16, "auto": 16, "zero1": 16, "fused_adam": 16}  # float64 bytes a parameter
-
-
-def mode(value: Any) -> str:
-    """The float64 mode checked: one of MODES (None: "auto"); another is a BurstError naming what is allowed."""
-    from ortlab.engine.types import Float64
-
-    return str(Float64("auto" if value is None else value))
 
 
 @dataclass
@@ -101,12 +93,15 @@ def free(device: Any) -> tuple[int | None, str]:
 
 def decide(model: Any, optimizer: str, device: Any, chosen: str, peak_bytes: float | None = None,
            device_type: str = "cpu") -> tuple[bool, str | None]:
-    """Whether to run the float64 burst, and why not in words (None when it runs)."""
+    """Whether to run the float64 burst in mode `chosen` (ortlab.engine.types.Float64), and why not in words (None
+    when it runs)."""
     from ortlab.engine.headroom import gb
+    from ortlab.engine.types import Float64
 
-    if chosen == "first-step":
+    chosen = Float64(chosen)
+    if chosen == Float64.FIRST_STEP:
         return False, "the float64 burst was not asked for (float64 first-step)"
-    if chosen == "burst":
+    if chosen == Float64.BURST:
         return True, None
     estimate = float64_burst(model, optimizer, activations(peak_bytes, model, optimizer, device_type))
     have, where = free(device)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ortlab.compat.report import CheckReport
     from ortlab.engine.config import BurstConfig
+    from ortlab.engine.types import Float64
     from ortlab.options import Options
     from ortlab.run import Run
 
@@ -21,6 +22,11 @@ class Driver(Protocol):
     @property
     def shell_options(self) -> Options | None:
         """The options every burst starts from (a config's own options win)."""
+        ...
+
+    @property
+    def float64(self) -> Float64 | str:
+        """Whether the verdict runs its float64 burst (ortlab.verdict.cost)."""
         ...
 
     def evidence_burst(self, config: BurstConfig) -> Run:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ortlab.compat.report import CheckReport
     from ortlab.engine.config import BurstConfig
     from ortlab.engine.session import Session
+    from ortlab.engine.types import Float64
     from ortlab.options import Options
 
 SETTINGS = ("seed", "optimizer", "lr", "steps", "precision", "perturb", "sampler")  # what must agree in config
@@ -58,16 +59,16 @@ class Judged:
 
 
 def judge_runs(first: str | Path | Run, second: str | Path | Run, reference: str | Path | Run | None = None,
-               out: str | Path | None = None, float64: str = "auto") -> list[Judged]:
+               out: str | Path | None = None, float64: Float64 | str = "auto") -> list[Judged]:
     """The verdict on two run folders made by any process on any stack, as Session.compare gives it in one: the
     non-PyTorch run against the PyTorch one, or (neither PyTorch's) each against `reference`, a PyTorch run of
     the same start. Each verdict is written to its run's folder (verdict.json). `out`: where the bursts the
     verdict may need (a noise pair, the statistics that localize a divergence) go (default: beside the judged
     run). `float64`: whether the float64 burst runs (ortlab.verdict.cost: "auto", "burst", "first-step"). Raises
     JudgeError (one line) when the runs cannot be judged together."""
-    from ortlab.verdict.cost import mode
+    from ortlab.engine.types import Float64
 
-    float64 = mode(float64)
+    float64 = Float64(float64)  # a bad mode is refused before any run is read
     runs = [_load(r) for r in (first, second)]
     ref = _load(reference) if reference is not None else None
     chosen = pairs(runs, ref)
@@ -130,7 +131,8 @@ def comparable(pytorch: Run, other: Run) -> None:
                              f"vs {y[:12]})")
 
 
-def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str, Any], float64: str = "auto") -> Any:
+def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str, Any],
+           float64: Float64 | str = "auto") -> Any:
     from ortlab.engine.config import made_elsewhere
     from ortlab.engine.session import Session
     from ortlab.verdict import procedure
@@ -191,7 +193,7 @@ class Recorded:
         return self.session.shell_options
 
     @property
-    def float64(self) -> str:
+    def float64(self) -> Float64 | str:
         return self.session.float64
 
     def check_start(self) -> None:

@@ -118,8 +118,7 @@ def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
                              save_checkpoint=False, sampler=None)
         return session.evidence(tasks.GRADIENT_CHECK, config, "comparing first-step gradients", fixes=fixes,
-                                burst=burst, float64=getattr(session, "float64", None) or "auto",
-                                peak_bytes=peak_bytes)
+                                burst=burst, float64=str(session.float64), peak_bytes=peak_bytes)
     except Exception as e:
         from ortlab.compat.errors import root_message
         from ortlab.engine.client import WorkerOutOfMemory

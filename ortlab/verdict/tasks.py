@@ -60,7 +60,7 @@ def float64_burst_fits(engine: Any, cfg: Any, float64: str, peak_bytes: float | 
     from ortlab.verdict import cost
 
     device = next((p.device for p in engine.model.parameters()), resolve_device(cfg.device))
-    return cost.decide(engine.model, str(cfg.optimizer), device, cost.mode(float64), peak_bytes, device.type)
+    return cost.decide(engine.model, str(cfg.optimizer), device, float64, peak_bytes, device.type)
 
 
 def ensemble(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (), hints: dict | None = None
