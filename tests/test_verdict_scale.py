@@ -272,7 +272,7 @@ def test_the_float64_burst_is_spent_only_where_it_fits():
                                                                        "(float64 first-step)")
     assert cost.decide(model, "adamw", "cpu", "burst") == (True, None)
     assert cost.decide(model, "adamw", "cpu", "auto") == (True, None)  # 40 MB fit
-    huge = cost.decide(model, "adamw", "cpu", "auto", peak_bytes=1e15)  # a petabyte of activations
+    huge = cost.decide(model, "adamw", "cpu", "auto", peak={"bytes": 1e15, "device": "cpu"})  # a petabyte
     assert not huge[0] and "the float64 burst would need about" in huge[1] and "spends on it unasked" in huge[1]
     assert cost.decide(nn.Linear(8000, 8000), "adamw", "cpu", "auto")[0] is False  # 64M parameters: 2.6 GB
     from ortlab.engine.types import BurstError

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+MOMENTS = {"sgd": 1, "adamw": 2, "auto": 2, "zero1": 2, "fused_adam": 2}  # optimizer state a parameter, in its size
 UNLIMITED = 2**60  # a cgroup limit at or above this is no limit (v1 writes 9223372036854771712)
 
 
@@ -178,6 +179,23 @@ class Watch:
         return f"killed for memory by {how}: {held}; the limit is {allowed if allowed else 'unknown'}"
 
 
+def free(device: Any) -> tuple[int | None, str]:
+    """Bytes free where `device` trains, and what was read: the GPU's free memory plus what torch's caching
+    allocator holds unused, or this machine's available memory (capped by its cgroup's); None where it cannot be
+    read."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            free_now, total = torch.cuda.mem_get_info(device)
+        except (RuntimeError, AssertionError):
+            return None, "free on the GPU"
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return free_now + cached, f"free on the GPU ({torch.cuda.get_device_name(device)}, of {gb(total)})"
+    allowed = limit()
+    return available(), "available on this machine" + (f" (its limit: {allowed})" if allowed else "")
+
 
 def training_need(model: Any, optimizer: str, device: Any) -> dict[str, int]:
     """What a burst adds to hold the model's training state, at least (its activations are not counted: unknown
@@ -185,8 +203,7 @@ def training_need(model: Any, optimizer: str, device: Any) -> dict[str, int]:
     the weights themselves, in the parameters' dtypes."""
     trained = [p for p in model.parameters() if p.requires_grad]
     grads = sum(p.numel() * p.element_size() for p in trained)
-    moments = {"sgd": 1, "adamw": 2, "auto": 2, "zero1": 2, "fused_adam": 2}.get(str(optimizer), 2)
-    parts = {"gradients": grads, "the optimizer's state": moments * grads}
+    parts = {"gradients": grads, "the optimizer's state": MOMENTS.get(str(optimizer), 2) * grads}
     if getattr(device, "type", str(device)) == "cuda":
         on_cpu = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type != "cuda")
         parts = {"the weights": on_cpu, **parts}
@@ -197,19 +214,9 @@ def refuse_unfit(model: Any, optimizer: str, device: Any, label: str) -> str | N
     """One line when the model's training state alone (training_need) exceeds the memory free where it trains:
     the machine's available memory (and its cgroup's), or the GPU's free memory; None when it fits or the free
     memory cannot be read."""
-    import torch
-
     parts = training_need(model, optimizer, device)
     need = sum(parts.values())
-    if getattr(device, "type", str(device)) == "cuda":
-        try:
-            free_now, total = torch.cuda.mem_get_info(device)
-        except (RuntimeError, AssertionError):
-            return None
-        have, where = free_now + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device), \
-            f"free on the GPU (of {gb(total)})"
-    else:
-        have, where = available(), "available on this machine" + (f" (its limit: {limit()})" if limit() else "")
+    have, where = free(device)
     if have is None or need <= have:
         return None
     count = sum(p.numel() for p in model.parameters())

@@ -22,7 +22,6 @@ from typing import Any
 
 FITS = 0.8  # the share of the free memory the float64 burst may be estimated to need and still run
 AUTO_BYTES = 2 * 2**30  # "auto" runs the float64 burst up to this estimated need
-OPTIMIZER_STATE = {"sgd": 8, "adamw": 16, "auto": 16, "zero1": 16, "fused_adam": 16}  # float64 bytes a parameter
 
 
 @dataclass
@@ -53,49 +52,39 @@ def float64_burst(model: Any, optimizer: str, activations: int | None) -> Need:
 def need(weights: int, trained: int, optimizer: str, activations: int | None = None) -> Need:
     """The float64 burst's need from counts: `weights` floating values in the model (parameters and buffers),
     `trained` of them trained."""
-    state = OPTIMIZER_STATE.get(str(optimizer), 16)
     return Need({"the model in float64": 8 * weights, "its gradients": 8 * trained,
-                 "the optimizer's state": state * trained, "the first step's gradients": 8 * trained,
+                 "the optimizer's state": 8 * _moments(optimizer) * trained, "the first step's gradients": 8 * trained,
                  "activations in float64": 2 * (activations or 0)})
 
 
-def activations(peak_bytes: float | None, model: Any, optimizer: str, device_type: str) -> int | None:
-    """The fp32 burst's activations at its peak, estimated from its peak memory: on CUDA the allocator's peak less
-    the weights, gradients and optimizer state; on the CPU the process's peak resident set less those, the
-    snapshot and torch's own (RUNTIME)."""
-    if peak_bytes is None:
+def activations(peak: dict[str, Any] | None, model: Any, optimizer: str) -> int | None:
+    """The fp32 burst's activations at its peak, estimated from its peak memory (`peak`: {"bytes", "device"}, the
+    device it was measured on): on CUDA the allocator's peak less the weights, gradients and optimizer state; on
+    the CPU the process's peak resident set less those, the snapshot and torch's own (RUNTIME)."""
+    if not peak or peak.get("bytes") is None:
         return None
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    static = weights + 4 * trained + OPTIMIZER_STATE.get(str(optimizer), 16) // 2 * trained
-    if device_type != "cuda":
+    static = weights + 4 * trained + 4 * _moments(optimizer) * trained
+    if peak.get("device") != "cuda":
         static += weights + RUNTIME  # the snapshot on the CPU, and torch itself
-    return max(int(peak_bytes - static), 0)
+    return max(int(peak["bytes"] - static), 0)
+
+
+def _moments(optimizer: str) -> int:
+    from ortlab.engine.headroom import MOMENTS
+
+    return MOMENTS.get(str(optimizer), 2)
 
 
 RUNTIME = 400 * 2**20  # what a torch process holds before any model (measured: 0.3-0.5 GB on the CPU)
 
 
-def free(device: Any) -> tuple[int | None, str]:
-    """Bytes free where the float64 burst would run, and what was read: CUDA's free memory plus what torch's
-    caching allocator holds unused, or the machine's (and its cgroup's) available memory."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        free_now, _total = torch.cuda.mem_get_info(device)
-        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return free_now + cached, f"free on {torch.cuda.get_device_name(device)}"
-    from ortlab.engine.headroom import available
-
-    return available(), "available on this machine"
-
-
-def decide(model: Any, optimizer: str, device: Any, chosen: str, peak_bytes: float | None = None,
-           device_type: str = "cpu") -> tuple[bool, str | None]:
+def decide(model: Any, optimizer: str, device: Any, chosen: str, peak: dict[str, Any] | None = None
+           ) -> tuple[bool, str | None]:
     """Whether to run the float64 burst in mode `chosen` (ortlab.engine.types.Float64), and why not in words (None
-    when it runs)."""
-    from ortlab.engine.headroom import gb
+    when it runs); `peak`: the fp32 burst's peak memory and the device it was measured on."""
+    from ortlab.engine.headroom import free, gb
     from ortlab.engine.types import Float64
 
     chosen = Float64(chosen)
@@ -103,7 +92,7 @@ def decide(model: Any, optimizer: str, device: Any, chosen: str, peak_bytes: flo
         return False, "the float64 burst was not asked for (float64 first-step)"
     if chosen == Float64.BURST:
         return True, None
-    estimate = float64_burst(model, optimizer, activations(peak_bytes, model, optimizer, device_type))
+    estimate = float64_burst(model, optimizer, activations(peak, model, optimizer))
     have, where = free(device)
     if estimate.bytes > AUTO_BYTES:
         return False, (f"the float64 burst would need about {estimate}, more than the {gb(AUTO_BYTES)} a verdict "

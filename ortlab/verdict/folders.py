@@ -239,12 +239,12 @@ class Recorded:
 
         if task == tasks.GRADIENT_CHECK:
             return evidence(self.session._local_engine(), config, kwargs.get("fixes", ()), *self.steps,
-                            kwargs.get("burst", False), kwargs.get("float64", "auto"), kwargs.get("peak_bytes"))
+                            kwargs.get("burst", False), kwargs.get("float64", "auto"), kwargs.get("peak"))
         return self.session.evidence(task, config, what, progress, **kwargs)
 
 
 def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any, burst: bool = False,
-             float64: str = "auto", peak_bytes: float | None = None) -> dict[str, Any]:
+             float64: str = "auto", peak: dict[str, Any] | None = None) -> dict[str, Any]:
     """tasks.gradient_check for two first steps recorded elsewhere: judged here against float64 of the engine's
     snapshot and first batch (the float64 burst's first step when `burst` and `float64` with its estimated need
     allow it: ortlab.verdict.cost)."""
@@ -261,7 +261,7 @@ def evidence(engine: Any, cfg: Any, fixes: tuple[str, ...], pt: Any, other: Any,
     if burst:
         from ortlab.verdict.tasks import float64_burst_fits
 
-        burst, error = float64_burst_fits(engine, cfg, float64, peak_bytes)
+        burst, error = float64_burst_fits(engine, cfg, float64, peak)
     if burst:
         done = engine.__dict__.setdefault("_float64_bursts", {})  # both runs against one reference: run once
         key = (cfg.optimizer, cfg.lr, cfg.steps, cfg.seed, cfg.sampler)

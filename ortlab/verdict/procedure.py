@@ -45,7 +45,7 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
     config = BurstConfig.from_dict(other.meta["config"])
     fixes = tuple((other.meta.get("fixes") or {}).get("applied") or ())
     burst = config.parity and not _allclose(pytorch, other)
-    evidence = gradient_evidence(session, config, fixes, burst, _peak_bytes(pytorch), pytorch.meta.get("model"))
+    evidence = gradient_evidence(session, config, fixes, burst, _peak(pytorch), pytorch.meta.get("model"))
     float64 = evidence.pop("float64", None)
     noise = None
     if burst and (float64 is None or float64.get("error")):  # today's evidence: a PyTorch pair from a perturbed start
@@ -105,9 +105,9 @@ def gradient_words(row: dict[str, Any]) -> str:
 
 
 def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ...], burst: bool = False,
-                      peak_bytes: float | None = None, model: dict[str, Any] | None = None) -> dict[str, Any]:
+                      peak: dict[str, Any] | None = None, model: dict[str, Any] | None = None) -> dict[str, Any]:
     """The gradient check for `config`'s backend (and with `burst`, the float64 burst where the session's float64
-    mode and its estimated need allow: ortlab.verdict.cost; `peak_bytes`, the PyTorch burst's peak memory) from the
+    mode and its estimated need allow: ortlab.verdict.cost; `peak`, the PyTorch burst's peak memory) from the
     session's engine; a failure is a skipped check with its reason, never a lost verdict (nor an agreement); killed
     for memory, the reason says what the float64 burst needs (`model`: the run's description, its parameter
     counts) and the verdict that fits."""
@@ -118,7 +118,7 @@ def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
                              save_checkpoint=False, sampler=None)
         return session.evidence(tasks.GRADIENT_CHECK, config, "comparing first-step gradients", fixes=fixes,
-                                burst=burst, float64=str(session.float64), peak_bytes=peak_bytes)
+                                burst=burst, float64=str(session.float64), peak=peak)
     except Exception as e:
         from ortlab.compat.errors import root_message
         from ortlab.engine.client import WorkerOutOfMemory
@@ -297,14 +297,16 @@ def localize_module(session: Driver, options: Any = None, fixes: Any = (), seed:
                                                    fixes=fixes, repro=folder, known=known, origin=origin))
 
 
-def _peak_bytes(run: Run) -> float | None:
-    """The run's peak memory in bytes (its steps' peak_mem_mb: the CUDA allocator's, or the process's resident
-    set), None where it recorded none."""
+def _peak(run: Run) -> dict[str, Any] | None:
+    """The run's peak memory: {"bytes": its steps' largest peak_mem_mb (the CUDA allocator's, or the process's
+    resident set), "device": where it was measured ("cuda", "cpu")}; None where it recorded none."""
     try:
         peak = run.metrics["peak_mem_mb"].max()
     except (KeyError, AttributeError, TypeError, ValueError):
         return None
-    return float(peak) * 2**20 if peak == peak else None
+    if peak != peak:
+        return None
+    return {"bytes": float(peak) * 2**20, "device": str(run.meta.get("device") or "cpu").partition(":")[0]}
 
 
 def _shell(session: Driver) -> Any:

@@ -16,14 +16,14 @@ LOCALIZE = f"{__name__}:localize"
 
 
 def gradient_check(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (), burst: bool = False,
-                   float64: str = "auto", peak_bytes: float | None = None) -> dict[str, Any]:
+                   float64: str = "auto", peak: dict[str, Any] | None = None) -> dict[str, Any]:
     """The first batch's gradients on PyTorch and on `cfg`'s backend from the initial snapshot
     (ortlab.verdict.gradients; a float64 step where they are not allclose), with the ORTModule burst's fixes.
     ORTModule: in parity mode through the last burst's ORTModule when it was exported in parity mode without
     instrumentation (no export), otherwise a fresh one (one export). torch.compile: through the last burst's
     compiled module (its settings). `burst`: also `cfg`'s steps in float64 PyTorch ("float64": its losses and
     end state, ortlab.verdict.reference), when `float64` (ortlab.verdict.cost: "auto", "burst", "first-step")
-    and its estimated need (`peak_bytes`: the PyTorch burst's peak memory) allow."""
+    and its estimated need (`peak`: the PyTorch burst's peak memory, and where it was measured) allow."""
     from ortlab.engine import precision
     from ortlab.engine.config import resolve_device
     from ortlab.verdict import reference
@@ -31,7 +31,7 @@ def gradient_check(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (
 
     reference_run, first64, error = None, True, None
     if burst:
-        burst, error = float64_burst_fits(engine, cfg, float64, peak_bytes)
+        burst, error = float64_burst_fits(engine, cfg, float64, peak)
     if burst:  # first: its first step's float64 gradients serve the check too
         try:
             reference_run, first64 = reference.burst(engine.workload, engine._feed(cfg), engine.initial,
@@ -54,13 +54,13 @@ def gradient_check(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (
     return out
 
 
-def float64_burst_fits(engine: Any, cfg: Any, float64: str, peak_bytes: float | None) -> tuple[bool, str | None]:
+def float64_burst_fits(engine: Any, cfg: Any, float64: str, peak: dict[str, Any] | None) -> tuple[bool, str | None]:
     """Whether the float64 burst runs for `cfg` on this engine's model (ortlab.verdict.cost), and why not."""
     from ortlab.engine.config import resolve_device
     from ortlab.verdict import cost
 
     device = next((p.device for p in engine.model.parameters()), resolve_device(cfg.device))
-    return cost.decide(engine.model, str(cfg.optimizer), device, float64, peak_bytes, device.type)
+    return cost.decide(engine.model, str(cfg.optimizer), device, float64, peak)
 
 
 def ensemble(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (), hints: dict | None = None
