@@ -126,22 +126,24 @@ def _buckets(x: Summary | torch.Tensor, name: str) -> torch.Tensor:
 
 def apart(a: torch.Tensor, b: torch.Tensor) -> float:
     """|a - b| in float64, a chunk at a time: no float64 copy of a whole gradient (a 1B model's embedding's is 2 GB)."""
-    fa, fb = a.detach().reshape(-1), b.detach().reshape(-1).to(a.device)
-    total = 0.0
-    for start in range(0, fa.numel(), _CHUNK):
-        d = fa[start: start + _CHUNK].double() - fb[start: start + _CHUNK].double()
-        total += float(torch.dot(d, d))
-    return math.sqrt(total)
+    return _length(a, b)
 
 
 def norm(x: Summary | torch.Tensor) -> float:
     """|x| in float64 (a chunk at a time for a tensor)."""
-    if isinstance(x, Summary):
-        return x.norm
-    flat, total = x.detach().reshape(-1), 0.0
-    for start in range(0, flat.numel(), _CHUNK):
-        c = flat[start: start + _CHUNK].double()
-        total += float(torch.dot(c, c))
+    return x.norm if isinstance(x, Summary) else _length(x)
+
+
+def _length(a: torch.Tensor, b: torch.Tensor | None = None) -> float:
+    """|a| or |a - b|, summed in float64 over chunks of _CHUNK values."""
+    fa = a.detach().reshape(-1)
+    fb = None if b is None else b.detach().reshape(-1).to(a.device)
+    total = 0.0
+    for start in range(0, fa.numel(), _CHUNK):
+        d = fa[start: start + _CHUNK].double()
+        if fb is not None:
+            d = d - fb[start: start + _CHUNK].double()
+        total += float(torch.dot(d, d))
     return math.sqrt(total)
 
 

@@ -208,15 +208,24 @@ class DeviceMemory:
         self.index, self.peak, self.base = index, None, None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._nvml = self._handle() if index is not None else None
+
+    def _handle(self):
+        """NVML's handle of the device, once (None where NVML is not there: nvidia-smi is asked instead)."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            return pynvml, pynvml.nvmlDeviceGetHandleByIndex(self.index)
+        except Exception:
+            return None
 
     def _read(self) -> float | None:
         if self.index is None:
             return None
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(self.index)).used / 1e9
+            nvml, handle = self._nvml
+            return nvml.nvmlDeviceGetMemoryInfo(handle).used / 1e9
         except Exception:  # no NVML: nvidia-smi
             try:
                 text = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",

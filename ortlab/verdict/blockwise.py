@@ -115,7 +115,7 @@ def step(workload: Any, batches: list[tuple[Any, Any]], sink: Sink, seed: int = 
     model = workload.model
     chosen = the_plan or plan(model)
     trained = {n for n, p in model.named_parameters() if p.requires_grad}
-    runner = _Runner(chosen, trained, sink, len(batches))
+    runner = _Runner(chosen, trained, sink)
     saved_grads = {n: p.grad for n, p in model.named_parameters()}
     was_training = model.training
     model.train()
@@ -152,15 +152,15 @@ class _Runner:
     """The units' forwards replaced for one float64 step, and their gradients collected: a parameter's float64
     gradient accumulates over the units (and calls) that use it and is handed to the sink after its last use."""
 
-    def __init__(self, chosen: Plan, trained: set[str], sink: Sink, micro_batches: int):
+    def __init__(self, chosen: Plan, trained: set[str], sink: Sink):
         self.plan, self.trained, self.sink = chosen, trained, sink
         self.pending: dict[str, int] = {}  # parameter -> calls whose backward has not run yet
         self.grads: dict[str, torch.Tensor] = {}  # parameter -> float64 gradient so far
         self.delivered: set[str] = set()
-        self.last = micro_batches <= 1  # in the step's last micro-batch: a parameter done now is done
+        self.last = True  # in the step's last micro-batch (`step` sets it): a parameter done now is done
         # an input of every call that requires grad: a unit whose inputs do not (an embedding of token ids) is
         # still part of the graph, so that its backward runs and its weights get their gradients
-        device = next((u.module.parameters().__next__().device for u in chosen.units), torch.device("cpu"))
+        device = next((p.device for u in chosen.units for p in u.module.parameters()), torch.device("cpu"))
         self.anchor = torch.zeros((), dtype=torch.float64, device=device, requires_grad=True)
 
     @contextlib.contextmanager

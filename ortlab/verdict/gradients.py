@@ -144,7 +144,7 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
             elif name in measured.estimated:
                 row["estimated"] = True
         else:
-            row["diverged"] = note is not None or not (diff <= ex.ALLCLOSE * max(pt_norm, 1e-30))
+            row["diverged"] = note is not None or not ex.within(diff, pt_norm)
             if estimated:
                 row["estimated"] = True
         rows.append(row)
@@ -208,11 +208,7 @@ def allclose(pytorch: Step, other: Step) -> bool:
             return False
         if g_pt is None:
             continue
-        if isinstance(g_pt, sketch.Summary) or isinstance(g_other, sketch.Summary):
-            if not sketch.finite(g_other) or \
-                    not sketch.distance(g_other, g_pt, name)[0] <= ex.ALLCLOSE * max(sketch.norm(g_pt), 1e-30):
-                return False
-        elif not ex.close(g_other, g_pt):
+        if not sketch.finite(g_other) or not ex.within(sketch.distance(g_other, g_pt, name)[0], sketch.norm(g_pt)):
             return False
     return True
 

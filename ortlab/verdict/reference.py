@@ -34,15 +34,11 @@ def double(value: Any) -> Any:
     return value
 
 
-_NARROW: tuple[Any, ...] = ()  # the narrower floating dtypes (set on first use: torch imported lazily)
-
-
 def _keeper() -> Any:
     import torch
     from torch.overrides import TorchFunctionMode
 
-    global _NARROW
-    _NARROW = (torch.float32, torch.float16, torch.bfloat16)
+    narrow = (torch.float32, torch.float16, torch.bfloat16)
 
     class KeepFloat64(TorchFunctionMode):
         """Inside a float64 step, what is asked to be float32 (or narrower) is float64: .float(), a narrower dtype
@@ -56,10 +52,10 @@ def _keeper() -> Any:
             kwargs = dict(kwargs or {})
             if func is torch.Tensor.float and len(args) == 1 and not kwargs:
                 return args[0].double()
-            if kwargs.get("dtype") in _NARROW:
+            if kwargs.get("dtype") in narrow:
                 kwargs["dtype"] = torch.float64
             if func is torch.Tensor.to:
-                args = tuple(torch.float64 if isinstance(a, torch.dtype) and a in _NARROW else a for a in args)
+                args = tuple(torch.float64 if isinstance(a, torch.dtype) and a in narrow else a for a in args)
             return func(*args, **kwargs)
 
     return KeepFloat64

@@ -74,21 +74,25 @@ def differing(pytorch: dict, other: dict, noise: dict | None = None, exact: dict
                 out.append(_row(name, pt, ort, gap, None))
             continue
     if exact is None and noise is not None:
-        for group in against_noise(pytorch, other, noise).values():
-            if group["diverged"]:
-                rows = sorted(group["rows"], key=lambda r: -r["excess"])
-                for r in [r for r in rows if r["excess"] > 1] or rows[:1]:
-                    pt, ort = pytorch[r["name"]], other[r["name"]]
-                    out.append(_row(r["name"], pt, ort, r["gap"], r["spread"]))
+        for r in _beyond(against_noise(pytorch, other, noise)):
+            out.append(_row(r["name"], pytorch[r["name"]], other[r["name"]], r["gap"], r["spread"]))
     if exact is not None:
-        for group in judged(pytorch, other, exact, members).values():
-            if group["diverged"]:
-                rows = sorted(group["rows"], key=lambda r: -r["excess"])
-                for r in [r for r in rows if r["excess"] > 1] or rows[:1]:
-                    pt, ort = pytorch[r["name"]], other[r["name"]]
-                    out.append({**_row(r["name"], pt, ort, distance(pt, ort), None),
-                                "to_float64": r["to_float64"], "pytorch_to_float64": r["pytorch_to_float64"]})
+        for r in _beyond(judged(pytorch, other, exact, members)):
+            pt, ort = pytorch[r["name"]], other[r["name"]]
+            out.append({**_row(r["name"], pt, ort, distance(pt, ort), None),
+                        "to_float64": r["to_float64"], "pytorch_to_float64": r["pytorch_to_float64"]})
     return sorted(out, key=lambda r: (r["kind"] != "buffer", -r["distance"]))
+
+
+def _beyond(groups: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tensors to name of each kind that diverged together: those further off than each alone is allowed,
+    worst first, or the worst one."""
+    out = []
+    for group in groups.values():
+        if group["diverged"]:
+            rows = sorted(group["rows"], key=lambda r: -r["excess"])
+            out += [r for r in rows if r["excess"] > 1] or rows[:1]
+    return out
 
 
 def judged(pytorch: dict, other: dict, exact: dict, members: list[dict] | None = None) -> dict[str, dict[str, Any]]:
