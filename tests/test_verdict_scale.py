@@ -495,3 +495,18 @@ def test_inside_the_float64_step_every_request_for_float32_is_float64():
         assert torch.ones(2).to(device="cpu", dtype=torch.float32).dtype == torch.float64
         assert torch.arange(3, dtype=torch.float).dtype == torch.float64
         assert torch.ones(2, dtype=torch.float64).to(torch.ones(1)).dtype == torch.float32  # like another tensor
+
+
+def test_a_bad_evidence_or_float64_mode_is_refused_in_one_line_before_anything_runs(tmp_path):
+    from ortlab.engine.config import BurstConfig
+    from ortlab.engine.session import Session
+    from ortlab.engine.types import BurstError
+
+    with pytest.raises(BurstError, match=r"^evidence 'whole' is not allowed; allowed: summary, full"):
+        BurstConfig(backend="pytorch", evidence="whole")
+    with pytest.raises(BurstError, match=r"^float64 'always' is not allowed; allowed: auto, burst, first-step"):
+        Session(out=tmp_path, in_process=True, float64="always")
+    assert not any(tmp_path.iterdir())  # nothing was started or written
+    done = subprocess.run([sys.executable, "-m", "ortlab.cli", "burst", "--float64", "always"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and "invalid choice: 'always'" in done.stderr
