@@ -32,6 +32,7 @@ _EXPORTS = {
     "judge": "ortlab.verdict.judge",
     "Verdict": "ortlab.verdict.judge",
     "judge_runs": "ortlab.verdict.folders",
+    "judge_logs": "ortlab.verdict.debug_logs:compare",
     "compare_stacks": "ortlab.cross_stack",
     "move_report": "ortlab.move.report",
     "MoveReport": "ortlab.move.report",

@@ -34,8 +34,8 @@ class Verdicts(Protocol):
 
     def localize_module(self, session: Any, options: Any = None, fixes: Any = (), seed: int = 0,
                         progress: Any = None, repro: Any = None, known: dict[str, Any] | None = None,
-                        origin: str = "") -> Any:
-        """The smallest module that reproduces the gradient divergence (Session.localize)."""
+                        origin: str = "", backend: str = "ortmodule", compile: dict[str, Any] | None = None) -> Any:
+        """The smallest module that reproduces the gradient divergence on the backend (Session.localize)."""
         ...
 
 

@@ -46,10 +46,15 @@ def _names_compared(tree: ast.AST, lookups: bool = True) -> list[tuple[int, str]
 # names PyTorch fp32's column (a localization's rows, kept in verdict.json and reused; `ortlab judge --json`'s folders)
 ALLOWED: set[tuple[str, str]] = {
     ("ortlab/verdict/localize.py", 'if worst["pytorch"] == 0:'),
-    ("ortlab/verdict/localize.py", 'return {"tensor": name, "ort": math.nan, "pytorch": math.nan, "allowed": math.nan, '
-                                   '"norm": math.nan,'),
-    ("ortlab/verdict/localize.py", 'return {"tensor": name, "ort": j.candidate, "pytorch": j.pytorch, "allowed": '
-                                   'j.allowed, "norm": j.norm,'),
+    ("ortlab/verdict/localize.py", 'return {"tensor": name, "candidate": math.nan, "pytorch": math.nan, "allowed": '
+                                   'math.nan, "norm": math.nan,'),
+    ("ortlab/verdict/localize.py", 'return {"tensor": name, "candidate": j.candidate, "pytorch": j.pytorch, '
+                                   '"allowed": j.allowed, "norm": j.norm,'),
+    # the repro script: a file a user keeps, run without ortlab, so without its registry (CASE says which backend)
+    ("ortlab/verdict/repro_script.py", 'WHO = {"ortmodule": "ORT", "compile": "torch.compile"}'),
+    ("ortlab/verdict/repro_script.py", 'if backend == "ortmodule":'),
+    ("ortlab/verdict/repro_script.py", 'elif backend == "compile":'),
+    ("ortlab/verdict/repro_script.py", 'settings = dict(CASE.get("compile") or {})'),
     ("ortlab/verdict/folders.py", 'return {"pytorch": str(self.pytorch.path), "other": str(self.other.path), '
                                   '"backend": self.other.backend,'),
     ("ortlab/verdict/folders.py", '"torch": {"pytorch": _torch(self.pytorch), "other": _torch(self.other)},'),

@@ -28,6 +28,13 @@ def class_line(name: str) -> int:
     return next(i for i, text in enumerate(lines, 1) if text.startswith(f"class {name}("))
 
 
+def _ort_alone(model):
+    """How the localizer runs a module on ORTModule (no fixes), as the engine's ORTModule backend says."""
+    from ortlab.engine.backends.ort import OrtBackend
+
+    return OrtBackend(model).alone(None, (), Path(os.devnull))
+
+
 def run_script(script: Path, extra_path: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if extra_path:
@@ -40,7 +47,7 @@ def run_script(script: Path, extra_path: str | None = None) -> subprocess.Comple
 
 
 def test_a_localization_reads_as_one_line_and_round_trips():
-    worst = {"tensor": "fc1.weight", "ort": 1.8e-3, "pytorch": 1e-4, "allowed": 3.2e-4, "factor": 18.04,
+    worst = {"tensor": "fc1.weight", "candidate": 1.8e-3, "pytorch": 1e-4, "allowed": 3.2e-4, "factor": 18.04,
              "ratio": 5.6, "diverged": True}
     found = Localization("features.1.0.block.1", "torchvision.ops.misc.SqueezeExcitation",
                          "/env/lib/python3.11/site-packages/torchvision/ops/misc.py", 262, worst,
@@ -59,11 +66,11 @@ def test_a_localization_reads_as_one_line_and_round_trips():
     assert worst_text({**worst, "factor": 2.345}).endswith("is 2.3x further from float64 than PyTorch's")
     assert worst_text({**worst, "factor": 5e4, "norm": 1.7e-3}).endswith("5e+04x further from float64 than "
                                                                          "PyTorch's (an error of 106% of its norm)")
-    assert worst_text({**worst, "factor": 6e33, "ort": 7e24, "norm": 0.1}).endswith(
+    assert worst_text({**worst, "factor": 6e33, "candidate": 7e24, "norm": 0.1}).endswith(
         "is 6e+33x further from float64 than PyTorch's (an error of 7e+25 times its norm)")
     assert worst_text({**worst, "tensor": INPUT, "pytorch": 0.0}) == (
         "ORT's gradient of its input is 0.0018 from float64, where PyTorch's is exact")
-    assert worst_text({**worst, "ort": math.inf}) == "ORT's gradient of fc1.weight is not finite"
+    assert worst_text({**worst, "candidate": math.inf}) == "ORT's gradient of fc1.weight is not finite"
 
 
 def test_a_tap_records_a_modules_own_input_gradient_not_the_residuals():
@@ -93,7 +100,7 @@ def _fake_run(folder: Path, backend: str, verdict: dict | None) -> Path:
 
 
 @pytest.mark.parametrize("backend,verdict,says", [
-    ("pytorch", None, "is a pytorch run; ortlab repro needs an ORTModule run"),
+    ("pytorch", None, "is a pytorch run; ortlab repro needs an ORTModule or torch.compile run"),
     ("ortmodule", None, "has no verdict; compare it with PyTorch first"),
     ("ortmodule", {"status": "agree", "gradients": {"agree": True}}, "verdict is 'agree': nothing to reproduce"),
     ("ortmodule", {"status": "diverged", "gradients": {"agree": True}}, "its first step's gradients agree"),
@@ -158,11 +165,12 @@ def test_the_wrong_gradient_shrinks_to_the_se_block_and_the_model_is_left_as_it_
     modules = list(model.named_modules())
     modes = [m.training for _, m in modules]
     seen = []
-    found = localize(workload, workload.batch(0), progress=lambda n, row: seen.append((n, row.path, row.verdict)))
+    found = localize(workload, workload.batch(0), _ort_alone(model),
+                     progress=lambda n, row: seen.append((n, row.path, row.verdict)))
     assert found.found and found.path in ("blocks.0.se", "blocks.1.se"), found.text
     assert found.class_name == "ortlab_user_localize.SqueezeExcite"
     assert (found.file, found.line) == (str(FACTORIES / "localize.py"), class_line("SqueezeExcite"))
-    assert found.worst["diverged"] and not found.worst["ort"] <= found.worst["allowed"]  # ORT's may be NaN
+    assert found.worst["diverged"] and not found.worst["candidate"] <= found.worst["allowed"]  # ORT's may be NaN
     assert found.text.startswith(f"the divergence reproduces in {found.path} (ortlab_user_localize.SqueezeExcite, ")
     # bisected: the root first, then one module per level, then each child of the SE block, none reproducing
     tried = [t.path for t in found.tried]
@@ -185,9 +193,9 @@ def test_a_model_whose_ort_gradients_are_right_localizes_nothing():
     from ortlab.verdict.localize import localize
 
     workload = _workload(CORRECT)
-    found = localize(workload, workload.batch(0))
+    found = localize(workload, workload.batch(0), _ort_alone(workload.model))
     assert not found.found and [t.path for t in found.tried] == [""], found.text
-    assert found.text.startswith("the divergence does not reproduce against float64: ORTModule's gradients over "
+    assert found.text.startswith("the divergence does not reproduce against float64: ORT's gradients over "
                                  "the whole model are as close to float64 as PyTorch's")
 
 

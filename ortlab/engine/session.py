@@ -245,13 +245,17 @@ class Session:
 
     def localize(self, options: Options | dict | None = None, fixes: Any = (), *, seed: int = 0,
                  progress: Callable[[int, Any], None] | None = None, repro: str | Path | None = None,
-                 known: dict[str, Any] | None = None, origin: str = ""):
-        """The smallest module whose ORTModule run alone (the rest of the model in PyTorch, the initial snapshot,
-        the first batch, every dropout off) reproduces the gradient divergence against float64: a Localization
-        (ortlab.verdict.localize), found by bisecting the module tree in the worker that holds the model.
+                 known: dict[str, Any] | None = None, origin: str = "", backend: str = "ortmodule",
+                 compile: dict[str, Any] | None = None):
+        """The smallest module whose run alone on `backend` ("ortmodule" with `options` and `fixes`, "compile"
+        with its settings `compile`; the rest of the model in PyTorch, the initial snapshot, the first batch, every
+        dropout off) reproduces the gradient divergence against float64, and the first op inside it beyond
+        float64's rounding (torch.compile): a Localization (ortlab.verdict.localize; its `ops`:
+        ortlab.verdict.ops), found by bisecting the module tree in the worker that holds the model.
         `progress(tried, row)` after each module tried; `repro`: a folder to write its regression test into
         (ortlab.verdict.repro); `known`: a localization made before (its dict), reused."""
-        return verdicts().localize_module(self, options, fixes, seed, progress, repro, known, origin)
+        return verdicts().localize_module(self, options, fixes, seed, progress, repro, known, origin, backend,
+                                          compile)
 
     def _local_engine(self):
         if self._engine is None:

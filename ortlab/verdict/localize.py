@@ -1,10 +1,11 @@
-"""Localize a gradient divergence like a minifier: the smallest module whose ORTModule run alone (ORTModule on
-that subtree, the rest of the model in PyTorch, the same state and batch, every dropout off) still reproduces it
-against float64.
+"""Localize a gradient divergence like a minifier: the smallest module whose run alone on the backend (ORTModule
+or torch.compile over that subtree, the rest of the model in PyTorch, the same state and batch, every dropout off)
+still reproduces it against float64.
 
-A whole-model gradient check says *that* ORT's gradients are wrong, not *where*: a wrong backward anywhere
+A whole-model gradient check says *that* a backend's gradients are wrong, not *where*: a wrong backward anywhere
 corrupts every gradient upstream of it. So the search wraps one subtree at a time (replacing it in its parent
-by an ORTModule over it for one step, then putting the original back) and judges the subtree's own gradients,
+by the backend's runner over it for one step, `Backend.alone`, then putting the original back) and judges the
+subtree's own gradients,
 its parameters' and its input's, with `exact.judge` (the distance to float64 against PyTorch fp32's). It starts
 at the root and descends into a child that reproduces alone, until no child of the current module does. Each
 try is an export, so children are tried in the order the evidence points to (the last one, in call order, whose
@@ -22,12 +23,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ortlab.engine.backends import Alone
 
 LOCALIZED = "localized"  # the key of a run's verdict.json that holds its Localization (ortlab.verdict.repro)
 INPUT = "<input>"  # the name of a module's input's gradient among its parameters' (a module has no such parameter)
 REPRODUCES, AGREES, SKIPPED = "reproduces", "does not reproduce", "skipped"
-# A parameter whose ORT gradient is this many times further from float64 than allowed points at its module (one
+# A parameter whose backend's gradient is this many times further from float64 than allowed points at its module (one
 # just beyond the allowance can be rounding that a different forward order carried: EfficientNet-B0's classifier)
 SUSPECT = 2.0
 
@@ -52,8 +56,9 @@ class Tried:
 class Localization:
     """Where a gradient divergence reproduces: the module (`path`, "" for the whole model; None when it does not
     reproduce even there), its class and the line that defines it, its worst tensor (`tensor`: a parameter's
-    name inside the module or "<input>"; `ort` and `pytorch`: each one's distance to float64; `factor`: how many
-    times PyTorch's the ORT distance is; `allowed`), every module tried, and the scale the floors used."""
+    name inside the module or "<input>"; `candidate` and `pytorch`: the backend's and PyTorch fp32's distance to
+    float64; `factor`: how many times PyTorch's the backend's is; `allowed`), every module tried, the scale the
+    floors used, and the ops inside the module judged one by one (`ops`)."""
 
     path: str | None
     class_name: str | None = None
@@ -65,6 +70,8 @@ class Localization:
     scale: float = 0.0  # the norm of the whole model's float64 gradients (the absolute floor's unit)
     note: str | None = None  # why nothing was localized
     repro: dict[str, str] | None = None  # the script and data `ortlab repro` wrote for it
+    who: str = "ORT"  # whose gradients were searched ("ORT", "torch.compile")
+    ops: dict[str, Any] | None = None  # the ops inside the module, judged (ortlab.verdict.ops.OpTable.to_dict)
 
     @property
     def found(self) -> bool:
@@ -84,7 +91,10 @@ class Localization:
         where = f"in {self.path}" if self.path else "only in the whole model"
         place = f", {short_path(self.file)}:{self.line}" if self.file else ""
         alone = " alone" if self.path else ""
-        return f"the divergence reproduces {where} ({self.class_name}{place}){alone}: {worst_text(self.worst)}"
+        worst = worst_text(self.worst, self.who)
+        text = f"the divergence reproduces {where} ({self.class_name}{place}){alone}: {worst}"
+        first = (self.ops or {}).get("first")
+        return text if not first else f"{text}; first op beyond float64's rounding: {first}"
 
     def to_dict(self) -> dict[str, Any]:
         """The localization as plain data (what verdict.json keeps under "localized"), with its text."""
@@ -95,30 +105,32 @@ class Localization:
         """The Localization `to_dict` wrote, read back (unknown keys ignored)."""
         kept = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         kept["tried"] = [Tried(**t) for t in kept.get("tried", [])]
+        if kept.get("worst") and "ort" in kept["worst"]:  # written before torch.compile was localized
+            kept["worst"] = {("candidate" if k == "ort" else k): v for k, v in kept["worst"].items()}
         return cls(**kept)
 
     def __str__(self) -> str:
         return self.text
 
 
-def worst_text(worst: dict[str, Any] | None) -> str:
+def worst_text(worst: dict[str, Any] | None, who: str = "ORT") -> str:
     """ "ORT's gradient of fc1.weight is 18x further from float64 than PyTorch's" (or not finite, or where
-    PyTorch's is exact)."""
+    PyTorch's is exact); `who`: the backend searched."""
     if not worst:
         return "no gradient to judge"
     what = "its input" if worst["tensor"] == INPUT else worst["tensor"]
     if worst.get("note"):
-        return f"ORT's gradient of {what}: {worst['note']}"
-    if not math.isfinite(worst["ort"]):
-        return f"ORT's gradient of {what} is not finite"
+        return f"{who}'s gradient of {what}: {worst['note']}"
+    if not math.isfinite(worst["candidate"]):
+        return f"{who}'s gradient of {what} is not finite"
     if worst["pytorch"] == 0:
-        return f"ORT's gradient of {what} is {worst['ort']:.2g} from float64, where PyTorch's is exact"
-    factor, relative = worst["factor"], worst["ort"] / worst["norm"] if worst.get("norm") else None
+        return f"{who}'s gradient of {what} is {worst['candidate']:.2g} from float64, where PyTorch's is exact"
+    factor, relative = worst["factor"], worst["candidate"] / worst["norm"] if worst.get("norm") else None
     times = f"{factor:.2g}x" if factor < 10 or factor >= 1e4 else f"{factor:.0f}x"
     percent = "" if relative is None else f"{100 * relative:.2g}" if relative < 0.1 else f"{100 * relative:.0f}"
     error = ("" if relative is None else f" (an error of {percent}% of its norm)" if relative < 10
              else f" (an error of {relative:.2g} times its norm)")
-    return f"ORT's gradient of {what} is {times} further from float64 than PyTorch's{error}"
+    return f"{who}'s gradient of {what} is {times} further from float64 than PyTorch's{error}"
 
 
 def short_path(file: str | None) -> str:
@@ -155,40 +167,41 @@ class _Pass:
     in_place: set[str] = field(default_factory=set)
 
 
-def localize(workload: Any, batch: tuple[Any, Any], fixes: tuple[str, ...] | list[str] = (), seed: int = 0,
-             progress: Callable[[int, Tried], None] | None = None, log: Path | None = None) -> Localization:
-    """The smallest module of `workload.model` whose ORTModule run alone reproduces the gradient divergence on
-    `batch` (its inputs and target) against float64, with `fixes` applied on ORT's side and every dropout off.
-    `progress(tried, row)` after each module tried. The model is left exactly as it was (state, gradients,
-    modules, hooks, modes)."""
-    from ortlab.options import Options
-
+def localize(workload: Any, batch: tuple[Any, Any], alone: Alone, seed: int = 0,
+             progress: Callable[[int, Tried], None] | None = None) -> Localization:
+    """The smallest module of `workload.model` whose run alone on the backend (`alone`: Backend.alone, with the
+    burst's fixes or settings) reproduces the gradient divergence on `batch` (its inputs and target) against
+    float64, every dropout off. `progress(tried, row)` after each module tried. The model is left exactly as it
+    was (state, gradients, modules, hooks, modes)."""
     started = time.perf_counter()
-    with Options(enable_compute_optimizer=False).applied(), _untouched(workload.model):
-        search = _Search(workload, batch, tuple(fixes), seed, progress, log)
+    with _untouched(workload.model):
+        search = _Search(workload, batch, alone, seed, progress)
         found = search.run()
     found.seconds = time.perf_counter() - started
+    found.who = alone.who
     return found
 
 
 class _Search:
-    def __init__(self, workload: Any, batch: tuple[Any, Any], fixes: tuple[str, ...], seed: int,
-                 progress: Callable[[int, Tried], None] | None, log: Path | None):
+    def __init__(self, workload: Any, batch: tuple[Any, Any], alone: Alone, seed: int,
+                 progress: Callable[[int, Tried], None] | None):
         import torch
 
         from ortlab.workload import to_device
 
-        self.workload, self.model, self.fixes, self.seed = workload, workload.model, fixes, seed
-        self.progress, self.log = progress, log or Path("/dev/null")
+        self.workload, self.model, self.alone, self.seed = workload, workload.model, alone, seed
+        self.progress = progress
         device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
         self.inputs, self.target = (to_device(v, device) for v in batch)
         self.twin = None  # the model in float64
         self.scale = 0.0  # the norm of its gradients
         self.tried: list[Tried] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}  # each module tried: its tensors judged, worst first
+        self.named: dict[int, list[tuple[str, Any]]] = {}  # each model's trained parameters (_named)
 
     def run(self) -> Localization:
         self.model.train()
+        self._named(self.model)
         try:
             self.twin = copy.deepcopy(self.model).double()
         except Exception as e:
@@ -197,8 +210,8 @@ class _Search:
             return Localization(None, note=f"the model cannot run in float64 ({root_message(e)})")
         root = self._try("", self._passes([]))
         if root.verdict != REPRODUCES:
-            reason = root.reason or ("ORTModule's gradients over the whole model are as close to float64 as "
-                                     "PyTorch's")
+            reason = root.reason or (f"{self.alone.who}'s gradients over the whole model are as close to float64 "
+                                     "as PyTorch's")
             return self._result(None, None, note=reason)
         path, evidence = "", root
         while True:
@@ -244,11 +257,18 @@ class _Search:
                 p.grad = None
             loss = self.workload.forward_loss(runner if runner is not None else model, inputs, target)
             loss.backward()
-            grads = {n: None if p.grad is None else p.grad.detach().clone()
-                     for n, p in model.named_parameters() if p.requires_grad}
+            grads = {n: None if p.grad is None else p.grad.detach().clone() for n, p in self._named(model)}
         return _Pass(grads, dict(tap.grads), list(tap.order), tap.in_place)
 
-    # -- one module on ORTModule
+    def _named(self, model: Any) -> list[tuple[str, Any]]:
+        """The trained parameters of `model` (the model or its twin) by the names they have when no runner sits in
+        it (torch.compile's module names them "<path>._orig_mod.<name>"), taken once."""
+        key = id(model)
+        if key not in self.named:
+            self.named[key] = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        return self.named[key]
+
+    # -- one module on the backend
 
     def _try(self, path: str, passes: tuple[_Pass, _Pass]) -> Tried:
         module = self._module(path)
@@ -261,12 +281,12 @@ class _Search:
             return self._record(Tried(path, cls, SKIPPED, 0.0, f"nothing to judge: no trained parameter, {why}"))
         started = time.perf_counter()
         try:
-            ort = self._ort_pass(path)
+            ort = self._alone_pass(path)
         except Exception as e:
             from ortlab.compat.errors import root_message
 
             seconds = time.perf_counter() - started
-            return self._record(Tried(path, cls, SKIPPED, seconds, f"cannot run on ORTModule alone: "
+            return self._record(Tried(path, cls, SKIPPED, seconds, f"cannot run on {self.alone.who} alone: "
                                                                    f"{root_message(e)}"))
         seconds = time.perf_counter() - started
         judged = [self._judge(n[len(path) + 1:] if path else n, ort.grads.get(n), fp32.grads.get(n),
@@ -280,22 +300,19 @@ class _Search:
         self.rows[path] = rows
         return self._record(Tried(path, cls, verdict, seconds, worst=worst))
 
-    def _ort_pass(self, path: str) -> _Pass:
-        """One forward and backward with ORTModule over the module at `path` (the whole model for ""), the rest in
-        PyTorch; the original module is back in its parent afterwards. Raises when ORT fails or falls back."""
-        from ortlab import _ort
-        from ortlab.capture import captured_output
-        from ortlab.compat import registry
-
-        with captured_output(self.log), registry.applied(self.model, list(self.fixes)):
+    def _alone_pass(self, path: str) -> _Pass:
+        """One forward and backward with the backend over the module at `path` (the whole model for ""), the rest
+        in PyTorch; the original module is back in its parent afterwards. Raises when the backend fails or did
+        not run it (ORTModule fell back, dynamo compiled nothing)."""
+        with self.alone.around(self.model):
             if not path:
-                runner = _ort.new_ortmodule(self.model)
+                runner = self.alone.wrap(self.model)
                 result = self._pass(self.model, self.inputs, self.target, [], runner)
             else:
                 parent_path, _, name = path.rpartition(".")
                 parent = self._module(parent_path)
                 original = parent._modules[name]
-                runner = _ort.new_ortmodule(original)
+                runner = self.alone.wrap(original)
                 parent._modules[name] = runner
                 try:
                     with _taps({path: runner}) as tap:
@@ -303,12 +320,7 @@ class _Search:
                 finally:
                     parent._modules[name] = original
                 result.inputs = dict(tap.grads)
-            wrap = _ort.Wrap(runner, True)
-            if (fell_back := wrap.fallback()) is not None:
-                raise fell_back
-            if wrap.exported_model() is None:
-                raise RuntimeError("the ORTModule put in its place was never called (its parent calls it another "
-                                   "way or keeps another reference to it)")
+            self.alone.ran(runner)
         return result
 
     def _judge(self, name: str, ort: Any, pytorch: Any, exact: Any) -> dict[str, Any] | None:
@@ -317,13 +329,13 @@ class _Search:
         if ort is None and pytorch is None:
             return None
         if ort is None or pytorch is None or exact is None:
-            who = "ORTModule" if pytorch is None else "PyTorch"
-            return {"tensor": name, "ort": math.nan, "pytorch": math.nan, "allowed": math.nan, "norm": math.nan,
+            who = self.alone.who if pytorch is None else "PyTorch"
+            return {"tensor": name, "candidate": math.nan, "pytorch": math.nan, "allowed": math.nan, "norm": math.nan,
                     "factor": math.inf, "ratio": math.inf, "diverged": True, "note": f"only {who} gave it a gradient"}
         j = arbiter.judge(ort, pytorch, exact, self.scale)
         diverged = j.diverged and not arbiter.close(ort, pytorch)
         ratio = j.candidate / j.allowed if j.allowed > 0 else (math.inf if j.candidate > 0 else 0.0)
-        return {"tensor": name, "ort": j.candidate, "pytorch": j.pytorch, "allowed": j.allowed, "norm": j.norm,
+        return {"tensor": name, "candidate": j.candidate, "pytorch": j.pytorch, "allowed": j.allowed, "norm": j.norm,
                 "factor": j.times_noise, "ratio": ratio if math.isfinite(j.candidate) else math.inf,
                 "diverged": diverged}
 

@@ -64,16 +64,20 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
         explained = not (verdict.losses or {}).get("diverged") and evidence.get("agree") is not False
         found = check_causes(session, config.options, fixes, evidence) if has(config.backend, "compat") and \
             not explained and not absent else []
-        if not verdict.causes and not found and not absent:
-            found.append(localize(session, pt_config, config))
+        inside = None
+        if not verdict.causes and not found and not absent:  # a backend whose tries cost a compile, not an
+            # export, is searched down to the module and the op; ORTModule's statistics say where to look
+            inside = None if has(config.backend, "compat") or evidence.get("agree") is not False else \
+                module_cause(session, config, fixes)
+            found.append(inside or localize(session, pt_config, config))
         if found:
             verdict = decide(pytorch, other, evidence, noise, found, float64, members)
         if absent:
             verdict.notes.append(f"causes not looked for here: {absent}")
-        if has(config.backend, "compat") and evidence.get("agree") is False:  # the minifier: one export per try,
-            # so it is the user's next step, not part of every verdict
-            verdict.notes.append(f"shrink it to the smallest module and a script that shows it: ortlab repro "
-                                 f"{other.path}")
+        if evidence.get("agree") is False and not has(config.backend, "reference"):  # the script that shows it
+            # (ORTModule: the minifier, one export per try, is the user's next step, not part of every verdict)
+            what = "a script that shows it" if inside else "shrink it to the smallest module and a script that shows it"
+            verdict.notes.append(f"{what}: ortlab repro {other.path}")
     return written(verdict, other)
 
 
@@ -278,19 +282,44 @@ def _localized(session: Driver, pt_config: BurstConfig, config: BurstConfig) -> 
             "step": first.step, "tensor": first.name, "runs": [pt.path.name, other.path.name]}
 
 
+def module_cause(session: Driver, config: BurstConfig, fixes: tuple[str, ...]) -> dict[str, Any] | None:
+    """The verdict's cause from the smallest module that reproduces the gradient divergence on `config`'s backend
+    and the first op inside it beyond float64's rounding (ortlab.verdict.localize, ortlab.verdict.ops); None when
+    no module reproduces it or the search failed (the statistics then say where to look)."""
+    from ortlab.verdict.localize import LOCALIZED
+
+    try:
+        found = localize_module(session, config.options, fixes, config.seed, backend=config.backend,
+                                compile=config.compile)
+    except KeyboardInterrupt:
+        raise
+    except Exception:
+        return None
+    if not found.found:
+        return None
+    first = (found.ops or {}).get("first_index")
+    return {"kind": "localized", "text": found.text, "module": found.path, "op": first, LOCALIZED: found.to_dict()}
+
+
 def localize_module(session: Driver, options: Any = None, fixes: Any = (), seed: int = 0, progress: Any = None,
-                    repro: Any = None, known: dict[str, Any] | None = None, origin: str = "") -> Localization:
-    """Session.localize: the smallest module whose ORTModule run alone reproduces the gradient divergence against
-    float64 (ortlab.verdict.localize), asked of the session's worker or in-process engine."""
+                    repro: Any = None, known: dict[str, Any] | None = None, origin: str = "",
+                    backend: str = "ortmodule", compile: dict[str, Any] | None = None) -> Localization:
+    """Session.localize: the smallest module whose run alone on `backend` (ORTModule with `fixes`, torch.compile
+    with its settings `compile`) reproduces the gradient divergence against float64 (ortlab.verdict.localize),
+    and the ops inside it judged (ortlab.verdict.ops), asked of the session's worker or in-process engine."""
     from ortlab.compat.registry import AUTO, FixError, parse
+    from ortlab.engine.backends import has, registered
     from ortlab.engine.config import BurstConfig
     from ortlab.verdict.localize import Localization, Tried
 
+    if has(registered(backend).name, "reference"):
+        raise InputError(f"backend {backend!r} is the reference every other is judged against: localize takes "
+                         "ortmodule or compile")
     if parse(fixes) == AUTO:
         raise FixError("localize takes the fixes the ORTModule run applied, by name (its meta.json says which), "
                        "not 'auto'")
-    config = BurstConfig(backend="ortmodule", steps=1, options=_shell(session).overlaid(options),
-                         parity=True, seed=seed, fixes=parse(fixes))
+    config = BurstConfig(backend=backend, steps=1, options=_shell(session).overlaid(options), parity=True,
+                         seed=seed, fixes=parse(fixes), compile=dict(compile or {}))
     fixes, folder = tuple(config.fixes), str(repro) if repro is not None else None
     told = (lambda n, row: progress(n, Tried(**row))) if progress else None
     return Localization.from_dict(session.evidence(tasks.LOCALIZE, config, "localizing the divergence", told,

@@ -1,7 +1,8 @@
 """`ortlab repro`: a gradient divergence shrunk to one module and written as a script a user keeps.
 
-The localizer (`ortlab.verdict.localize`) names the smallest module whose ORTModule run alone reproduces the
-divergence; this writes that module as a regression test needing only torch and onnxruntime-training: the
+The localizer (`ortlab.verdict.localize`) names the smallest module whose run alone on the backend (ORTModule,
+torch.compile) reproduces the divergence; this writes that module as a regression test needing only torch (and
+onnxruntime-training for ORTModule): the
 script (ortlab/verdict/repro_script.py with its CASE filled in) and, beside it, a .pt file with the module
 (pickled: its class is imported from the user's package or file), its state, the activations at its input and
 the gradient that reached its output, captured with hooks on the run's first batch, every dropout off.
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortlab.engine.backends import has
+from ortlab.engine.backends import BACKENDS, has
 from ortlab.verdict.localize import LOCALIZED, Localization, Tried
 from ortlab.verdict.repro_case import ReproError
 
@@ -35,7 +36,7 @@ class Repro:
         if self.script is None or self.data is None:
             return self.localization.text
         return (f"{self.localization.text}\nwrote {self.script} (and {self.data.name} beside it); run it: "
-                f"{run_command(self.script)} (exit 1 while ORT's gradient is wrong)")
+                f"{run_command(self.script)} (exit 1 while {self.localization.who}'s gradient is wrong)")
 
     def to_dict(self) -> dict[str, Any]:
         """The repro as plain data (`ortlab repro --json`)."""
@@ -57,9 +58,10 @@ def run_command(script: Path) -> str:
 
 def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_kwargs: dict | None = None,
           in_process: bool = False, progress: Callable[[int, Tried], None] | None = None) -> Repro:
-    """The Repro of an ORTModule run (a Run or its folder) whose verdict diverged on gradients: the smallest
-    module that reproduces the divergence alone, and the script written into `out` (default: the run's folder,
-    `repro/`) that shows it with bare ORTModule (exit 1 while ORT's gradient is wrong). The localization is
+    """The Repro of an ORTModule or torch.compile run (a Run or its folder) whose verdict diverged on gradients:
+    the smallest module that reproduces the divergence alone (and, torch.compile, the first op inside it), and
+    the script written into `out` (default: the run's folder, `repro/`) that shows it with bare ORTModule or
+    torch.compile (exit 1 while the backend's gradient is wrong). The localization is
     stored in the run's verdict.json (key "localized") and reused. `model`: the factory, when the run cannot
     name it (a callable from a notebook)."""
     from ortlab.compat.registry import parse
@@ -71,7 +73,8 @@ def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_k
 
     run = run if isinstance(run, Run) else load_run(run)
     verdict = _diverged_on_gradients(run)
-    known = verdict.get(LOCALIZED)
+    known = verdict.get(LOCALIZED) or next((c[LOCALIZED] for c in verdict.get("causes") or [] if LOCALIZED in c),
+                                           None)  # the verdict's own search (torch.compile)
     if known is not None and known.get("path") is None:  # localized before: no module reproduces it
         return Repro(run.path.name, Localization.from_dict(known))
     factory, kwargs, seed, snapshot = _rebuild(run, model, model_kwargs)
@@ -81,7 +84,8 @@ def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_k
     folder.mkdir(parents=True, exist_ok=True)
     with Session(factory, kwargs, out=run.path.parent, in_process=in_process, seed=seed, snapshot=snapshot) as s:
         found = procedure.localize_module(s, config.options, fixes, config.seed, progress, folder, known,
-                                          origin=f"the first batch of run {run.path.name}")
+                                          origin=f"the first batch of run {run.path.name}", backend=run.backend,
+                                          compile=config.compile)
     if not known:
         write_json(run.path / FILE, {**verdict, LOCALIZED: {**found.to_dict(), "repro": None}})
     script = Path(found.repro["script"]) if found.repro else None
@@ -92,9 +96,9 @@ def _diverged_on_gradients(run: Any) -> dict[str, Any]:
     from ortlab.verdict.judge import DIVERGED, FILE
 
     name = run.path.name
-    if not has(run.backend, "compat"):
-        raise ReproError(f"run {name} is a {run.backend} run; ortlab repro needs an ORTModule run whose verdict "
-                         "diverged on gradients")
+    if run.backend not in BACKENDS or has(run.backend, "reference"):
+        raise ReproError(f"run {name} is a {run.backend} run; ortlab repro needs an ORTModule or torch.compile run "
+                         "whose verdict diverged on gradients")
     verdict = run.read_json(FILE)
     if not isinstance(verdict, dict):
         raise ReproError(f"run {name} has no verdict; compare it with PyTorch first (ortlab burst --backend both "

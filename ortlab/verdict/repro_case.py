@@ -26,8 +26,9 @@ class ReproError(InputError):
 
 
 def write(workload: Any, batch: tuple[Any, Any], found: Localization, folder: Path, seed: int = 0,
-          origin: str = "") -> dict[str, str]:
-    """Write the regression test of the module `found` names: `repro_<path>.py` and its .pt file in `folder`.
+          origin: str = "", backend: dict[str, Any] | None = None) -> dict[str, str]:
+    """Write the regression test of the module `found` names: `repro_<path>.py` and its .pt file in `folder`;
+    `backend`: the one it runs on and its settings ({"backend": "compile", "compile": {...}}; default ORTModule).
     Returns their paths."""
     import torch
 
@@ -43,7 +44,8 @@ def write(workload: Any, batch: tuple[Any, Any], found: Localization, folder: Pa
     case = {"class": f"{cls.__module__}:{cls.__qualname__}", "modules": _modules(module),
             "where": f"{found.path} of {model_name}" if found.path else f"the whole {model_name}",
             "origin": origin or "written by ortlab repro", "factor": exact.FACTOR,
-            "relative_floor": exact.RELATIVE_FLOOR, "absolute_floor": exact.ABSOLUTE_FLOOR, "scale": found.scale}
+            "relative_floor": exact.RELATIVE_FLOOR, "absolute_floor": exact.ABSOLUTE_FLOOR, "scale": found.scale,
+            **(backend or {})}  # without one the script runs ORTModule
     try:
         torch.save(data, script.with_suffix(".pt"))
     except Exception as e:  # a module holding a lambda, an open file ...

@@ -1,11 +1,13 @@
-"""ORTModule's gradient of one module against float64: a regression test written by `ortlab repro`.
+"""A backend's gradient of one module against float64 (ORTModule or torch.compile, CASE["backend"]): a regression
+test written by `ortlab repro`.
 
-It needs only torch and onnxruntime-training. It rebuilds the module (its class imported from its package or
-file, its state and the activations at its input from the .pt file beside this script, captured on the first
-batch of an ortlab run), runs one forward and backward with the gradient that reached its output there, on
-bare ORTModule (fallback disabled), on PyTorch fp32 and on PyTorch float64, and judges each gradient as ortlab
-does: ORT's may be at most CASE["factor"] times further from float64 than PyTorch fp32's, plus small floors.
-Exit 0: ORT's gradients agree; 1: ORT's gradient is wrong; 2: the module could not be run.
+It needs only torch (and onnxruntime-training for ORTModule). It rebuilds the module (its class imported from its
+package or file, its state and the activations at its input from the .pt file beside this script, captured on the
+first batch of an ortlab run), runs one forward and backward with the gradient that reached its output there, on
+the bare backend (ORTModule with fallback disabled; torch.compile with the run's settings), on PyTorch fp32 and on
+PyTorch float64, and judges each gradient as ortlab does: the backend's may be at most CASE["factor"] times
+further from float64 than PyTorch fp32's, plus small floors.
+Exit 0: the backend's gradients agree; 1: its gradient is wrong; 2: the module could not be run.
 The .pt file holds the module pickled: load only files you made (torch.load with weights_only=False).
 """
 
@@ -23,6 +25,7 @@ import torch
 CASE: dict[str, Any] = {}  # what to load and how to judge: filled in by ortlab.verdict.repro
 
 OK, WRONG, CANNOT_RUN = 0, 1, 2
+WHO = {"ortmodule": "ORT", "compile": "torch.compile"}
 
 
 def package_root(name, file):
@@ -106,7 +109,7 @@ def no_dropout(module):
             m.p = 0.0
 
 
-def step(module, data, dtype, ort):
+def step(module, data, dtype, backend=None):
     """One forward and backward: every parameter's gradient and the input's."""
     module = copy.deepcopy(module).to(dtype)
     module.train(data["training"])
@@ -118,11 +121,19 @@ def step(module, data, dtype, ort):
         leaf = holder[key].detach().requires_grad_(True)
         holder[key] = leaf.clone()
     runner = module
-    if ort:
+    if backend == "ortmodule":
         os.environ.setdefault("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")  # a failure must not run PyTorch
         from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
 
         runner = ORTModule(module, DebugOptions(log_level=LogLevel.WARNING))
+    elif backend == "compile":
+        settings = dict(CASE.get("compile") or {})
+        budget = settings.pop("memory_budget", None)
+        if budget is not None:
+            from torch._functorch import config
+
+            config.activation_memory_budget = budget
+        runner = torch.compile(module, **settings)
     torch.manual_seed(0)
     outputs = tensors(runner(*args, **kwargs))
     pairs = [(o, g) for o, g in zip(outputs, data["grad_outputs"], strict=True) if g is not None and o.requires_grad]
@@ -149,28 +160,29 @@ def main():
     try:
         cls = import_modules()
         module, data = load(cls)
-        exact = step(module, data, torch.float64, ort=False)
-        pytorch = step(module, data, torch.float32, ort=False)
-        ort = step(module, data, torch.float32, ort=True)
+        exact = step(module, data, torch.float64)
+        pytorch = step(module, data, torch.float32)
+        ort = step(module, data, torch.float32, CASE.get("backend", "ortmodule"))
     except Exception as e:
         print(f"could not run the module: {type(e).__name__}: {e}")
         return CANNOT_RUN
     rows = [judge(n, ort.get(n), pytorch[n], exact[n]) for n in exact if exact[n] is not None]
-    print(f"{'gradient':<28} {'ORT to fp64':>12} {'PyTorch to fp64':>16} {'allowed':>10}  verdict")
+    who = WHO.get(CASE.get("backend", "ortmodule"), CASE.get("backend"))
+    print(f"{'gradient':<28} {who + ' to fp64':>12} {'PyTorch to fp64':>16} {'allowed':>10}  verdict")
     for name, candidate, reference, allowed, wrong in rows:
         print(f"{name:<28} {candidate:>12.3g} {reference:>16.3g} {allowed:>10.3g}  {'WRONG' if wrong else 'ok'}")
     wrong = [r for r in rows if r[4]]
     if not wrong:
-        print("ORT's gradients are as close to float64 as PyTorch fp32's")
+        print(f"{who}'s gradients are as close to float64 as PyTorch fp32's")
         return OK
     name, candidate, reference = max(wrong, key=lambda r: r[1] / r[3] if r[3] > 0 else math.inf)[:3]
     times = f"{candidate / reference:.3g}x" if reference > 0 else "infinitely"
-    print(f"WRONG: ORT's gradient of {name} is {times} further from float64 than PyTorch fp32's "
+    print(f"WRONG: {who}'s gradient of {name} is {times} further from float64 than PyTorch fp32's "
           f"(allowed: {CASE['factor']:g}x, plus floors)")
     return WRONG
 
 
-def test_ortmodule_gradient_matches_float64():
+def test_backend_gradient_matches_float64():
     assert main() == OK
 
 

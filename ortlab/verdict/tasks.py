@@ -6,9 +6,12 @@ names its adapters. Each returns plain data that crosses the worker's pipe."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ortlab.errors import InputError
 
 GRADIENT_CHECK = f"{__name__}:gradient_check"
 ENSEMBLE = f"{__name__}:ensemble"
@@ -78,22 +81,40 @@ def ensemble(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (), hin
 
 def localize(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (),
              progress: Callable[[int, dict[str, Any]], None] | None = None, repro: str | Path | None = None,
-             known: dict[str, Any] | None = None, origin: str = "") -> dict[str, Any]:
-    """The smallest module whose ORTModule run alone reproduces the first batch's gradient divergence against
-    float64, from the initial snapshot (ortlab.verdict.localize; `known`: a localization made before, reused;
-    `progress(count, row)` after each module tried, the row as Tried.to_dict()); with `repro` a folder, the
-    regression test of that module is written there (ortlab.verdict.repro)."""
+             known: dict[str, Any] | None = None, origin: str = "", ops: bool = True) -> dict[str, Any]:
+    """The smallest module whose run alone on `cfg`'s backend (ORTModule with `fixes`, torch.compile with its
+    settings) reproduces the first batch's gradient divergence against float64, from the initial snapshot
+    (ortlab.verdict.localize; `known`: a localization made before, reused; `progress(count, row)` after each module
+    tried, the row as Tried.to_dict()), and the ops inside that module judged one by one (ortlab.verdict.ops;
+    `ops`: False skips them); with `repro` a folder, the regression test of that module is written there
+    (ortlab.verdict.repro)."""
     from ortlab.verdict.localize import Localization
     from ortlab.verdict.localize import localize as bisect
 
+    alone = engine.backend(cfg.backend).alone(cfg, tuple(fixes), Path(os.devnull))  # their output is not kept
+    if alone is None:
+        raise InputError(f"backend {cfg.backend!r} is the reference: there is nothing of it to localize")
     engine.initial.restore(engine.model)
     batch = engine.feed.batch(0)
     told = (lambda n, row: progress(n, row.to_dict())) if progress else None
     with cfg.effective_options().applied():
-        found = Localization.from_dict(known) if known else bisect(engine.workload, batch, fixes, cfg.seed, told)
+        found = Localization.from_dict(known) if known else bisect(engine.workload, batch, alone, cfg.seed, told)
+        if ops and found.found and found.ops is None:
+            from ortlab.verdict.ops import inside
+
+            engine.initial.restore(engine.model)
+            found.ops = inside(engine.workload, batch, found.path or "", alone, cfg, cfg.seed)
     if repro is not None and found.found:
         from ortlab.verdict.repro_case import write
 
         engine.initial.restore(engine.model)
-        found.repro = write(engine.workload, batch, found, Path(repro), cfg.seed, origin)
+        found.repro = write(engine.workload, batch, found, Path(repro), cfg.seed, origin, backend_case(cfg))
     return found.to_dict()
+
+
+def backend_case(cfg: Any) -> dict[str, Any]:
+    """What a repro script needs to run the module on `cfg`'s backend: its name and each backend's own settings
+    (torch.compile's, under its BurstConfig field)."""
+    from ortlab.engine.backends import checked_settings
+
+    return {"backend": cfg.backend, **checked_settings(cfg)}

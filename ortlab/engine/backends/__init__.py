@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,6 +186,20 @@ def parse_backends(value: Any) -> tuple[str, ...]:
     return (REFERENCE, *(n for n in names if n != REFERENCE))
 
 
+@dataclass(frozen=True)
+class Alone:
+    """One module of the model on a backend for one forward and backward, the rest of the model in PyTorch: what
+    the localizer asks of a backend, so that it searches ORTModule and torch.compile alike."""
+
+    who: str  # whose gradients a localization names: "ORT", "torch.compile"
+    wrap: Callable[[Any], Any]  # the module -> what runs in its place (an ORTModule, a compiled module)
+    ran: Callable[[Any], None]  # after the pass: raises when that did not run on the backend (fell back, never called)
+    around: Callable[[Any], contextlib.AbstractContextManager[Any]]  # the model -> what each try runs inside
+    # an aten op -> a callable running that one op on the backend (ortlab.verdict.ops); None: the backend runs whole
+    # graphs only (ORTModule)
+    op: Callable[[Any], Callable[..., Any]] | None = None
+
+
 class Backend:
     """The default: train the model as it is (PyTorch eager). One instance per Engine: it may keep what it built
     for earlier bursts (an ORTModule, a compiled module). The methods are the contract's
@@ -229,6 +243,11 @@ class Backend:
         """The module the verdict's first-step gradient check runs through (ortlab.verdict.gradients) from the
         initial snapshot, and whether building it exports a graph (None: the check builds a fresh ORTModule)."""
         return engine.model, False
+
+    def alone(self, cfg: Config, fixes: tuple[str, ...], log: Any) -> Alone | None:
+        """How the localizer (ortlab.verdict.localize) runs one module of the model on this backend for a step,
+        the rest in PyTorch; None: it is the reference, nothing of it is localized."""
+        return None
 
     def ort_internals(self) -> Any:
         """ORT's state of the ORTModule this backend trains now (ortlab._ort.Wrap), what collectors read of ORT;

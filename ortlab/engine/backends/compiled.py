@@ -10,12 +10,12 @@ import contextlib
 import math
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortlab.engine.backends import Backend
+from ortlab.engine.backends import Alone, Backend
 from ortlab.engine.types import Burst, BurstError, Engine, Transition
 from ortlab.errors import did_you_mean
 
@@ -122,6 +122,53 @@ class Compiled(Backend):
         if self._module is not None and tuple(sorted(chosen.items())) == self._key:
             return self._module, False
         return compiled(engine.model, chosen), False
+
+    def alone(self, cfg: Any, fixes: tuple[str, ...], log: Any) -> Alone:
+        """The module compiled alone with the burst's settings, from no cached graph (a graph break is allowed:
+        the user's run allowed it; a module dynamo compiled no graph of did not run on torch.compile)."""
+        from ortlab import _dynamo
+
+        chosen, graphs = settings(cfg.compile), [0]
+
+        def wrap(module: Any) -> Any:
+            _dynamo.reset()
+            graphs[0] = _dynamo.unique_graphs() or 0
+            return compiled(module, chosen)
+
+        def ran(runner: Any) -> None:
+            if (_dynamo.unique_graphs() or 0) <= graphs[0]:
+                raise RuntimeError("torch.compile compiled no graph of it (dynamo ran it in eager)")
+
+        @contextlib.contextmanager
+        def around(model: Any) -> Iterator[None]:
+            from ortlab.capture import captured_output
+
+            try:
+                with captured_output(log):
+                    yield
+            finally:
+                _dynamo.reset()  # no graph of a module tried alone outlives its try
+
+        def op(func: Any) -> Callable[..., Any]:
+            _dynamo.reset()  # one op's graph at a time: no earlier op's cache entry is reused or overflows
+
+            def alone(*args: Any, **kwargs: Any) -> Any:
+                return func(*args, **kwargs)
+
+            runner = compiled(alone, {**chosen, "fullgraph": True, "dynamic": False})
+
+            def checked(*args: Any, **kwargs: Any) -> Any:
+                before = _dynamo.unique_graphs() or 0
+                out = runner(*args, **kwargs)
+                if (_dynamo.unique_graphs() or 0) <= before and not compiled_once[0]:
+                    raise RuntimeError("torch.compile compiled no graph of it")
+                compiled_once[0] = True
+                return out
+
+            compiled_once = [False]
+            return checked
+
+        return Alone("torch.compile", wrap, ran, around, op)
 
     def wrap(self, engine: Engine, b: Burst, inputs: Any) -> Any:
         from ortlab import _dynamo

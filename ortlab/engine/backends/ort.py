@@ -17,7 +17,7 @@ import torch
 from ortlab.capture import parse_feature_table
 from ortlab.compat import hazards
 from ortlab.compat.errors import failure_stage, root_message
-from ortlab.engine.backends import Backend
+from ortlab.engine.backends import Alone, Backend
 from ortlab.engine.collectors import graph_key
 from ortlab.engine.types import Burst, Engine, Transition
 from ortlab.engine.wrapper import Wrapper, input_schema
@@ -92,6 +92,30 @@ class OrtBackend(Backend):
         (no export); otherwise None: the check exports a fresh one."""
         runner = self.wrapper.parity_wrap(cfg.effective_options(), fixes, batch[0]) if cfg.parity else None
         return runner, runner is None
+
+    def alone(self, cfg: Any, fixes: tuple[str, ...], log: Any) -> Alone:
+        """A fresh ORTModule over the module (fallback is a failure), the fixes applied to the model, the compute
+        optimizer off (it moves ops across the module's boundary), ORT's output into `log`."""
+        from ortlab import _ort
+        from ortlab.capture import captured_output
+        from ortlab.compat import registry
+        from ortlab.options import Options
+
+        def ran(runner: Any) -> None:
+            wrap = _ort.Wrap(runner, True)
+            if (fell_back := wrap.fallback()) is not None:
+                raise fell_back
+            if wrap.exported_model() is None:
+                raise RuntimeError("the ORTModule put in its place was never called (its parent calls it another "
+                                   "way or keeps another reference to it)")
+
+        @contextlib.contextmanager
+        def around(model: Any) -> Iterator[None]:
+            with Options(enable_compute_optimizer=False).applied(), captured_output(log), \
+                    registry.applied(model, list(fixes)):
+                yield
+
+        return Alone("ORT", _ort.new_ortmodule, ran, around)
 
     def _apply_fixes(self, engine: Engine, b: Burst, inputs: Any) -> tuple[str, ...]:
         """The compatibility fixes this burst trains with (ortlab.compat.registry), applied until the burst ends.

@@ -1,0 +1,320 @@
+"""Below the module: the ops a localized module runs (forward and backward, in execution order, each input's
+producer named), each judged against itself replayed in float64, so that an op is "diverged here" only where its
+own error exceeds PyTorch fp32's and "inherited" where what reached it already carried the difference.
+
+The localizer (ortlab.verdict.localize) names the smallest module whose run on the backend reproduces a gradient
+divergence; a module still runs dozens of ops. Here the module runs once in PyTorch fp32 on the inputs and the
+output gradient it saw on the first batch (ortlab.verdict.repro_case.capture), under a dispatch mode that records
+every aten op with its inputs and outputs. Then each op that computes is run three ways on those recorded inputs:
+on the backend alone (`Alone.op`: torch.compile compiles the one op with the run's settings, so a decomposition
+or lowering of it is what runs), in float64, and as recorded (PyTorch fp32). Its own error is the backend's
+distance to float64 against PyTorch's, by the verdict's arbiter (ortlab.verdict.exact). Two chains replayed op by
+op say what reached each op: the backend's (each op on the backend, fed the backend chain's values) against
+float64's (each op in float64, fed float64's values). An op whose own error is within fp32's but whose chain value
+is beyond it inherited the divergence.
+
+Ops that only view or move memory (views, detach, copies of metadata) and ops without a floating output are not
+judged (they replay as recorded); random ops are not replayed. The cost is the module's own size: the recorded
+values are kept while it runs (ortlab.verdict.op_record), and at most MAX_OPS ops are judged.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ortlab.verdict.op_record import Call, Recording, Ref, record
+
+if TYPE_CHECKING:
+    from ortlab.engine.backends import Alone
+
+DIVERGED_HERE, INHERITED, AGREES, NOT_JUDGED = "diverged here", "inherited", "agrees", "not judged"
+MAX_OPS = 400  # ops judged at most (a module this large was not localized far enough)
+BUDGET_SECONDS = 600.0  # compiling ops one by one stops after this long; the rest are "not judged"
+# aten ops that compute nothing a backend could round differently
+_MOVES = {"detach", "alias", "clone", "contiguous", "lift_fresh", "lift_fresh_copy", "copy", "_to_copy", "empty_like",
+          "zeros_like", "ones_like", "full_like", "empty", "zeros", "ones", "full", "scalar_tensor", "new_empty",
+          "new_zeros", "new_ones", "new_full", "empty_strided", "new_empty_strided", "fill", "zero", "cat", "stack",
+          "index_select", "gather", "slice_scatter", "select_scatter", "constant_pad_nd", "_unsafe_view", "view",
+          "reshape", "expand", "t", "transpose", "permute", "squeeze", "unsqueeze", "split", "split_with_sizes",
+          "unbind", "chunk", "flatten", "select", "slice", "as_strided", "repeat", "masked_fill", "where"}
+
+
+@dataclass
+class Op:
+    """One op the module ran: where (the module inside the localized one, or the backward of one), what fed it, and
+    how it was judged (`own`: the op alone on the backend against float64 on the same inputs; `carried`: the
+    backend chain's value against float64's chain; each an exact.Judged as a dict)."""
+
+    index: int
+    name: str  # "aten.addmm.default"
+    phase: str  # "forward" or "backward"
+    where: str  # "inp", "out.0" (a module inside the localized one; "" itself); backward: "inp (AddmmBackward0)"
+    inputs: list[str]  # each tensor input's producer: "#3" (an op), a parameter's name, "input 0", "constant"
+    shape: list[int]
+    status: str = NOT_JUDGED
+    own: dict[str, Any] | None = None
+    carried: dict[str, Any] | None = None
+    note: str | None = None
+    basis: str = "alone"  # how it was judged: "alone" (the op run alone on the backend), "logs" (two logs' hashes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def text(self) -> str:
+        """"aten.mul.Tensor (#4, forward, in block): alone on torch.compile 1.2e+04x further from float64 than
+        PyTorch's" """
+        where = f"in {self.where}" if self.where else ""
+        head = f"{_short(self.name)} ({', '.join(p for p in (f'#{self.index}', self.phase, where) if p)})"
+        if self.status == DIVERGED_HERE and self.basis == "logs" and self.note:
+            return f"{head}: {self.note}"
+        if self.status == DIVERGED_HERE and self.own and self.basis == "alone":
+            from ortlab.verdict.exact import Judged, percent, times
+
+            own = Judged(**self.own)
+            error = percent(own.candidate, own.norm)
+            if own.pytorch == 0:
+                return f"{head}: run alone it is {error} of its value off float64, where PyTorch fp32's is exact"
+            return (f"{head}: run alone it is {times(own.candidate, own.pytorch)} further from float64 than "
+                    f"PyTorch fp32's (an error of {error} of its value)")
+        return f"{head}: {self.status}" + (f" ({self.note})" if self.note else "")
+
+
+@dataclass
+class OpTable:
+    """The ops inside a module on one backend, judged; `first`: the first op that diverged here (its text)."""
+
+    module: str
+    backend: str  # whose ops ("torch.compile")
+    ops: list[Op] = field(default_factory=list)
+    seconds: float = 0.0
+    note: str | None = None  # why some or all ops were not judged
+
+    @property
+    def first(self) -> Op | None:
+        return next((o for o in self.ops if o.status == DIVERGED_HERE), None)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.ops:
+            out[o.status] = out.get(o.status, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.first
+        return {"module": self.module, "backend": self.backend, "ops": [o.to_dict() for o in self.ops],
+                "seconds": self.seconds, "note": self.note, "counts": self.counts(),
+                "first": first.text if first else None, "first_index": first.index if first else None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OpTable:
+        return cls(d["module"], d["backend"], [Op(**o) for o in d.get("ops", [])], d.get("seconds", 0.0),
+                   d.get("note"))
+
+
+def inside(workload: Any, batch: tuple[Any, Any], path: str, alone: Alone, cfg: Any = None, seed: int = 0,
+           progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The OpTable (as a dict) of the module at `path` ("" the whole model) on the backend `alone` describes, from
+    its first batch's inputs and output gradient. A backend that cannot run one op alone (ORTModule runs graphs)
+    gets a table with a note and no ops. `progress(done, total)` after each op judged."""
+    from ortlab.verdict.repro_case import capture
+
+    started = time.perf_counter()
+    table = OpTable(path, alone.who)
+    if alone.op is None:
+        table.note = f"{alone.who} runs whole graphs, not one op alone: its ops are not judged here"
+        return table.to_dict()
+    data = capture(workload, batch, path, seed)
+    recording = record(data)
+    table.ops, table.note = judge(recording, alone, progress), recording.note
+    if recording.cut is not None:
+        table.note = f"recorded up to op #{recording.cut} ({recording.note})"
+    table.seconds = time.perf_counter() - started
+    return table.to_dict()
+
+
+# -- judging
+
+
+def judge(rec: Recording, alone: Alone, progress: Callable[[int, int], None] | None = None) -> list[Op]:
+    """Each recorded op judged alone and along both chains (module docstring)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    from ortlab.compat.errors import root_message
+
+    started = time.perf_counter()
+    f64 = {r: _cast(v) for r, v in rec.values.items() if r.kind == "leaf"}  # float64's chain
+    chain = {r: v for r, v in rec.values.items() if r.kind == "leaf"}  # the backend's chain
+    judged = [c for c in rec.calls if _computes(c, rec)][:MAX_OPS]
+    wanted = {id(c) for c in judged}
+    ops, done = [], 0
+    for index, call in enumerate(rec.calls):
+        inputs = [_producer(r, rec) for r in tree_flatten((call.args, call.kwargs))[0] if isinstance(r, Ref)]
+        recorded = [rec.values[r] if r is not None else None for r in call.outputs]
+        first = next((v for v in recorded if v is not None), None)
+        op = Op(index, str(call.func), call.phase, call.where, inputs, list(first.shape) if first is not None else [])
+        ops.append(op)
+        c64 = _run(call, f64, torch.float64)
+        if id(call) not in wanted:  # the backend chain takes PyTorch's: nothing computed, or past the limits
+            chain_out = _run(call, chain, None)
+            if _computes(call, rec):
+                op.note = f"beyond the {MAX_OPS} ops judged"
+        elif time.perf_counter() - started > BUDGET_SECONDS:
+            chain_out = _run(call, chain, None)
+            op.note = f"the {BUDGET_SECONDS:.0f} s budget for judging ops was spent"
+        else:
+            try:
+                runner = alone.op(call.func)  # type: ignore[misc]  # not None: inside() returned before
+                mine = _run(call, rec.values, None, runner)
+                chain_out = _run(call, chain, None, runner)
+            except Exception as e:
+                op.note = f"it does not run alone on {alone.who}: {root_message(e)}"
+                chain_out = _run(call, chain, None)
+                mine = None
+            if mine is not None:
+                own = _judge_outputs(mine, recorded, _run(call, rec.values, torch.float64), _scale(call, rec))
+                carried = _judge_outputs(chain_out, recorded, c64, _scale(call, rec))
+                op.own, op.carried = own, carried
+                if own and own["diverged"]:
+                    op.status = DIVERGED_HERE
+                elif carried and carried["diverged"]:
+                    op.status = INHERITED
+                elif own is not None:
+                    op.status = AGREES
+            done += 1
+            if progress is not None:
+                progress(done, len(judged))
+        for ref, value in zip(call.outputs, chain_out, strict=False):
+            if ref is not None:
+                chain[ref] = value
+        for ref, value in zip(call.outputs, c64, strict=False):
+            if ref is not None:
+                f64[ref] = value
+    return ops
+
+
+def _computes(call: Call, rec: Recording) -> bool:
+    """Whether the op computes values a backend could round differently (a floating output, not a view or a
+    move, not random)."""
+    import torch
+
+    packet = call.func.name().split("::")[-1].split(".")[0]
+    if packet in _MOVES or (packet.endswith("_") and packet[:-1] in _MOVES):
+        return False
+    if torch.Tag.nondeterministic_seeded in getattr(call.func, "tags", ()):
+        return False
+    if getattr(call.func, "is_view", False):
+        return False
+    return any(r is not None and rec.values[r].is_floating_point() for r in call.outputs)
+
+
+def _run(call: Call, values: dict[Ref, Any], dtype: Any, runner: Callable | None = None) -> list[Any]:
+    """The op's tensor outputs (pytree order, None where not a tensor) on the values given, each input cloned (an
+    in-place op changes its copy); `dtype` float64: floating inputs cast and float32 requests made float64."""
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    def value(v: Any) -> Any:
+        if isinstance(v, Ref):
+            t = values[v].clone()
+            return t.to(dtype) if dtype is not None and t.is_floating_point() else t
+        if dtype is not None and isinstance(v, torch.dtype) and v.is_floating_point:
+            return dtype
+        return v
+
+    args, kwargs = tree_map(value, (call.args, call.kwargs), is_leaf=lambda v: isinstance(v, Ref))
+    out = (runner or call.func)(*args, **kwargs)
+    flat, _ = tree_flatten(out)
+    return [t.detach() if isinstance(t, torch.Tensor) else None for t in flat]
+
+
+def _judge_outputs(candidate: list[Any], pytorch: list[Any], float64: list[Any], scale: float
+                   ) -> dict[str, Any] | None:
+    """The worst floating output of an op judged (exact.judge: the candidate against PyTorch fp32, both measured
+    from float64), as a dict; None when it has none."""
+    from ortlab.verdict import exact
+
+    worst = None
+    for c, p, e in zip(candidate, pytorch, float64, strict=False):
+        if c is None or p is None or e is None or not p.is_floating_point() or c.shape != p.shape:
+            continue
+        j = exact.judge(c, p, e, scale)
+        if j.diverged and exact.close(c, p):
+            j.diverged = False
+        if worst is None or (j.diverged, _ratio(j)) > (worst.diverged, _ratio(worst)):
+            worst = j
+    return worst.to_dict() if worst is not None else None
+
+
+def _ratio(j: Any) -> float:
+    return j.candidate / j.allowed if j.allowed > 0 else (math.inf if j.candidate > 0 else 0.0)
+
+
+def _scale(call: Call, rec: Recording) -> float:
+    """The absolute floor's unit for an op: the norm of its floating inputs (a sum that cancels is judged against
+    what it summed, not against its near-zero result)."""
+    from torch.utils._pytree import tree_flatten
+
+    total = 0.0
+    for r in tree_flatten((call.args, call.kwargs))[0]:
+        if isinstance(r, Ref) and rec.values[r].is_floating_point():
+            total += float(rec.values[r].double().norm()) ** 2
+    return math.sqrt(total)
+
+
+def _producer(ref: Ref, rec: Recording) -> str:
+    return f"#{ref.index}" if ref.kind == "op" else rec.leaves[ref.index]
+
+
+def _cast(value: Any) -> Any:
+    return value.double() if value.is_floating_point() else value
+
+
+def _short(name: str) -> str:
+    """aten.addmm.default -> aten.addmm; ortlab_test.gain.default -> ortlab_test.gain."""
+    return name[:-len(".default")] if name.endswith(".default") else name
+
+
+def lines(table: dict[str, Any], context: int = 3) -> list[str]:
+    """The judged ops of an OpTable dict as text lines, the first op that diverged here marked ">>", with
+    `context` judged ops before it and the ops after it that inherited it folded into a count."""
+    from ortlab.verdict.exact import Judged, number, times
+
+    ops = [o for o in table.get("ops", []) if o["status"] != NOT_JUDGED]
+    if not ops:
+        return [f"ops inside {table.get('module') or 'the model'}: {table.get('note') or 'none judged'}"]
+    first = table.get("first_index")
+    at = next((i for i, o in enumerate(ops) if o["index"] == first), None)
+    shown = ops if at is None else ops[max(0, at - context):]
+    logs = ops[0].get("basis") == "logs"
+    head = (f"ops of {table['backend']} ({len(ops)} judged of {len(table.get('ops', []))}; differs: the worst "
+            "output norm's difference, relative)" if logs else
+            f"ops inside {table.get('module') or 'the whole model'} on {table['backend']} ({len(ops)} judged of "
+            f"{len(table.get('ops', []))}; alone: its error against float64 over PyTorch fp32's on the same inputs)")
+    out = [head, f"   {'#':>4}  {'op':<28} {'phase':<8} {'where':<26} {'differs' if logs else 'alone':>9}  "
+                 f"{'status':<13} inputs"]
+    inherited = 0
+    for o in shown:
+        if at is not None and o["index"] > first and o["status"] == INHERITED and inherited >= context:
+            inherited += 1
+            continue
+        inherited += o["status"] == INHERITED
+        own = Judged(**o["own"]) if o.get("own") else None
+        ratio = "" if own is None else "inf" if own.pytorch <= 0 < own.candidate else times(own.candidate, own.pytorch)
+        if logs:
+            worst = o.get("own") or o.get("carried")
+            ratio = number(worst["candidate"] / worst["norm"]) if worst and worst["norm"] else ""
+        mark = ">>" if o["index"] == first else "  "
+        where = (o["where"] or "-")[:26]
+        out.append(f"{mark} {o['index']:>4}  {_short(o['name'])[:28]:<28} {o['phase']:<8} {where:<26} "
+                   f"{ratio:>9}  {o['status']:<13} {', '.join(o['inputs'])[:40]}")
+    if inherited > context:
+        out.append(f"   ... and {inherited - context} more ops after it that inherited the difference")
+    if table.get("note"):
+        out.append(f"   note: {table['note']}")
+    return out
