@@ -142,3 +142,8 @@ def test_a_wrong_inductor_decomposition_is_named_down_to_its_op(tmp_path):
                            cwd=script.parent)
     assert shown.returncode == 1 and "WRONG: torch.compile's gradient of out.weight" in shown.stdout, \
         shown.stdout + shown.stderr[-2000:]
+    page = subprocess.run([sys.executable, "-m", "ortlab.cli", "report", str(tmp_path), "--out",
+                           str(tmp_path / "report.html")], capture_output=True, text=True, timeout=600)
+    assert page.returncode == 0, page.stderr[-2000:]
+    html = (tmp_path / "report.html").read_text()
+    assert "<pre class='ops'>" in html and "&gt;&gt;" in html and "ortlab_test.gain" in html

@@ -113,12 +113,24 @@ def _verdicts(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
         if not data:
             continue
         verdict = Verdict.from_dict(data)
+        localized = data.get("localized") or next((c["localized"] for c in verdict.causes if c.get("localized")),
+                                                  None) or {}
         items.append({"run": names[run.path.name], "status": verdict.status, "headline": verdict.headline,
                       "evidence": evidence(data), "causes": [c.get("text") for c in verdict.causes],
-                      "notes": verdict.notes, "localized": (data.get("localized") or {}).get("text")})
+                      "notes": verdict.notes, "localized": (data.get("localized") or {}).get("text"),
+                      "ops": _op_lines(localized.get("ops"))})
     missing = None if items else ("no run here was judged against PyTorch: a verdict comes with a comparison "
                                   "(ortlab compare, ortlab burst --backend both, Session.compare)")
     return {"items": items, "missing": missing}
+
+
+def _op_lines(table: dict[str, Any] | None) -> list[str]:
+    """The ops inside the localized module as the CLI prints them (ortlab.verdict.ops.lines; [] without them)."""
+    if not table or not table.get("ops"):
+        return []
+    from ortlab.verdict.ops import lines
+
+    return lines(table)
 
 
 def _moves(runs: list[Run], pairs: list[tuple[Run, Run]], names: dict[str, str]) -> dict[str, Any]:

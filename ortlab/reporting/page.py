@@ -111,6 +111,8 @@ def _verdict(s: dict[str, Any]) -> str:
         lines += [f"<p class='muted'>note: {_e(n)}</p>" for n in v["notes"]]
         if v.get("localized"):
             lines.append(f"<p>localized: {_e(v['localized'])}</p>")
+        if v.get("ops"):  # the first op that diverged there marked ">>"
+            lines.append(f"<pre class='ops'>{_e(chr(10).join(v['ops']))}</pre>")
         out.append("".join(lines))
     return "".join(out) + _missing(s)
 

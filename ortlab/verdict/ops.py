@@ -206,11 +206,23 @@ def _computes(call: Call, rec: Recording) -> bool:
     packet = call.func.name().split("::")[-1].split(".")[0]
     if packet in _MOVES or (packet.endswith("_") and packet[:-1] in _MOVES):
         return False
-    if torch.Tag.nondeterministic_seeded in getattr(call.func, "tags", ()):
-        return False
+    if torch.Tag.nondeterministic_seeded in getattr(call.func, "tags", ()) and not _repeats(call, rec):
+        return False  # random (attention with dropout); with dropout off it repeats and is judged
     if getattr(call.func, "is_view", False):
         return False
     return any(r is not None and rec.values[r].is_floating_point() for r in call.outputs)
+
+
+def _repeats(call: Call, rec: Recording) -> bool:
+    """Whether the op, run again on its recorded inputs, gives exactly what it gave."""
+    import torch
+
+    try:
+        again = _run(call, rec.values, None)
+    except Exception:  # an op that cannot run again is not judged
+        return False
+    return all(r is None or (a is not None and torch.equal(a, rec.values[r])) for r, a in zip(call.outputs, again,
+                                                                                         strict=False))
 
 
 def _run(call: Call, values: dict[Ref, Any], dtype: Any, runner: Callable | None = None) -> list[Any]:
