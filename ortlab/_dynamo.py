@@ -44,6 +44,21 @@ def reset() -> None:
     torch._dynamo.reset()
 
 
+def bisect(agrees: Any) -> dict[str, Any] | None:
+    """torch._inductor's CompilerBisector run on `agrees` (compiles with inductor and says whether the result is
+    right): which backend, subsystem and application of it first make it wrong, as plain data; None when every
+    backend agrees (the difference is not the compiler's) or the bisector is not there."""
+    try:
+        from torch._inductor.compiler_bisector import CompilerBisector
+    except ImportError:
+        return None
+    found = CompilerBisector.do_bisect(agrees)
+    if found is None:
+        return None
+    return {"backend": found.backend, "subsystem": found.subsystem, "application": found.bisect_number,
+            "detail": found.debug_info}
+
+
 def compiled_inner(model: Any) -> Any:
     """The module inside a torch.compile'd module (None when `model` is not one)."""
     try:

@@ -129,6 +129,9 @@ def test_a_wrong_inductor_decomposition_is_named_down_to_its_op(tmp_path):
                           timeout=850)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "first op beyond float64's rounding: ortlab_test.gain (#" in done.stdout, done.stdout[-3000:]
+    # inductor's CompilerBisector on that one op: its decomposition, not a pass or a lowering
+    assert "CompilerBisector: the op goes wrong at backend aot_eager_decomp_partition, subsystem decomposition" \
+        in done.stdout and "(ortlab_test.gain.default)" in done.stdout, done.stdout[-3000:]
     assert "ortlab repro" in done.stdout
     run = next(tmp_path.glob("*-compile"))
     repro = subprocess.run([sys.executable, "-m", "ortlab.cli", "repro", str(run)], capture_output=True, text=True,
@@ -147,3 +150,29 @@ def test_a_wrong_inductor_decomposition_is_named_down_to_its_op(tmp_path):
     assert page.returncode == 0, page.stderr[-2000:]
     html = (tmp_path / "report.html").read_text()
     assert "<pre class='ops'>" in html and "&gt;&gt;" in html and "ortlab_test.gain" in html
+
+
+def test_a_bisection_names_where_the_op_goes_wrong_and_one_that_fails_costs_nothing():
+    w = _workload()
+    wrong = torch.ops.aten.tanh.default
+    asked = []
+
+    def bisect(func, agrees):
+        asked.append((func, agrees(func), agrees(lambda *a, **k: func(*a, **k) * 1.01)))
+        return {"backend": "aot_eager_decomp_partition", "subsystem": "decomposition", "application": 0,
+                "detail": "<OpOverload(op='aten.tanh', overload='default')>"}
+
+    planted = _alone(wrong)
+    found = ops.inside(w, w.batch(0), "", Alone(planted.who, planted.wrap, planted.ran, planted.around, planted.op,
+                                                bisect))
+    assert asked == [(wrong, True, False)]  # asked once, about the first op, with a test that tells right from wrong
+    assert found["first"].endswith("; inductor's CompilerBisector: the op goes wrong at backend "
+                                   "aot_eager_decomp_partition, subsystem decomposition, application 0 "
+                                   "(aten.tanh.default)"), found["first"]
+
+    def broken(func, agrees):
+        raise RuntimeError("bisector state lost")
+
+    kept = ops.inside(w, w.batch(0), "", Alone(planted.who, planted.wrap, planted.ran, planted.around, planted.op,
+                                               broken))
+    assert kept["bisect"] is None and kept["first"].startswith("aten.tanh (#")

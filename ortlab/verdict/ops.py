@@ -21,6 +21,7 @@ values are kept while it runs (ortlab.verdict.op_record), and at most MAX_OPS op
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -93,6 +94,7 @@ class OpTable:
     ops: list[Op] = field(default_factory=list)
     seconds: float = 0.0
     note: str | None = None  # why some or all ops were not judged
+    bisect: dict[str, Any] | None = None  # which part of the backend makes the first op wrong (Alone.bisect)
 
     @property
     def first(self) -> Op | None:
@@ -106,14 +108,30 @@ class OpTable:
 
     def to_dict(self) -> dict[str, Any]:
         first = self.first
+        text = first.text if first else None
+        if text and self.bisect:
+            text = f"{text}; {bisected(self.bisect)}"
         return {"module": self.module, "backend": self.backend, "ops": [o.to_dict() for o in self.ops],
-                "seconds": self.seconds, "note": self.note, "counts": self.counts(),
-                "first": first.text if first else None, "first_index": first.index if first else None}
+                "seconds": self.seconds, "note": self.note, "counts": self.counts(), "first": text,
+                "first_index": first.index if first else None, "bisect": self.bisect}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OpTable:
         return cls(d["module"], d["backend"], [Op(**o) for o in d.get("ops", [])], d.get("seconds", 0.0),
-                   d.get("note"))
+                   d.get("note"), d.get("bisect"))
+
+
+def bisected(found: dict[str, Any]) -> str:
+    """CompilerBisector's finding in words: "inductor's CompilerBisector: backend aot_eager_decomp_partition,
+    subsystem decomposition, its 3rd application (aten.gain)"."""
+    where = f"backend {found['backend']}"
+    if found.get("subsystem"):
+        where += f", subsystem {found['subsystem']}"
+    if found.get("application") is not None:
+        where += f", application {found['application']}"
+    detail = re.sub(r"<OpOverload\(op='([^']+)', overload='([^']+)'\)>", r"\1.\2", str(found.get("detail") or ""))
+    detail = f" ({detail})" if detail else ""
+    return f"inductor's CompilerBisector: the op goes wrong at {where}{detail}"
 
 
 def inside(workload: Any, batch: tuple[Any, Any], path: str, alone: Alone, cfg: Any = None, seed: int = 0,
@@ -133,6 +151,9 @@ def inside(workload: Any, batch: tuple[Any, Any], path: str, alone: Alone, cfg: 
     table.ops, table.note = judge(recording, alone, progress), recording.note
     if recording.cut is not None:
         table.note = f"recorded up to op #{recording.cut} ({recording.note})"
+    first = table.first
+    if first is not None and alone.bisect is not None:
+        table.bisect = _bisect(recording, recording.calls[first.index], alone)
     table.seconds = time.perf_counter() - started
     return table.to_dict()
 
@@ -196,6 +217,25 @@ def judge(rec: Recording, alone: Alone, progress: Callable[[int, int], None] | N
             if ref is not None:
                 f64[ref] = value
     return ops
+
+
+def _bisect(rec: Recording, call: Call, alone: Alone) -> dict[str, Any] | None:
+    """Which part of the backend makes the op wrong (Alone.bisect), on its recorded inputs; a bisection that fails
+    is a finding not made, never the table lost."""
+    import torch
+
+    scale = _scale(call, rec)
+    exact = _run(call, rec.values, torch.float64)
+    recorded = [rec.values[r] if r is not None else None for r in call.outputs]
+
+    def agrees(runner: Callable[..., Any]) -> bool:
+        judged = _judge_outputs(_run(call, rec.values, None, runner), recorded, exact, scale)
+        return judged is None or not judged["diverged"]
+
+    try:
+        return alone.bisect(call.func, agrees)  # type: ignore[misc]  # not None: asked only then
+    except Exception:  # a bisection that fails finds nothing
+        return None
 
 
 def _computes(call: Call, rec: Recording) -> bool:

@@ -198,6 +198,9 @@ class Alone:
     # an aten op -> a callable running that one op on the backend (ortlab.verdict.ops); None: the backend runs whole
     # graphs only (ORTModule)
     op: Callable[[Any], Callable[..., Any]] | None = None
+    # (an aten op, a test that runs `op(that op)` and says whether it agrees) -> which part of the backend makes it
+    # disagree, as plain data (torch.compile: CompilerBisector's backend, subsystem, application); None: not known
+    bisect: Callable[[Any, Callable[[Callable[..., Any]], bool]], dict[str, Any] | None] | None = None
 
 
 class Backend:

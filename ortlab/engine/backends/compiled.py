@@ -168,7 +168,17 @@ class Compiled(Backend):
             compiled_once = [False]
             return checked
 
-        return Alone("torch.compile", wrap, ran, around, op)
+        def bisect(func: Any, agrees: Callable[[Callable[..., Any]], bool]) -> dict[str, Any] | None:
+            """Inductor's CompilerBisector on the one op: the backend (eager, aot_eager, aot_eager_decomp_partition,
+            inductor), subsystem (decomposition, a pass, lowerings, a config) and its application that first make
+            it disagree. Only for the inductor backend (the bisector swaps in the simpler ones)."""
+            if chosen["backend"] != "inductor":
+                return None
+            from ortlab import _dynamo
+
+            return _dynamo.bisect(lambda: agrees(op(func)))
+
+        return Alone("torch.compile", wrap, ran, around, op, bisect)
 
     def wrap(self, engine: Engine, b: Burst, inputs: Any) -> Any:
         from ortlab import _dynamo
