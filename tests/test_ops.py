@@ -176,3 +176,22 @@ def test_a_bisection_names_where_the_op_goes_wrong_and_one_that_fails_costs_noth
     kept = ops.inside(w, w.batch(0), "", Alone(planted.who, planted.wrap, planted.ran, planted.around, planted.op,
                                                broken))
     assert kept["bisect"] is None and kept["first"].startswith("aten.tanh (#")
+
+
+def test_the_activations_tab_shows_the_newest_verdicts_op_table(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from ortlab.widgets.activations import ActivationsPanel
+
+    w = _workload()
+    table = ops.inside(w, w.batch(0), "", _alone(torch.ops.aten.tanh.default))
+    verdict = {"status": "diverged", "headline": "DIVERGED", "causes": [
+        {"kind": "localized", "text": "...", "localized": {"path": "", "ops": table}}]}
+    (tmp_path / "verdict.json").write_text(json.dumps(verdict))
+    run = SimpleNamespace(path=tmp_path, ranks=[], backend="compile",
+                          read_json=lambda name: json.loads((tmp_path / name).read_text()))
+    panel = ActivationsPanel(lambda: [run])
+    assert "Ops inside the localized module" in panel.ops.value and "&gt;&gt;" in panel.ops.value
+    assert "aten.tanh" in panel.ops.value and "diverged here" in panel.ops.value
+    assert ActivationsPanel(lambda: []).ops.value == ""

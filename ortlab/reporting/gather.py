@@ -106,6 +106,7 @@ def _recommendations(runs: list[Run], pairs: list[tuple[Run, Run]]) -> list[str]
 
 def _verdicts(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
     from ortlab.verdict.judge import FILE, Verdict, evidence
+    from ortlab.verdict.ops import table_of
 
     items = []
     for run in runs:
@@ -113,12 +114,10 @@ def _verdicts(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
         if not data:
             continue
         verdict = Verdict.from_dict(data)
-        localized = data.get("localized") or next((c["localized"] for c in verdict.causes if c.get("localized")),
-                                                  None) or {}
         items.append({"run": names[run.path.name], "status": verdict.status, "headline": verdict.headline,
                       "evidence": evidence(data), "causes": [c.get("text") for c in verdict.causes],
                       "notes": verdict.notes, "localized": (data.get("localized") or {}).get("text"),
-                      "ops": _op_lines(localized.get("ops"))})
+                      "ops": _op_lines(table_of(data))})
     missing = None if items else ("no run here was judged against PyTorch: a verdict comes with a comparison "
                                   "(ortlab compare, ortlab burst --backend both, Session.compare)")
     return {"items": items, "missing": missing}

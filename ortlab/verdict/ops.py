@@ -370,3 +370,14 @@ def lines(table: dict[str, Any], context: int = 3) -> list[str]:
     if table.get("note"):
         out.append(f"   note: {table['note']}")
     return out
+
+
+def table_of(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The op table a run's verdict.json holds (its localization's, kept by `ortlab repro` or by the verdict's own
+    cause), or None."""
+    if not verdict:
+        return None
+    found = verdict.get("localized") or next((c["localized"] for c in verdict.get("causes") or []
+                                               if isinstance(c, dict) and c.get("localized")), None) or {}
+    table = found.get("ops")
+    return table if table and table.get("ops") else None

@@ -43,6 +43,7 @@ class ActivationsPanel(W.VBox):
                                           description="tolerance", readout_format=".0e")
         self.compare_button = W.Button(description="Compare", button_style="primary", icon="search")
         self.status = W.HTML()
+        self.ops = W.HTML()  # the ops inside the module a verdict localized, the first that diverged marked
         self.heatmap = figure_area()
         self.tensor = W.Select(options=[], rows=12, description="tensor", layout=W.Layout(width="420px"))
         self.tensor_stats = W.HTML()
@@ -51,7 +52,7 @@ class ActivationsPanel(W.VBox):
         self.tensor.observe(lambda change: self.show_tensor(), names="value")
         super().__init__([
             W.HBox([self.a, self.a_path]), W.HBox([self.b, self.b_path]),
-            W.HBox([self.tolerance, self.compare_button]), self.status, self.heatmap,
+            W.HBox([self.tolerance, self.compare_button]), self.status, self.ops, self.heatmap,
             W.HTML("<b>Tensor over steps</b> (the first divergence is selected; pick another)"),
             W.HBox([self.tensor, self.tensor_stats]), self.tensor_plot])
         self.refresh()
@@ -63,8 +64,9 @@ class ActivationsPanel(W.VBox):
         runs with statistics are new since the last refresh, A becomes the newest PyTorch run and B the newest
         other run, and they are compared at once (the tab shows the latest burst's first divergence); otherwise
         the choice is kept."""
-        runs = [r for run in reversed(self.get_runs() or []) for r in [run, *run.ranks]
-                if (Path(r.path) / "stats.npz").is_file()]
+        everything = list(reversed(self.get_runs() or []))
+        self.ops.value = _op_table(everything)
+        runs = [r for run in everything for r in [run, *run.ranks] if (Path(r.path) / "stats.npz").is_file()]
         options = [(_label(r), str(r.path)) for r in runs]
         keep_a, keep_b = self.a.value, self.b.value
         self.a.options, self.b.options = options, options
@@ -168,3 +170,20 @@ class ActivationsPanel(W.VBox):
         elif self.diff is None:
             first = "not compared"
         return f"ActivationsPanel(runs={len(self.a.options)}, first divergence: {first})"
+
+
+def _op_table(runs: list) -> str:
+    """The newest verdict's op table (ortlab.verdict.ops) as a preformatted block: the ops inside the module its
+    divergence was localized to, the first that diverged there marked ">>"; "" when no verdict holds one."""
+    from ortlab.verdict.judge import FILE
+    from ortlab.verdict.ops import lines, table_of
+
+    for run in runs:  # newest first
+        try:
+            table = table_of(run.read_json(FILE))
+        except Exception:  # a damaged verdict shows nothing here (the Log tab names it)
+            continue
+        if table:
+            head = f"<b>Ops inside the localized module</b> (run {html.escape(run.path.name)})"
+            return f"{head}<pre style='font-size:11px'>{html.escape(chr(10).join(lines(table)))}</pre>"
+    return ""
