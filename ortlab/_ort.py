@@ -127,6 +127,10 @@ class Wrap:
         """ORT's record of the last export (a new object after every export; None before the first)."""
         return getattr(self._gtm, "_exported_model_info", None)
 
+    def training_model(self) -> Any:
+        """The training graph ORT built and runs (ONNX: forward, YieldOp, gradient nodes); None before a run."""
+        return getattr(getattr(self.manager, "_onnx_models", None), "optimized_model", None)
+
     def graph_inputs_read(self) -> set[str] | None:
         """The inputs of the exported graph that some node reads (a user input the trace consumed in Python is
         pruned or left unread: its value was baked in); None before the first export."""
@@ -434,13 +438,9 @@ def gradient_graph(model_bytes: bytes, trained: list[str]) -> bytes:
     from onnxruntime.capi import _pybind_state as C
 
     config = _get(C, "OrtModuleGraphBuilderConfiguration", "ORTModule's graph builder configuration")()
-    config.initializer_names = list(trained)
-    config.initializer_names_to_train = list(trained)
-    config.input_names_require_grad = []
-    config.build_gradient_graph = True
-    config.enable_caching = False
-    config.use_memory_efficient_gradient = False
-    config.loglevel = C.Severity.FATAL
+    config.initializer_names = config.initializer_names_to_train = list(trained)
+    config.input_names_require_grad, config.build_gradient_graph, config.loglevel = [], True, C.Severity.FATAL
+    config.enable_caching = config.use_memory_efficient_gradient = False
     builder = _get(C, "OrtModuleGraphBuilder", "ORTModule's graph builder")()
     builder.initialize(model_bytes, config)
     try:

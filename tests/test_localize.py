@@ -254,6 +254,12 @@ def test_ortlab_repro_writes_a_script_that_shows_the_wrong_gradient_with_bare_or
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("the divergence reproduces in blocks."), done.stdout
     assert "[1] (the whole model) (ortlab_user_localize.Net): reproduces" in done.stderr
+    # down to ORT's graph node: the gradient of the gate's broadcasting Mul is never reduced to the gate's shape
+    assert "first op beyond float64's rounding: ai.onnx.Identity (#11, backward, in Mul_Grad/Identity_3): it writes " \
+           "the gradient of gate/Sigmoid_output_0 in shape [2, 8, 12, 12], where that tensor is [2, 8, 1, 1]" \
+        in done.stdout, done.stdout
+    marked = [line for line in done.stdout.splitlines() if line.startswith(">>")]
+    assert len(marked) == 1 and "Mul_Grad/Identity_3" in marked[0], done.stdout
     stored = json.loads((run.path / "verdict.json").read_text())[LOCALIZED]
     assert stored["path"] in ("blocks.0.se", "blocks.1.se") and stored["tried"]
     scripts = list((run.path / "repro").glob("repro_*.py"))

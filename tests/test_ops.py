@@ -195,3 +195,36 @@ def test_the_activations_tab_shows_the_newest_verdicts_op_table(tmp_path):
     assert "Ops inside the localized module" in panel.ops.value and "&gt;&gt;" in panel.ops.value
     assert "aten.tanh" in panel.ops.value and "diverged here" in panel.ops.value
     assert ActivationsPanel(lambda: []).ops.value == ""
+
+
+@slow
+@pytest.mark.ort
+def test_the_se_blocks_wrong_ort_gradient_is_named_down_to_its_graph_node():
+    """ORT's training graph of the squeeze-and-excitation block (tests/factories/localize.py), each node judged
+    against float64 on the inputs ORT gave it: the gradient of the gate's broadcasting Mul is written in the shape of
+    the other input (an Identity where a ReduceSum belongs), and the SigmoidGrad that reads it is wrong; the nodes
+    before agree. The same block with its pool as a mean trains right: no node is blamed."""
+    import os
+
+    sys.path.insert(0, str(FACTORIES))
+    try:
+        import localize as factories
+    finally:
+        sys.path.remove(str(FACTORIES))
+    from ortlab.engine.backends.ort import OrtBackend
+
+    for make, wrong in ((factories.nested, True), (factories.correct, False)):
+        torch.manual_seed(0)
+        net, batch, loss = make()
+        w = Workload(net, batch, loss, name="se", batch_size=2)
+        table = ops.inside(w, w.batch(0), "blocks.0.se", OrtBackend(net).alone(None, (), Path(os.devnull)))
+        if not wrong:
+            assert table["first"] is None and table["counts"][ops.AGREES] >= 10, table["counts"]
+            continue
+        first = next(o for o in table["ops"] if o["status"] == ops.DIVERGED_HERE)
+        assert (first["name"], first["phase"], first["where"]) == ("ai.onnx.Identity", "backward",
+                                                                   "Mul_Grad/Identity_3"), first
+        assert "in shape [2, 8, 12, 12], where that tensor is [2, 8, 1, 1]" in first["note"]
+        sigmoid = next(o for o in table["ops"] if o["name"] == "com.microsoft.SigmoidGrad")
+        assert sigmoid["status"] == ops.DIVERGED_HERE and sigmoid["own"]["diverged"]
+        assert all(o["status"] == ops.AGREES for o in table["ops"] if o["phase"] == "forward")

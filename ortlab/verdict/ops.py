@@ -60,7 +60,9 @@ class Op:
     own: dict[str, Any] | None = None
     carried: dict[str, Any] | None = None
     note: str | None = None
-    basis: str = "alone"  # how it was judged: "alone" (the op run alone on the backend), "logs" (two logs' hashes)
+    # how it was judged: "alone" (the op run alone on the backend), "graph" (a node of the backend's graph, on the
+    # inputs the graph gave it), "logs" (two logs' hashes)
+    basis: str = "alone"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,17 +73,19 @@ class Op:
         PyTorch's" """
         where = f"in {self.where}" if self.where else ""
         head = f"{_short(self.name)} ({', '.join(p for p in (f'#{self.index}', self.phase, where) if p)})"
-        if self.status == DIVERGED_HERE and self.basis == "logs" and self.note:
+        if self.status == DIVERGED_HERE and self.note and (self.basis == "logs" or not (self.own or {}).get(
+                "diverged")):
             return f"{head}: {self.note}"
-        if self.status == DIVERGED_HERE and self.own and self.basis == "alone":
+        if self.status == DIVERGED_HERE and self.own and self.basis in ("alone", "graph"):
             from ortlab.verdict.exact import Judged, percent, times
 
             own = Judged(**self.own)
             error = percent(own.candidate, own.norm)
+            how = "run alone it is" if self.basis == "alone" else "on the inputs ORT gave it, its output is"
             if own.pytorch == 0:
-                return f"{head}: run alone it is {error} of its value off float64, where PyTorch fp32's is exact"
-            return (f"{head}: run alone it is {times(own.candidate, own.pytorch)} further from float64 than "
-                    f"PyTorch fp32's (an error of {error} of its value)")
+                return f"{head}: {how} {error} of its value off float64, where PyTorch fp32's is exact"
+            return (f"{head}: {how} {times(own.candidate, own.pytorch)} further from float64 than PyTorch fp32's "
+                    f"(an error of {error} of its value)")
         return f"{head}: {self.status}" + (f" ({self.note})" if self.note else "")
 
 
@@ -143,10 +147,21 @@ def inside(workload: Any, batch: tuple[Any, Any], path: str, alone: Alone, cfg: 
 
     started = time.perf_counter()
     table = OpTable(path, alone.who)
-    if alone.op is None:
+    if alone.op is None and alone.graph is None:
         table.note = f"{alone.who} runs whole graphs, not one op alone: its ops are not judged here"
         return table.to_dict()
     data = capture(workload, batch, path, seed)
+    if alone.op is None:  # ORTModule: the nodes of its training graph (ortlab.verdict.graph_nodes)
+        from ortlab.verdict.graph_nodes import inside as nodes
+
+        try:
+            table = nodes(data, alone, path)
+        except Exception as e:  # the graph cannot be run again here: the module's localization stands
+            from ortlab.compat.errors import root_message
+
+            table.note = f"its graph's nodes were not judged: {root_message(e)}"
+        table.seconds = time.perf_counter() - started
+        return table.to_dict()
     recording = record(data)
     table.ops, table.note = judge(recording, alone, progress), recording.note
     if recording.cut is not None:
@@ -343,10 +358,14 @@ def lines(table: dict[str, Any], context: int = 3) -> list[str]:
     first = table.get("first_index")
     at = next((i for i, o in enumerate(ops) if o["index"] == first), None)
     shown = ops if at is None else ops[max(0, at - context):]
-    logs = ops[0].get("basis") == "logs"
+    logs, graph = ops[0].get("basis") == "logs", ops[0].get("basis") == "graph"
+    module = table.get("module") or "the whole model"
     head = (f"ops of {table['backend']} ({len(ops)} judged of {len(table.get('ops', []))}; differs: the worst "
             "output norm's difference, relative)" if logs else
-            f"ops inside {table.get('module') or 'the whole model'} on {table['backend']} ({len(ops)} judged of "
+            f"nodes of {table['backend']}'s training graph of {module} ({len(ops)} judged of "
+            f"{len(table.get('ops', []))}; alone: each node's error against float64 on the inputs ORT gave it, over "
+            "PyTorch fp32's)" if graph else
+            f"ops inside {module} on {table['backend']} ({len(ops)} judged of "
             f"{len(table.get('ops', []))}; alone: its error against float64 over PyTorch fp32's on the same inputs)")
     out = [head, f"   {'#':>4}  {'op':<28} {'phase':<8} {'where':<26} {'differs' if logs else 'alone':>9}  "
                  f"{'status':<13} inputs"]

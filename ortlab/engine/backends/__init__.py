@@ -201,6 +201,9 @@ class Alone:
     # (an aten op, a test that runs `op(that op)` and says whether it agrees) -> which part of the backend makes it
     # disagree, as plain data (torch.compile: CompilerBisector's backend, subsystem, application); None: not known
     bisect: Callable[[Any, Callable[[Callable[..., Any]], bool]], dict[str, Any] | None] | None = None
+    # the runner after its pass -> (the training graph it ran, an ONNX ModelProto with its gradient nodes; the names
+    # of the graph inputs that are the module's own inputs, in order) (ortlab.verdict.graph_nodes); None: no graph
+    graph: Callable[[Any], tuple[Any, list[str]]] | None = None
 
 
 class Backend:

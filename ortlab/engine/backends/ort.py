@@ -115,7 +115,12 @@ class OrtBackend(Backend):
                     registry.applied(model, list(fixes)):
                 yield
 
-        return Alone("ORT", _ort.new_ortmodule, ran, around)
+        def graph(runner: Any) -> tuple[Any, list[str]]:
+            wrap = _ort.Wrap(runner, True)
+            info = wrap.post_export()
+            return wrap.training_model(), list(info.user_inputs) if info else []
+
+        return Alone("ORT", _ort.new_ortmodule, ran, around, graph=graph)
 
     def _apply_fixes(self, engine: Engine, b: Burst, inputs: Any) -> tuple[str, ...]:
         """The compatibility fixes this burst trains with (ortlab.compat.registry), applied until the burst ends.
