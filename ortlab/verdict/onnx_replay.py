@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+OUTPUTS = "__outputs"  # how many outputs the node has (an attribute the replays read, not ONNX's)
+
 
 class NotReplayed(Exception):
     """No torch replay of this ONNX op (or of this use of it)."""
@@ -27,7 +29,7 @@ def replay(node: Any, inputs: list[Any], dtype: Any) -> list[Any]:
     if key not in _OPS:
         raise NotReplayed(f"no float64 replay of {key[0]}.{key[1]}")
     cast = [t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
-    out = _OPS[key](_attributes(node), cast, dtype)
+    out = _OPS[key]({**_attributes(node), OUTPUTS: len(node.output)}, cast, dtype)
     return list(out) if isinstance(out, tuple | list) else [out]
 
 
@@ -143,6 +145,114 @@ def _aten(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
     return op(*args)
 
 
+def _quick_gelu_grad(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    """com.microsoft QuickGeluGrad(dY, X): dY * d/dX [X * sigmoid(alpha X)]."""
+    alpha = float(a.get("alpha", 1.702))
+    s = (alpha * x[1]).sigmoid()
+    return x[0] * (s + alpha * x[1] * s * (1 - s))
+
+
+def _gelu_grad(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    """com.microsoft GeluGrad(dY, X): dY * (Phi(X) + X phi(X)), the erf form."""
+    import math
+
+    cdf = 0.5 * (1 + (x[1] / math.sqrt(2)).erf())
+    pdf = (-0.5 * x[1] * x[1]).exp() / math.sqrt(2 * math.pi)
+    return x[0] * (cdf + x[1] * pdf)
+
+
+def _layer_norm(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    """LayerNormalization(X, scale, B) -> Y, Mean, InvStdDev (reduced from `axis` on, kept as 1s)."""
+    axis = int(a.get("axis", -1)) % x[0].dim()
+    dims = tuple(range(axis, x[0].dim()))
+    mean = x[0].mean(dim=dims, keepdim=True)
+    inv = ((x[0] - mean).pow(2).mean(dim=dims, keepdim=True) + float(a.get("epsilon", 1e-5))).rsqrt()
+    y = (x[0] - mean) * inv * x[1]
+    return (y + x[2] if len(x) > 2 and x[2] is not None else y), mean, inv
+
+
+def _softmax_grad(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    """com.microsoft SoftmaxGrad_13(dY, Y): Y * (dY - sum(dY * Y) over `axis`)."""
+    axis = int(a.get("axis", -1))
+    return x[1] * (x[0] - (x[0] * x[1]).sum(dim=axis, keepdim=True))
+
+
+def _vjp(fn: Callable[..., Any], dy: Any, *xs: Any) -> tuple[Any, ...]:
+    """The gradients of fn(*xs) against `dy`, by autograd (a gradient op replayed from its forward)."""
+    import torch
+
+    with torch.enable_grad():
+        leaves = [x.detach().requires_grad_(True) for x in xs]
+        return torch.autograd.grad(fn(*leaves), leaves, dy)
+
+
+def _gelu(p: Any) -> Any:
+    from torch.nn import functional
+
+    return functional.gelu(p)
+
+
+def _fast_gelu(p: Any) -> Any:
+    import math
+
+    return 0.5 * p * (1 + (math.sqrt(2 / math.pi) * (p + 0.044715 * p ** 3)).tanh())
+
+
+def _layer_norm_grad(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    """com.microsoft LayerNormalizationGrad(dY, X, scale, mean, inv_std) -> dX, dscale, dbias: the forward's
+    gradients by autograd (its statistics recomputed from X, as they were made)."""
+    import torch
+
+    dy, inp, scale = x[:3]
+    bias = torch.zeros_like(scale)
+    a = {k: v for k, v in a.items() if k != OUTPUTS}
+    return _vjp(lambda i, s, b: _layer_norm(a, [i, s, b], dtype)[0], dy, inp, scale, bias)[:3]
+
+
+def _slice(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    starts, ends = _ints(x[1]), _ints(x[2])
+    axes = _ints(x[3]) if len(x) > 3 and x[3] is not None else list(range(len(starts)))
+    steps = _ints(x[4]) if len(x) > 4 and x[4] is not None else [1] * len(starts)
+    index = [slice(None)] * x[0].dim()
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        if step < 0:
+            raise NotReplayed("Slice with a negative step")
+        index[axis] = slice(start, min(end, x[0].shape[axis]), step)
+    return x[0][tuple(index)]
+
+
+def _split(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    axis = int(a.get("axis", 0))
+    sizes = _ints(x[1]) if len(x) > 1 and x[1] is not None else list(a.get("split", []))
+    if not sizes:
+        count = a[OUTPUTS]
+        sizes = [-(-x[0].shape[axis] // count)] * count
+        sizes[-1] = x[0].shape[axis] - sum(sizes[:-1])
+    return x[0].split(sizes, dim=axis)
+
+
+def _gather(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    axis = int(a.get("axis", 0)) % x[0].dim()
+    index = x[1] % x[0].shape[axis]
+    flat = x[0].index_select(axis, index.reshape(-1))
+    return flat.reshape((*x[0].shape[:axis], *index.shape, *x[0].shape[axis + 1:]))
+
+
+def _shape(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    import torch
+
+    dims = list(x[0].shape)[int(a.get("start", 0)):a.get("end")]
+    return torch.tensor(dims, dtype=torch.int64)
+
+
+def _concat_training(a: dict[str, Any], x: list[Any], dtype: Any) -> Any:
+    """com.microsoft ConcatTraining -> the concatenation and each input's length along the axis."""
+    import torch
+
+    parts, axis = [t for t in x if t is not None], int(a["axis"])
+    return torch.cat(parts, dim=axis), torch.tensor([t.shape[axis] for t in parts], dtype=torch.int64)
+
+
 def _elementwise(fn: Callable[..., Any]) -> Callable[[dict[str, Any], list[Any], Any], Any]:
     return lambda a, x, dtype: fn(*x)
 
@@ -195,4 +305,23 @@ _OPS: dict[tuple[str, str], Callable[[dict[str, Any], list[Any], Any], Any]] = {
         (x[0].transpose(-1, -2) if a.get("transA", 0) else x[0]) @
         (x[1].transpose(-1, -2) if a.get("transB", 0) else x[1])),
     ("org.pytorch.aten", "ATen"): _aten,
+    ("com.microsoft", "QuickGelu"): lambda a, x, d: x[0] * (float(a.get("alpha", 1.702)) * x[0]).sigmoid(),
+    ("com.microsoft", "QuickGeluGrad"): _quick_gelu_grad,
+    ("com.microsoft", "Gelu"): _elementwise(lambda p: _gelu(p)),
+    ("com.microsoft", "BiasGelu"): _elementwise(lambda p, q: _gelu(p + q)),
+    ("com.microsoft", "GeluGrad"): _gelu_grad,
+    ("com.microsoft", "SoftmaxGrad_13"): _softmax_grad,
+    ("ai.onnx", "LayerNormalization"): _layer_norm,
+    ("com.microsoft", "LayerNormalizationGrad"): _layer_norm_grad,
+    ("com.microsoft", "FastGelu"): lambda a, x, d: _fast_gelu(x[0] + x[1] if len(x) > 1 and x[1] is not None else x[0]),
+    ("com.microsoft", "FastGeluGrad"): lambda a, x, d: _vjp(_fast_gelu, x[0], x[1])[0],
+    ("com.microsoft", "ConcatTraining"): _concat_training,
+    ("ai.onnx", "Shape"): _shape,
+    ("ai.onnx", "Gather"): _gather,
+    ("ai.onnx", "Slice"): _slice,
+    ("ai.onnx", "Split"): _split,
+    ("ai.onnx", "Equal"): _elementwise(lambda p, q: p == q),
+    ("ai.onnx", "Where"): _elementwise(lambda c, p, q: _torch("where")(c, p, q)),
+    ("ai.onnx", "Trilu"): lambda a, x, d: (x[0].triu if a.get("upper", 1) else x[0].tril)(
+        int(x[1]) if len(x) > 1 and x[1] is not None else 0),
 }

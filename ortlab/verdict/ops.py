@@ -310,6 +310,11 @@ def _judge_outputs(candidate: list[Any], pytorch: list[Any], float64: list[Any],
     for c, p, e in zip(candidate, pytorch, float64, strict=False):
         if c is None or p is None or e is None or not p.is_floating_point() or c.shape != p.shape:
             continue
+        if not bool(c.isfinite().all()):  # where both fp32 sides overflow alike (a mask's minimum plus more), fp32's
+            same = (c == p) | (c.isnan() & p.isnan())  # range is the limit, not the backend: judged elsewhere
+            if not bool((~c.isfinite() & ~same).any()):
+                keep = c.isfinite()
+                c, p, e = c[keep], p[keep], e[keep]
         j = exact.judge(c, p, e, scale)
         if j.diverged and exact.close(c, p):
             j.diverged = False
