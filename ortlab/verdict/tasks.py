@@ -103,13 +103,31 @@ def localize(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (),
             from ortlab.verdict.ops import inside
 
             engine.initial.restore(engine.model)
-            found.ops = inside(engine.workload, batch, found.path or "", alone, cfg, cfg.seed)
+            found.ops = inside(engine.workload, batch, found.path or "", alone, cfg, cfg.seed,
+                               _op_progress(progress, found, alone.who))
     if repro is not None and found.found:
         from ortlab.verdict.repro_case import write
 
         engine.initial.restore(engine.model)
         found.repro = write(engine.workload, batch, found, Path(repro), cfg.seed, origin, backend_case(cfg))
     return found.to_dict()
+
+
+def _op_progress(progress: Callable[[int, dict[str, Any]], None] | None, found: Any, who: str
+                 ) -> Callable[[int, int], None] | None:
+    """The ops judged so far as the localizer's progress rows (about ten of them, the last at the end): judging a
+    module's ops one compile at a time takes a second an op."""
+    if progress is None:
+        return None
+    import time
+
+    started, where = time.perf_counter(), f"ops inside {found.path or 'the whole model'}"
+
+    def told(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            progress(len(found.tried) + done, {"path": where, "class_name": who, "verdict": f"{done} of {total} "
+                     "judged", "seconds": time.perf_counter() - started})
+    return told
 
 
 def backend_case(cfg: Any) -> dict[str, Any]:
