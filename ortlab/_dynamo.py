@@ -52,7 +52,11 @@ def bisect(agrees: Any) -> dict[str, Any] | None:
         from torch._inductor.compiler_bisector import CompilerBisector
     except ImportError:
         return None
-    found = CompilerBisector.do_bisect(agrees)
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints each step it takes: the finding is what it returns
+        found = CompilerBisector.do_bisect(agrees)
     if found is None:
         return None
     return {"backend": found.backend, "subsystem": found.subsystem, "application": found.bisect_number,

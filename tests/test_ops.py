@@ -134,6 +134,11 @@ def test_a_wrong_inductor_decomposition_is_named_down_to_its_op(tmp_path):
         in done.stdout and "(ortlab_test.gain.default)" in done.stdout, done.stdout[-3000:]
     assert "ortlab repro" in done.stdout
     run = next(tmp_path.glob("*-compile"))
+    # judged again from the two folders, in this process: the same cause, and no word of the bisector's own
+    judged = subprocess.run([sys.executable, "-m", "ortlab.cli", "judge", str(next(tmp_path.glob("*-pytorch"))),
+                             str(run), "--out", str(tmp_path / "judged")], capture_output=True, text=True, timeout=850)
+    assert judged.returncode == 1 and "ortlab_test.gain (#" in judged.stdout, judged.stdout[-3000:]
+    assert "bisection" not in judged.stdout.lower(), judged.stdout[-3000:]
     repro = subprocess.run([sys.executable, "-m", "ortlab.cli", "repro", str(run)], capture_output=True, text=True,
                            timeout=850)
     assert repro.returncode == 0, repro.stderr[-3000:]
