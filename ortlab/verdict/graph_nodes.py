@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from ortlab.errors import OrtlabError
 from ortlab.verdict.ops import AGREES, DIVERGED_HERE, INHERITED, Op, OpTable
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 GRADIENT_IN = "gradient at the output"
 
 
-class GraphNotJudged(Exception):
+class GraphNotJudged(OrtlabError, RuntimeError):
     """The graph cannot be run again here (an input ortlab cannot feed, a graph ORT will not load)."""
 
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ortlab.errors import OrtlabError
+
 OUTPUTS = "__outputs"  # how many outputs the node has (an attribute the replays read, not ONNX's)
 
 
-class NotReplayed(Exception):
+class NotReplayed(OrtlabError, NotImplementedError):
     """No torch replay of this ONNX op (or of this use of it)."""
 
 
