@@ -131,3 +131,31 @@ def test_two_processes_logs_are_read_and_judged(tmp_path):
                            str(tmp_path / "c.json"), "--json"], capture_output=True, text=True, timeout=300)
     assert same.returncode == 0, same.stdout[-2000:] + same.stderr
     assert json.loads(same.stdout)["first"] is None
+
+
+def _titan(path, tanh):
+    """A torchtitan numerics dump (agent_tooling/numerics_debugging's format) of three ops of one layer."""
+    blocks = [("layers.0.attention.wq/op_0_mm", "torch.float32", 5.0, "2.000000e+00, 3.000000e+00", "", None),
+              ("layers.0.feed_forward/op_0_tanh", "torch.float32", tanh, "5.000000e+00",
+               "layers.0.attention.wq/op_0_mm", None),
+              ("layers.0.feed_forward/op_1_mm", "torch.float32", 2 * tanh, f"{tanh:.6e}, 3.000000e+00",
+               "layers.0.feed_forward/op_0_tanh;", "backward")]
+    text = "Total captured activations: 3\nExcluded ops dispatched: t, view\n" + "=" * 80 + "\n\n"
+    for key, dtype, out, inputs, producers, phase in blocks:
+        text += f"[{key}]\n  Shape: torch.Size([4, 4]), Dtype: {dtype}\n  L2 norm: 1.000000e+00\n"
+        text += f"  Output hash: {out:.6e}\n  Input hashes: {inputs}\n"
+        text += f"  Input producers: {producers}\n" if producers else ""
+        text += "  Location: common/attention.py:534\n" + (f"  Phase: {phase}\n" if phase else "") + "\n"
+    path.write_text(text)
+    return path
+
+
+def test_torchtitans_numerics_dumps_are_read_and_judged_alike(tmp_path):
+    table = debug_logs.compare(_titan(tmp_path / "rank_0_a.log", 4.0), _titan(tmp_path / "rank_0_b.log", 4.01))
+    status = [(o["name"], o["where"], o["phase"], o["status"]) for o in table["ops"]]
+    assert status == [("layers.0.attention.wq/op_0_mm", "layers.0.attention.wq", "forward", AGREES),
+                      ("layers.0.feed_forward/op_0_tanh", "layers.0.feed_forward", "forward", DIVERGED_HERE),
+                      ("layers.0.feed_forward/op_1_mm", "layers.0.feed_forward", "backward", INHERITED)], status
+    assert table["ops"][1]["inputs"] == ["layers.0.attention.wq/op_0_mm"]
+    same = debug_logs.compare(_titan(tmp_path / "a.log", 4.0), _titan(tmp_path / "c.log", 4.0))
+    assert same["first"] is None

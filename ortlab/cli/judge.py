@@ -1,6 +1,6 @@
 """`ortlab judge RUN RUN [--reference RUN]`: the verdict on two run folders made by separate processes, stacks or
 machines (ortlab.verdict.folders), as `ortlab compare` gives it in one process; `ortlab judge LOG LOG`: two
-DebugMode logs op by op (ortlab.verdict.debug_logs)."""
+DebugMode logs (or torchtitan numerics dumps) op by op (ortlab.verdict.debug_logs)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def register(sub) -> None:
                        "PyTorch's: each is judged against --reference. Refused in one line (exit 2) when the runs "
                        "did not start from the same snapshot, batches or settings. Exit 0 when every verdict "
                        "agrees, 1 when one diverged or could not be judged. Given two DebugMode logs instead "
-                       "(torch's DebugMode.save_logs after DebugMode.log_tensor_hashes, from any two processes): "
+                       "(torch's DebugMode.save_logs after DebugMode.log_tensor_hashes, from any two processes; or "
+                       "two numerics dumps of torchtitan, numerics/rank_N_activations.log): "
                        "the ops in order, each output's norm judged against its dtype's rounding (or against "
                        "--float64-log), the first op that differs while its inputs agree marked, the ops after it "
                        "that inherited it; exit 1 when an op differs.")

@@ -1,6 +1,7 @@
 """Evidence from elsewhere: two logs that torch's DebugMode saved in two processes (`DebugMode.save_logs` after
-`DebugMode.log_tensor_hashes`, torch 2.10+), read and judged op by op: the first op whose output differs beyond
-rounding while its inputs agree ("diverged here"), the ops whose inputs already differed ("inherited").
+`DebugMode.log_tensor_hashes`, torch 2.10+), or two numerics dumps of torchtitan (`--profiler.dump_numerics`: the
+same hashes per op, as text), read and judged op by op: the first op whose output differs beyond rounding while its
+inputs agree ("diverged here"), the ops whose inputs already differed ("inherited").
 
 A user brings the logs of their own training job (eager against compile, one machine against another, two torch
 versions); nothing of the job runs here, so the logs are read as JSON (no torch needed, any stack). DebugMode
@@ -24,6 +25,7 @@ from ortlab.errors import InputError
 from ortlab.verdict.ops import AGREES, DIVERGED_HERE, INHERITED, Op, OpTable
 
 FORMAT, VERSION = "torch.utils._debug_mode.DebugMode.logs", 1  # what DebugMode.save_logs writes
+TORCHTITAN = "Total captured activations:"  # how torchtitan's numerics dump begins (its DebugMode tracer, as text)
 # The relative change of an L1 norm that reordered arithmetic of each dtype can make (a few units in the last place
 # of a sum's terms, with headroom): a difference beyond it is not rounding
 ROUNDING = {"f64": 1e-12, "f32": 1e-5, "tf32": 1e-3, "bf16": 2e-2, "f16": 5e-3}
@@ -46,6 +48,7 @@ class Logged:
     output: str
     hashes: list[Any]
     inputs: list[Any] | None  # None: the log has no input hashes
+    phase: str = ""  # "forward" or "backward" where the log says (torchtitan's does)
 
     @property
     def rounding(self) -> float:
@@ -54,12 +57,18 @@ class Logged:
 
 
 def read(path: str | Path) -> list[Logged]:
-    """The ops of a DebugMode log file, in order; a file that is not one raises LogError naming it and what is
-    expected."""
+    """The ops of a DebugMode log file (or of torchtitan's numerics dump), in order; a file that is neither raises
+    LogError naming it and what is expected."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LogError(f"{path} is not a DebugMode log: {e}") from None
+    if text.startswith(TORCHTITAN):
+        return _torchtitan(text, path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
         raise LogError(f"{path} is not a DebugMode log: {e}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise LogError(f"{path} is not a DebugMode log (expected JSON with format {FORMAT!r}, written by "
@@ -88,6 +97,40 @@ def read(path: str | Path) -> list[Logged]:
     return out
 
 
+def _torchtitan(text: str, path: Path) -> list[Logged]:
+    """torchtitan's numerics dump (`--profiler.dump_numerics`: numerics/rank_N_activations.log, DebugMode's norm
+    hashes per op written as text): one block per captured op, "[module/op_N_name]" then "  Field: value" lines."""
+    out: list[Logged] = []
+    for block in re.split(r"\n(?=\[)", text.split("=" * 80, 1)[-1].strip()):
+        lines = block.strip().splitlines()
+        if not lines or not lines[0].startswith("["):
+            continue
+        key = lines[0].strip()[1:-1]
+        fields = dict(line.strip().split(": ", 1) for line in lines[1:] if ": " in line)
+        module = key.rpartition("/")[0]
+        dtype = re.search(r"Dtype: torch\.(\w+)", fields.get("Shape", ""))
+        short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+        output = f"{short.get(dtype.group(1), dtype.group(1))}[]" if dtype else ""
+        inputs = fields.get("Input hashes")
+        out.append(Logged(len(out), key, "" if module == "<none>" else module,
+                          fields.get("Input producers", "").replace(";", ", ") or fields.get("Location", ""),
+                          output, _floats(fields.get("Output hash", "")),
+                          None if inputs is None else _floats(inputs), fields.get("Phase", "forward")))
+    if not out:
+        raise LogError(f"{path} holds no captured op (torchtitan's numerics dump lists them in [module/op_N] blocks)")
+    return out
+
+
+def _floats(text: str) -> list[Any]:
+    values: list[Any] = []
+    for item in text.split(","):
+        try:
+            values.append(float(item))
+        except ValueError:
+            values.append(None)
+    return values if text.strip() else []
+
+
 def compare(first: str | Path, second: str | Path, float64: str | Path | None = None) -> dict[str, Any]:
     """The OpTable (a dict) of the second log against the first, op by op; `float64`: a log of the same job in
     float64, the yardstick. Logs of different programs are compared up to where they part (said in the note)."""
@@ -109,7 +152,7 @@ def compare(first: str | Path, second: str | Path, float64: str | Path | None = 
     seen_difference = False
     no_inputs = any(x.inputs is None for x in a[:count] + b[:count])
     for i in range(count):
-        op = Op(i, a[i].name, "", a[i].where, [a[i].args], [], basis="logs")
+        op = Op(i, a[i].name, a[i].phase, a[i].where, [a[i].args], [], basis="logs")
         out = _differs(a[i].hashes, b[i].hashes, c[i].hashes if c else None, a[i].rounding)
         inp = None if no_inputs else _differs(a[i].inputs or [], b[i].inputs or [],
                                               (c[i].inputs or []) if c else None, a[i].rounding)
