@@ -63,6 +63,13 @@ def this_stack() -> Stack:
     return Stack.ORT if sys.version_info < (3, 12) else Stack.CURRENT
 
 
+def recorded() -> dict[str, str | None]:
+    """The stack this process runs, as a run's meta.json keeps it ("stack"): its name, the interpreter and the lock
+    its environment was built from (ORTLAB_LOCK, set by bin/_env.sh; None outside it), so that no reader of the run
+    guesses the stack from a version."""
+    return {"name": this_stack().value, "python": sys.executable, "lock": os.environ.get("ORTLAB_LOCK")}
+
+
 def ortmodule_unavailable() -> str | None:
     """Why ORTModule cannot run in this process (None: it can, as far as packages tell; `ortlab doctor` checks
     its built extensions). Read from package metadata: neither torch nor onnxruntime is imported."""

@@ -1,6 +1,8 @@
 """Bursts with the real ORTModule on the CPU, in-process (the worker has its own tests)."""
 
 import json
+import os
+import sys
 
 import pytest
 import torch
@@ -161,6 +163,11 @@ def test_run_folder_round_trip(demo_session):
 
     ort = None if ortmodule_unavailable() else "1.19.2"  # the versions of the stack it ran on
     assert again.meta["config"]["seed"] == 7 and again.meta["versions"].get("onnxruntime-training") == ort
+    # the stack it ran on, recorded: no reader guesses it from a version
+    from ortlab.stacks import this_stack
+
+    assert again.meta["stack"]["name"] == this_stack().value and again.meta["stack"]["python"] == sys.executable
+    assert again.meta["stack"]["lock"] == os.environ.get("ORTLAB_LOCK")
     assert set(json.loads((run.path / "meta.json").read_text())) >= {"backend", "config", "model", "status", "device"}
     from ortlab import list_runs
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ortlab import balance
+from ortlab import balance, stacks
 from ortlab.engine.backends import registered
 from ortlab.engine.config import BurstConfig, BurstError, resolve_device
 from ortlab.engine.machine import available_cores, load_average, warn_oversubscribed
@@ -55,7 +55,7 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
     writer = RunWriter(path, {
         "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": cfg.effective_options().to_dict(),
         "model": {"factory": ref.describe()}, "nproc": cfg.nproc, "nnodes": cfg.nnodes, "node_rank": cfg.node_rank,
-        "world_size": cfg.world_size, "pid": os.getpid(),
+        "world_size": cfg.world_size, "pid": os.getpid(), "stack": stacks.recorded(),
         "machine": {"cores": available_cores(), "ranks": cfg.nproc, "load": load_average()},
     })
     spec_dir = path / ".launch"

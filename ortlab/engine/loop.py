@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ortlab import evidence
+from ortlab import evidence, stacks
 from ortlab.capture import captured_output
 from ortlab.compat.errors import root_message
 from ortlab.engine import precision
@@ -203,7 +203,7 @@ class Engine:
             "model": {"factory": self.ref.describe(), **self.workload.describe(),
                       "rebuild": {"ref": self.ref.to_dict(), "seed": self.seed, "snapshot": self.snapshot}},
             "device": str(device), "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-            "versions": versions(), "pid": os.getpid(), "machine": fit_threads(),
+            "versions": versions(), "stack": stacks.recorded(), "pid": os.getpid(), "machine": fit_threads(),
             "optimizer": type(optimizer).__name__,  # what "auto" became (the workload's own, else AdamW)
             "scheduler": type(scheduler).__name__ if scheduler is not None else None,
         })

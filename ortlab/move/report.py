@@ -230,7 +230,8 @@ def _side(run: Run, given: Any) -> Side:
         settings = {**(compiled.get("settings") or {}), "graph_breaks": summary.get("graph_breaks"),
                     "recompiles": summary.get("recompiles")}
     return Side(run=run.path.name, path=str(run.path), backend=run.backend, status=run.status,
-                torch=versions.get("torch"), python=versions.get("python"), stack=_stack(versions),
+                torch=versions.get("torch"), python=versions.get("python"),
+                stack=(run.meta.get("stack") or {}).get("name") or _stack(versions),
                 device=run.meta.get("device"), error=run.error,
                 figures={key: None if run.status == RunStatus.FALLBACK and key in _PYTORCHS else summary.get(key)
                          for key, *_ in FIGURES},
@@ -239,7 +240,8 @@ def _side(run: Run, given: Any) -> Side:
 
 
 def _stack(versions: dict[str, Any]) -> str | None:
-    """The stack a run ran on, from its recorded Python (ortlab.stacks' table), ORT's presence deciding a tie."""
+    """The stack of a run made before runs recorded it (meta.json's "stack"): from its recorded Python
+    (ortlab.stacks' table), ORT's presence deciding a tie."""
     from ortlab.stacks import STACKS
 
     python = versions.get("python") or ""
