@@ -125,11 +125,9 @@ def _verdicts(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
 
 def _op_lines(table: dict[str, Any] | None) -> list[str]:
     """The ops inside the localized module as the CLI prints them (ortlab.verdict.ops.lines; [] without them)."""
-    if not table or not table.get("ops"):
-        return []
     from ortlab.verdict.ops import lines
 
-    return lines(table)
+    return lines(table) if table else []
 
 
 def _moves(runs: list[Run], pairs: list[tuple[Run, Run]], names: dict[str, str]) -> dict[str, Any]:

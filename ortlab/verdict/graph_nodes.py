@@ -13,11 +13,10 @@ graph's inputs. A node no replay covers is not judged; ORT's value stands in for
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from ortlab.errors import OrtlabError
-from ortlab.verdict.ops import AGREES, DIVERGED_HERE, INHERITED, Op, OpTable
+from ortlab.verdict.ops import DIVERGED_HERE, Op, OpTable, input_norm, judge_outputs, status_of
 
 if TYPE_CHECKING:
     from ortlab.engine.backends import Alone
@@ -36,17 +35,15 @@ def inside(data: dict[str, Any], alone: Alone, path: str = "") -> OpTable:
     table = OpTable(path, alone.who)
     graph, values, names, yielded = _run(data, alone)
     produced: dict[str, int] = {}
-    chain64: dict[str, Any] = {k: _float(v, torch.float64) for k, v in values.items() if k not in _outputs(graph)}
+    made = {o for n in graph.node for o in n.output}  # the rest are the graph's inputs and initializers
+    chain64: dict[str, Any] = {k: _float(v, torch.float64) for k, v in values.items() if k not in made}
     chain32: dict[str, Any] = {k: _float(v, torch.float32) for k, v in chain64.items()}
-    index = 0
-    for position, node in enumerate(graph.node):
-        if node.op_type == "YieldOp":
-            continue
+    for index, node in enumerate(graph.node):  # the YieldOp taken out: the first `yielded` nodes are the forward
         ins = [values.get(i) if i else None for i in node.input]
         outs = [values.get(o) for o in node.output]
         label = f"{node.domain or 'ai.onnx'}.{node.op_type}"
         producers = [f"#{produced[i]}" if i in produced else names.get(i, i) for i in node.input if i]
-        op = Op(index, label, "forward" if position < yielded else "backward", _where(node.name), producers,
+        op = Op(index, label, "forward" if index < yielded else "backward", _where(node.name), producers,
                 list(outs[0].shape) if outs and outs[0] is not None else [], basis="graph")
         table.ops.append(op)
         try:
@@ -60,25 +57,16 @@ def inside(data: dict[str, Any], alone: Alone, path: str = "") -> OpTable:
             own64 = c64 = [_float(v, torch.float64) for v in outs]
             own32 = c32 = [_float(v, torch.float32) for v in outs]
         else:
-            scale = math.sqrt(sum(float(t.double().norm()) ** 2 for t in ins
-                                  if isinstance(t, torch.Tensor) and t.is_floating_point()))
-            from ortlab.verdict.ops import _judge_outputs
-
-            op.own = _judge_outputs(outs, own32, own64, scale)
-            op.carried = _judge_outputs(outs, c32, c64, scale)
-            if op.own and op.own["diverged"]:
-                op.status = DIVERGED_HERE
-            elif op.carried and op.carried["diverged"]:
-                op.status = INHERITED
-            elif op.own is not None:
-                op.status = AGREES
+            scale = input_norm(ins)
+            op.own = judge_outputs(outs, own32, own64, scale)
+            op.carried = judge_outputs(outs, c32, c64, scale)
+            op.status = status_of(op.own, op.carried)
         misshapen = _misshapen(node, values)
         if misshapen and op.status != DIVERGED_HERE:  # a gradient that is not its tensor's shape: every node
             op.status, op.note = DIVERGED_HERE, misshapen  # reading it computes on what it is not
         for name, a, b in zip(node.output, c64, c32, strict=False):
             if name:
                 chain64[name], chain32[name], produced[name] = a, b, index
-        index += 1
     return table
 
 
@@ -92,26 +80,14 @@ def _run(data: dict[str, Any], alone: Alone) -> tuple[Any, dict[str, Any], dict[
     from onnx import numpy_helper
 
     from ortlab._ort import ORIGINAL_MODULE
-    from ortlab.verdict.op_record import _tensors
+    from ortlab.verdict.op_record import _tensors, backward, output_gradients, prepared
 
     prefix = f"{ORIGINAL_MODULE}."  # what ORTModule's export puts before the module's own parameter names
-
-    module = data["module"]
-    module.train(data["training"])
-    for m in module.modules():
-        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
-            m.p = 0.0
-    args, kwargs = list(data["args"]), dict(data["kwargs"])
-    if data["input"] is not None:
-        holder = args if isinstance(data["input"], int) else kwargs
-        holder[data["input"]] = holder[data["input"]].detach().requires_grad_(True)
+    module, args, kwargs = prepared(data)
     with alone.around(module):
         runner = alone.wrap(module)
         outputs = _tensors(runner(*args, **kwargs))
-        pairs = [(o, g) for o, g in zip(outputs, data["grad_outputs"], strict=False)
-                 if g is not None and o.requires_grad]
-        if pairs:
-            torch.autograd.backward([o for o, _ in pairs], [g.to(o.dtype) for o, g in pairs])
+        backward(output_gradients(outputs, data["grad_outputs"]))
         alone.ran(runner)
         trained, user_inputs = alone.graph(runner)  # type: ignore[misc]  # asked only where it has one
     graph = onnx.ModelProto()
@@ -174,10 +150,6 @@ def _replay(node: Any, inputs: list[Any], dtype: Any) -> list[Any]:
     from ortlab.verdict.onnx_replay import replay
 
     return replay(node, inputs, dtype)
-
-
-def _outputs(graph: Any) -> set[str]:
-    return {o for n in graph.node for o in n.output}
 
 
 def _float(value: Any, dtype: Any) -> Any:

@@ -113,6 +113,15 @@ class Localization:
         return self.text
 
 
+def localization_of(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The localization a run's verdict.json holds (as a dict): the one `ortlab repro` stored under LOCALIZED, else
+    the one the verdict's own cause found (torch.compile); None when it holds none."""
+    if not verdict:
+        return None
+    return verdict.get(LOCALIZED) or next((c[LOCALIZED] for c in verdict.get("causes") or []
+                                           if isinstance(c, dict) and c.get(LOCALIZED)), None)
+
+
 def worst_text(worst: dict[str, Any] | None, who: str = "ORT") -> str:
     """ "ORT's gradient of fc1.weight is 18x further from float64 than PyTorch's" (or not finite, or where
     PyTorch's is exact); `who`: the backend searched."""

@@ -42,11 +42,8 @@ def record(data: dict[str, Any]) -> Recording:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten, tree_map
 
-    module, rec = data["module"], Recording()
-    module.train(data["training"])
-    for m in module.modules():
-        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
-            m.p = 0.0
+    rec = Recording()
+    module, args, kwargs = prepared(data)
     names = {id(p): n for n, p in module.named_parameters()}
     names.update({id(b): n for n, b in module.named_buffers()})
     produced: dict[int, Ref] = {}
@@ -115,36 +112,54 @@ def record(data: dict[str, Any]) -> Recording:
             _tag(output, path, boundaries.pop())
         return hook
 
-    args, kwargs = data["args"], data["kwargs"]
-    for i, a in enumerate(args):
+    for key, a in [*enumerate(args), *kwargs.items()]:
         if isinstance(a, torch.Tensor):
-            leaf(a, f"input {i}")
-    for k, a in kwargs.items():
-        if isinstance(a, torch.Tensor):
-            leaf(a, f"input {k}")
-    args, kwargs = list(args), dict(kwargs)
-    key = data["input"]
-    if key is not None:  # the input whose gradient the localizer judged: its gradient flows
-        holder = args if isinstance(key, int) else kwargs
-        original = holder[key]
-        holder[key] = original.detach().requires_grad_(True)
-        produced[id(holder[key])] = produced[id(original)]
+            leaf(a, f"input {key}")
     handles = [m.register_forward_pre_hook(pre(n)) for n, m in module.named_modules() if n]
     handles += [m.register_forward_hook(post(n)) for n, m in module.named_modules() if n]
     try:
         with Recorder():
-            outputs = _tensors(module(*args, **kwargs))
-            pairs = [(o, g) for o, g in zip(outputs, data["grad_outputs"], strict=False)
-                     if g is not None and o.requires_grad]
+            pairs = output_gradients(module(*args, **kwargs), data["grad_outputs"])
             for _, g in pairs:
                 leaf(g, "gradient at the output")
             phase[0] = "backward"
-            if pairs:
-                torch.autograd.backward([o for o, _ in pairs], [g.to(o.dtype) for o, g in pairs])
+            backward(pairs)
     finally:
         for h in handles:
             h.remove()
     return rec
+
+
+def prepared(data: dict[str, Any]) -> tuple[Any, list[Any], dict[str, Any]]:
+    """A repro case's module in its mode with every dropout off, and its arguments, the input whose gradient the
+    localizer judged made a leaf that requires grad (its gradient flows)."""
+    import torch
+
+    module = data["module"]
+    module.train(data["training"])
+    for m in module.modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            m.p = 0.0
+    args, kwargs = list(data["args"]), dict(data["kwargs"])
+    key = data["input"]
+    if key is not None:
+        holder: Any = args if isinstance(key, int) else kwargs
+        holder[key] = holder[key].detach().requires_grad_(True)
+    return module, args, kwargs
+
+
+def output_gradients(output: Any, grads: list[Any]) -> list[tuple[Any, Any]]:
+    """Each tensor of a module's output that requires grad, with the gradient that reached it when the case was
+    captured."""
+    return [(o, g) for o, g in zip(_tensors(output), grads, strict=False) if g is not None and o.requires_grad]
+
+
+def backward(pairs: list[tuple[Any, Any]]) -> None:
+    """The backward pass from those outputs with those gradients."""
+    import torch
+
+    if pairs:
+        torch.autograd.backward([o for o, _ in pairs], [g.to(o.dtype) for o, g in pairs])
 
 
 def _tag(output: Any, path: str, boundary: set[Any]) -> None:

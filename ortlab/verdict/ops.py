@@ -138,7 +138,7 @@ def bisected(found: dict[str, Any]) -> str:
     return f"inductor's CompilerBisector: the op goes wrong at {where}{detail}"
 
 
-def inside(workload: Any, batch: tuple[Any, Any], path: str, alone: Alone, cfg: Any = None, seed: int = 0,
+def inside(workload: Any, batch: tuple[Any, Any], path: str, alone: Alone, seed: int = 0,
            progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """The OpTable (as a dict) of the module at `path` ("" the whole model) on the backend `alone` describes, from
     its first batch's inputs and output gradient. A backend that cannot run one op alone (ORTModule runs graphs)
@@ -186,7 +186,8 @@ def judge(rec: Recording, alone: Alone, progress: Callable[[int, int], None] | N
     started = time.perf_counter()
     f64 = {r: _cast(v) for r, v in rec.values.items() if r.kind == "leaf"}  # float64's chain
     chain = {r: v for r, v in rec.values.items() if r.kind == "leaf"}  # the backend's chain
-    judged = [c for c in rec.calls if _computes(c, rec)][:MAX_OPS]
+    computes = [_computes(c, rec) for c in rec.calls]  # once each: a random op is run again to see it repeats
+    judged = [c for c, yes in zip(rec.calls, computes, strict=True) if yes][:MAX_OPS]
     wanted = {id(c) for c in judged}
     ops, done = [], 0
     for index, call in enumerate(rec.calls):
@@ -198,7 +199,7 @@ def judge(rec: Recording, alone: Alone, progress: Callable[[int, int], None] | N
         c64 = _run(call, f64, torch.float64)
         if id(call) not in wanted:  # the backend chain takes PyTorch's: nothing computed, or past the limits
             chain_out = _run(call, chain, None)
-            if _computes(call, rec):
+            if computes[index]:
                 op.note = f"beyond the {MAX_OPS} ops judged"
         elif time.perf_counter() - started > BUDGET_SECONDS:
             chain_out = _run(call, chain, None)
@@ -213,15 +214,10 @@ def judge(rec: Recording, alone: Alone, progress: Callable[[int, int], None] | N
                 chain_out = _run(call, chain, None)
                 mine = None
             if mine is not None:
-                own = _judge_outputs(mine, recorded, _run(call, rec.values, torch.float64), _scale(call, rec))
-                carried = _judge_outputs(chain_out, recorded, c64, _scale(call, rec))
-                op.own, op.carried = own, carried
-                if own and own["diverged"]:
-                    op.status = DIVERGED_HERE
-                elif carried and carried["diverged"]:
-                    op.status = INHERITED
-                elif own is not None:
-                    op.status = AGREES
+                scale = _scale(call, rec)
+                op.own = judge_outputs(mine, recorded, _run(call, rec.values, torch.float64), scale)
+                op.carried = judge_outputs(chain_out, recorded, c64, scale)
+                op.status = status_of(op.own, op.carried)
             done += 1
             if progress is not None:
                 progress(done, len(judged))
@@ -244,7 +240,7 @@ def _bisect(rec: Recording, call: Call, alone: Alone) -> dict[str, Any] | None:
     recorded = [rec.values[r] if r is not None else None for r in call.outputs]
 
     def agrees(runner: Callable[..., Any]) -> bool:
-        judged = _judge_outputs(_run(call, rec.values, None, runner), recorded, exact, scale)
+        judged = judge_outputs(_run(call, rec.values, None, runner), recorded, exact, scale)
         return judged is None or not judged["diverged"]
 
     try:
@@ -300,8 +296,8 @@ def _run(call: Call, values: dict[Ref, Any], dtype: Any, runner: Callable | None
     return [t.detach() if isinstance(t, torch.Tensor) else None for t in flat]
 
 
-def _judge_outputs(candidate: list[Any], pytorch: list[Any], float64: list[Any], scale: float
-                   ) -> dict[str, Any] | None:
+def judge_outputs(candidate: list[Any], pytorch: list[Any], float64: list[Any], scale: float
+                  ) -> dict[str, Any] | None:
     """The worst floating output of an op judged (exact.judge: the candidate against PyTorch fp32, both measured
     from float64), as a dict; None when it has none."""
     from ortlab.verdict import exact
@@ -323,20 +319,34 @@ def _judge_outputs(candidate: list[Any], pytorch: list[Any], float64: list[Any],
     return worst.to_dict() if worst is not None else None
 
 
+def status_of(own: dict[str, Any] | None, carried: dict[str, Any] | None) -> str:
+    """An op's status from its own judgement and its chain's (judge_outputs): diverged here where its own error is
+    beyond fp32's, inherited where only what reached it was, agrees where it was judged and neither is."""
+    if own and own["diverged"]:
+        return DIVERGED_HERE
+    if carried and carried["diverged"]:
+        return INHERITED
+    return AGREES if own is not None else NOT_JUDGED
+
+
+def input_norm(tensors: Any) -> float:
+    """The absolute floor's unit for an op or node: the norm of its floating inputs (a sum that cancels is judged
+    against what it summed, not against its near-zero result)."""
+    import torch
+
+    return math.sqrt(sum(float(t.double().norm()) ** 2 for t in tensors
+                         if isinstance(t, torch.Tensor) and t.is_floating_point()))
+
+
 def _ratio(j: Any) -> float:
     return j.candidate / j.allowed if j.allowed > 0 else (math.inf if j.candidate > 0 else 0.0)
 
 
 def _scale(call: Call, rec: Recording) -> float:
-    """The absolute floor's unit for an op: the norm of its floating inputs (a sum that cancels is judged against
-    what it summed, not against its near-zero result)."""
+    """input_norm of the op's recorded inputs."""
     from torch.utils._pytree import tree_flatten
 
-    total = 0.0
-    for r in tree_flatten((call.args, call.kwargs))[0]:
-        if isinstance(r, Ref) and rec.values[r].is_floating_point():
-            total += float(rec.values[r].double().norm()) ** 2
-    return math.sqrt(total)
+    return input_norm(rec.values[r] for r in tree_flatten((call.args, call.kwargs))[0] if isinstance(r, Ref))
 
 
 def _producer(ref: Ref, rec: Recording) -> str:
@@ -399,9 +409,7 @@ def lines(table: dict[str, Any], context: int = 3) -> list[str]:
 def table_of(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
     """The op table a run's verdict.json holds (its localization's, kept by `ortlab repro` or by the verdict's own
     cause), or None."""
-    if not verdict:
-        return None
-    found = verdict.get("localized") or next((c["localized"] for c in verdict.get("causes") or []
-                                               if isinstance(c, dict) and c.get("localized")), None) or {}
-    table = found.get("ops")
+    from ortlab.verdict.localize import localization_of
+
+    table = (localization_of(verdict) or {}).get("ops")
     return table if table and table.get("ops") else None

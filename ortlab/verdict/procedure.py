@@ -67,8 +67,8 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
         inside = None
         if not verdict.causes and not found and not absent:  # a backend whose tries cost a compile, not an
             # export, is searched down to the module and the op; ORTModule's statistics say where to look
-            inside = None if has(config.backend, "compat") or evidence.get("agree") is not False else \
-                module_cause(session, config, fixes)
+            if not has(config.backend, "compat") and evidence.get("agree") is False:
+                inside = module_cause(session, config, fixes)
             found.append(inside or localize(session, pt_config, config))
         if found:
             verdict = decide(pytorch, other, evidence, noise, found, float64, members)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.engine.backends import BACKENDS, has
-from ortlab.verdict.localize import LOCALIZED, Localization, Tried
+from ortlab.verdict.localize import LOCALIZED, Localization, Tried, localization_of
 from ortlab.verdict.repro_case import ReproError
 
 
@@ -73,8 +73,7 @@ def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_k
 
     run = run if isinstance(run, Run) else load_run(run)
     verdict = _diverged_on_gradients(run)
-    known = verdict.get(LOCALIZED) or next((c[LOCALIZED] for c in verdict.get("causes") or [] if LOCALIZED in c),
-                                           None)  # the verdict's own search (torch.compile)
+    known = localization_of(verdict)  # `ortlab repro`'s before, or the verdict's own search (torch.compile)
     if known is not None and known.get("path") is None:  # localized before: no module reproduces it
         return Repro(run.path.name, Localization.from_dict(known))
     factory, kwargs, seed, snapshot = _rebuild(run, model, model_kwargs)

@@ -81,13 +81,12 @@ def ensemble(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (), hin
 
 def localize(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (),
              progress: Callable[[int, dict[str, Any]], None] | None = None, repro: str | Path | None = None,
-             known: dict[str, Any] | None = None, origin: str = "", ops: bool = True) -> dict[str, Any]:
+             known: dict[str, Any] | None = None, origin: str = "") -> dict[str, Any]:
     """The smallest module whose run alone on `cfg`'s backend (ORTModule with `fixes`, torch.compile with its
     settings) reproduces the first batch's gradient divergence against float64, from the initial snapshot
     (ortlab.verdict.localize; `known`: a localization made before, reused; `progress(count, row)` after each module
-    tried, the row as Tried.to_dict()), and the ops inside that module judged one by one (ortlab.verdict.ops;
-    `ops`: False skips them); with `repro` a folder, the regression test of that module is written there
-    (ortlab.verdict.repro)."""
+    tried, the row as Tried.to_dict()), and the ops inside that module judged one by one (ortlab.verdict.ops); with
+    `repro` a folder, the regression test of that module is written there (ortlab.verdict.repro)."""
     from ortlab.verdict.localize import Localization
     from ortlab.verdict.localize import localize as bisect
 
@@ -99,11 +98,11 @@ def localize(engine: Any, cfg: Any, fixes: tuple[str, ...] | list[str] = (),
     told = (lambda n, row: progress(n, row.to_dict())) if progress else None
     with cfg.effective_options().applied():
         found = Localization.from_dict(known) if known else bisect(engine.workload, batch, alone, cfg.seed, told)
-        if ops and found.found and found.ops is None:
+        if found.found and found.ops is None:
             from ortlab.verdict.ops import inside
 
             engine.initial.restore(engine.model)
-            found.ops = inside(engine.workload, batch, found.path or "", alone, cfg, cfg.seed,
+            found.ops = inside(engine.workload, batch, found.path or "", alone, cfg.seed,
                                _op_progress(progress, found, alone.who))
     if repro is not None and found.found:
         from ortlab.verdict.repro_case import write

@@ -156,6 +156,7 @@ class Compiled(Backend):
                 return func(*args, **kwargs)
 
             runner = compiled(alone, {**chosen, "fullgraph": True, "dynamic": False})
+            compiled_once = [False]  # its first call must compile a graph; later calls reuse it
 
             def checked(*args: Any, **kwargs: Any) -> Any:
                 before = _dynamo.unique_graphs() or 0
@@ -165,7 +166,6 @@ class Compiled(Backend):
                 compiled_once[0] = True
                 return out
 
-            compiled_once = [False]
             return checked
 
         def bisect(func: Any, agrees: Callable[[Callable[..., Any]], bool]) -> dict[str, Any] | None:
@@ -174,8 +174,6 @@ class Compiled(Backend):
             it disagree. Only for the inductor backend (the bisector swaps in the simpler ones)."""
             if chosen["backend"] != "inductor":
                 return None
-            from ortlab import _dynamo
-
             return _dynamo.bisect(lambda: agrees(op(func)))
 
         return Alone("torch.compile", wrap, ran, around, op, bisect)
