@@ -233,3 +233,24 @@ def test_the_se_blocks_wrong_ort_gradient_is_named_down_to_its_graph_node():
         sigmoid = next(o for o in table["ops"] if o["name"] == "com.microsoft.SigmoidGrad")
         assert sigmoid["status"] == ops.DIVERGED_HERE and sigmoid["own"]["diverged"]
         assert all(o["status"] == ops.AGREES for o in table["ops"] if o["phase"] == "forward")
+
+
+def test_bad_input_to_the_op_level_is_refused_in_one_line(tmp_path):
+    """Localizing the reference or a backend that does not exist, and a float64 log beside two run folders, are
+    refused before anything runs, naming what is allowed."""
+    from ortlab import BurstError, InputError, Session
+
+    with Session(out=tmp_path, in_process=True) as s:
+        with pytest.raises(InputError, match="backend 'pytorch' is the reference every other is judged against: "
+                                             "localize takes ortmodule or compile"):
+            s.localize(backend="pytorch")
+        with pytest.raises(BurstError, match="backend 'compiled' is not allowed; allowed: pytorch, ortmodule, "
+                                             "compile"):
+            s.localize(backend="compiled")
+        assert s.runs == []
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    done = subprocess.run([sys.executable, "-m", "ortlab.cli", "judge", str(tmp_path / "a"), str(tmp_path / "b"),
+                           "--float64-log", str(tmp_path / "c.json")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.strip() == ("ortlab judge: --float64-log judges two DebugMode logs, "
+                                                            "not run folders"), done.stderr
