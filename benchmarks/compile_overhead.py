@@ -21,7 +21,7 @@ import torch
 from _paired import paired, verdict
 
 from ortlab.engine import BurstConfig, Engine
-from ortlab.run import load_run
+from ortlab.runs.run import load_run
 from ortlab.workload import ModelRef, call_model
 
 TARGET = 1.05

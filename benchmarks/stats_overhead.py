@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from _paired import paired, verdict
 
-from ortlab.capture import captured_output
+from ortlab.common.capture import captured_output
 from ortlab.engine import BurstConfig, Engine
 from ortlab.workload import ModelRef, call_model
 
@@ -47,7 +47,7 @@ MODELS = {"demo": {}, "gpt4": {"n_layer": 4, "d_model": 128, "seq_len": 128, "ba
 
 def checked_run(engine: Engine, cfg: BurstConfig):
     """Run one burst and return its Run; a failed burst or collector ends the benchmark."""
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
 
     run = load_run(engine.run(cfg))
     if run.status != "ok" or run.meta.get("collector_errors"):

@@ -31,7 +31,7 @@ import torch
 from _paired import paired, verdict
 
 from ortlab.engine import BurstConfig, Engine
-from ortlab.run import load_run
+from ortlab.runs.run import load_run
 from ortlab.workload import ModelRef
 
 TARGET_RATIO, TARGET_CLI_S = 1.02, 2.0

@@ -7,7 +7,7 @@ set -euo pipefail
 
 ORTLAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Two stacks (ortlab/stacks.py holds the same table):
+# Two stacks (ortlab/stacks/table.py holds the same table):
 #   ort      Python 3.10/3.11, torch 2.6.0, onnxruntime-training 1.19.2 (ORTModule's last release: wheels up to 3.11,
 #            extensions that load up to torch 2.6): requirements.lock (3.11), requirements-py310.lock (3.10)
 #   current  Python 3.12/3.13, the newest torch pip installs here, no ORTModule (PyTorch and torch.compile):

@@ -1,11 +1,11 @@
 """ortlab: explore ONNX Runtime's ORTModule interactively: options, bursts beside PyTorch, runs on disk."""
 
 from ortlab import judging as _judging
-from ortlab import quiet as _quiet
-from ortlab.lazy import lazy as _lazy
+from ortlab.common import quiet as _quiet
+from ortlab.common.lazy import lazy as _lazy
 
 __version__ = "0.1.0"
-_quiet.install()  # third-party warnings that say nothing about a run (ortlab/quiet.py)
+_quiet.install()  # third-party warnings that say nothing about a run (ortlab/common/quiet.py)
 
 
 def _verdict_procedure():
@@ -33,7 +33,7 @@ _EXPORTS = {
     "Verdict": "ortlab.verdict.judge",
     "judge_runs": "ortlab.verdict.folders",
     "judge_logs": "ortlab.verdict.debug_logs:compare",
-    "compare_stacks": "ortlab.cross_stack",
+    "compare_stacks": "ortlab.comparison.cross_stack",
     "move_report": "ortlab.move.report",
     "MoveReport": "ortlab.move.report",
     "repro": "ortlab.verdict.repro",
@@ -46,15 +46,15 @@ _EXPORTS = {
     "OrtlabError": "ortlab.errors",
     "Workload": "ortlab.workload",
     "WorkloadError": "ortlab.workload",
-    "imbalance": "ortlab.balance",
-    "imbalance_table": "ortlab.balance",
-    "sampler_comparison": "ortlab.balance",
-    "sampler_figure": "ortlab.balance",
-    "Run": "ortlab.run",
-    "load_run": "ortlab.run",
-    "list_runs": "ortlab.listing",
-    "Comparison": "ortlab.summary",
-    "Snapshot": "ortlab.snapshot",
+    "imbalance": "ortlab.comparison.balance",
+    "imbalance_table": "ortlab.comparison.balance",
+    "sampler_comparison": "ortlab.comparison.balance",
+    "sampler_figure": "ortlab.comparison.balance",
+    "Run": "ortlab.runs.run",
+    "load_run": "ortlab.runs.run",
+    "list_runs": "ortlab.runs.listing",
+    "Comparison": "ortlab.comparison.summary",
+    "Snapshot": "ortlab.runs.snapshot",
     "Lab": "ortlab.widgets.lab",
     "compare": "ortlab.activations",
     "tap": "ortlab.activations",
@@ -69,13 +69,13 @@ _EXPORTS = {
     "torch_memory": "ortlab.account:torch_memory",
     "time": "ortlab.timing.table",
     "report": "ortlab.reporting",
-    "record": "ortlab.recorder",
-    "Recorder": "ortlab.recorder",
+    "record": "ortlab.runs.recorder",
+    "Recorder": "ortlab.runs.recorder",
     "wrap": "ortlab.wrapping",
     "WrapError": "ortlab.wrapping",
     "OrtModuleFailed": "ortlab.wrapping",
-    "doctor": "ortlab.diagnosis",
-    "setup": "ortlab.environment",
+    "doctor": "ortlab.stacks.diagnosis",
+    "setup": "ortlab.stacks.environment",
 }
 
 # Subpackages reachable as attributes (`ortlab.graphs.load(run)`); no public name above equals a submodule's name

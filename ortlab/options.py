@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ortlab.enums import StrEnum
+from ortlab.common.enums import StrEnum
 from ortlab.errors import InputError, did_you_mean
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortlab import _ort, held
+from ortlab import _ort
+from ortlab.common import held
 from ortlab.compat import registry
 from ortlab.errors import InputError, OrtlabError
 from ortlab.options import SPECS, Options, ReadAt
@@ -280,7 +281,7 @@ def _streams_with_descriptors() -> contextlib.ExitStack:
 
 
 def _shows_ort(options: Options) -> bool:
-    """ORT's messages were asked for: its log level below WARNING (ortlab.held keeps them out of the cell
+    """ORT's messages were asked for: its log level below WARNING (ortlab.common.held keeps them out of the cell
     otherwise)."""
     return options["log_level"] in ("INFO", "DEVINFO", "VERBOSE")
 

@@ -105,8 +105,8 @@ def against_float64(workload, fixes: list[str]) -> dict:
     import torch
 
     from ortlab import _ort
+    from ortlab.common.parity import parity
     from ortlab.compat import registry
-    from ortlab.parity import parity
     from ortlab.verdict.exact import judge
     from ortlab.verdict.gradients import step
 
@@ -182,7 +182,7 @@ def side_folder() -> Path:
 
 def run_survey(version: str, families: list[str] | None = None) -> list[dict]:
     """The survey in a child process that imports transformers `version` (the lock's, or the side folder's)."""
-    from ortlab.versions import TESTED_TRANSFORMERS
+    from ortlab.stacks.versions import TESTED_TRANSFORMERS
 
     env = dict(os.environ, TQDM_DISABLE="1")
     if version != TESTED_TRANSFORMERS[0]:
@@ -356,7 +356,7 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["write"]:
         import importlib.metadata as md
 
-        from ortlab.versions import TESTED_TRANSFORMERS
+        from ortlab.stacks.versions import TESTED_TRANSFORMERS
 
         data = {"ort": md.version("onnxruntime-training"), "torch": md.version("torch"),
                 "versions": list(TESTED_TRANSFORMERS), "rows": {v: run_survey(v) for v in TESTED_TRANSFORMERS},

@@ -100,7 +100,7 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked `ort`, and the notebooks whose code uses ORTModule, need ORTModule: on the current stack (Python
     3.12+, the newest torch) they are skipped with the reason ortlab itself gives a user there. Tests marked `cuda`
     need a GPU."""
-    from ortlab.stacks import ortmodule_line
+    from ortlab.stacks.table import ortmodule_line
 
     _skip_cuda_without_a_gpu(items)
     why = ortmodule_line()

@@ -498,7 +498,7 @@ def test_the_collector_leaves_a_pytorch_burst_as_it_was(tmp_path, factory):
     import torch
 
     from ortlab.engine import BurstConfig, Engine
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
     from ortlab.workload import ModelRef
 
     engine = Engine(ModelRef.of(factory))
@@ -520,8 +520,8 @@ def test_the_collector_leaves_a_pytorch_burst_as_it_was(tmp_path, factory):
 
 def test_summary_reports_accounted_memory_beside_the_process(tmp_path):
     from ortlab.account.record import GRAPH, missing
-    from ortlab.run import load_run
-    from ortlab.summary import Comparison
+    from ortlab.comparison.summary import Comparison
+    from ortlab.runs.run import load_run
 
     graph = memory(recompute_graph(tmp_path / "m_execution_model_training.onnx"), order="default")
     saved = torch_memory(torch_module(), torch_input())
@@ -551,8 +551,8 @@ def test_summary_reports_accounted_memory_beside_the_process(tmp_path):
 def test_a_single_backend_prints_the_comparison_s_labelled_table(tmp_path):
     """`ortlab burst --backend ortmodule` (or pytorch) prints the same labelled rows as a comparison, one column:
     no raw summary keys, the rows aligned."""
-    from ortlab.run import load_run
-    from ortlab.summary import Comparison, run_text
+    from ortlab.comparison.summary import Comparison, run_text
+    from ortlab.runs.run import load_run
 
     graph = memory(recompute_graph(tmp_path / "m_execution_model_training.onnx"), order="default")
     saved = torch_memory(torch_module(), torch_input())
@@ -606,7 +606,7 @@ def test_the_collector_accounts_ortmodule_bursts_and_says_why_not(tmp_path):
     collector turns it on (the account reads the graph ORT saves)."""
     from ortlab.engine import BurstConfig, Engine
     from ortlab.options import Options
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
     from ortlab.workload import ModelRef
 
     engine = Engine(ModelRef.of())

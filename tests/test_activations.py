@@ -373,7 +373,7 @@ def test_ortmodule_wraps_follow_the_instrumentation(tmp_path):
 
 
 def test_the_numpy_fallback_agrees_with_the_kernel():
-    from ortlab.kernels import stats_kernel
+    from ortlab.common.kernels import stats_kernel
 
     assert stats_kernel() is not None  # a C compiler is part of this environment
     fast, numpy_only = Summarizer(8), Summarizer(8)

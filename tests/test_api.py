@@ -46,7 +46,7 @@ def test_every_error_of_ortlab_derives_from_ortlab_error():
                 outside.append(f"{name}.{value.__name__}")
     assert outside == []
     from ortlab._ort import OrtInternalsError
-    from ortlab.run import RunWriteError
+    from ortlab.runs.run import RunWriteError
 
     assert issubclass(OrtInternalsError, RuntimeError) and issubclass(RunWriteError, OSError)  # what callers catch
 

@@ -159,12 +159,12 @@ def test_run_folder_round_trip(demo_session):
     again = load_run(run.path)
     assert again.meta == run.meta
     assert again.metrics.equals(run.metrics)
-    from ortlab.stacks import ortmodule_unavailable
+    from ortlab.stacks.table import ortmodule_unavailable
 
     ort = None if ortmodule_unavailable() else "1.19.2"  # the versions of the stack it ran on
     assert again.meta["config"]["seed"] == 7 and again.meta["versions"].get("onnxruntime-training") == ort
     # the stack it ran on, recorded: no reader guesses it from a version
-    from ortlab.stacks import this_stack
+    from ortlab.stacks.table import this_stack
 
     assert again.meta["stack"]["name"] == this_stack().value and again.meta["stack"]["python"] == sys.executable
     assert again.meta["stack"]["lock"] == os.environ.get("ORTLAB_LOCK")

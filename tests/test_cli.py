@@ -70,7 +70,7 @@ def test_doctor_says_the_stack_and_what_runs_per_backend():
     """On either stack: the stack, every registered backend with whether it runs here (ORTModule's reason and fix
     where it does not), exit 0 when the backends the stack promises run."""
     from ortlab.engine.backends import BACKENDS
-    from ortlab.stacks import STACKS, ortmodule_unavailable, this_stack
+    from ortlab.stacks.table import STACKS, ortmodule_unavailable, this_stack
 
     r = ortlab("doctor", "--json")
     report = json.loads(r.stdout)
@@ -86,7 +86,7 @@ def test_doctor_says_the_stack_and_what_runs_per_backend():
     assert f"the {report['stack']} stack is healthy" in text and "NOT HERE" not in text.split("backends")[0]
 
 
-@pytest.mark.skipif(__import__("ortlab.stacks").stacks.ortmodule_unavailable() is None,
+@pytest.mark.skipif(__import__("ortlab.stacks.table").stacks.ortmodule_unavailable() is None,
                     reason="ORTModule runs here: where it does not (the current stack), the refusal is tested")
 def test_ortmodule_where_it_cannot_run_is_one_line_never_an_export_failure(tmp_path):
     """The current stack: ORTModule asked for by name, or an ORTModule-only command, is refused in one line saying
@@ -166,7 +166,7 @@ def test_setup_failure_says_what_is_missing():
 def _runs_folder(tmp_path):
     """Runs as bursts write them, with the long fields a real folder has: a busy machine, the memory account's
     words, fixes, hazards, a verdict with its evidence, a long name, a damaged run."""
-    from ortlab.run import RunWriter, new_run_dir, write_json
+    from ortlab.runs.run import RunWriter, new_run_dir, write_json
 
     folder = tmp_path / "runs"
     made = []

@@ -85,7 +85,7 @@ def test_a_memory_budget_lowers_what_torch_compile_keeps_for_backward(tmp_path):
 
 def test_backends_of_a_comparison_put_pytorch_first():
     from ortlab.engine.backends import BackendUnavailable
-    from ortlab.stacks import ortmodule_line
+    from ortlab.stacks.table import ortmodule_line
 
     if ortmodule_line() is None:  # the ort stack
         assert parse_backends("both") == ("pytorch", "ortmodule") == parse_backends(None)

@@ -1,5 +1,5 @@
-"""`ortlab compare` across stacks (ortlab.cross_stack, ortlab.engine.stack_env): BACKEND@STACK read into placed
-backends, the one-line refusals, and (slow) a real comparison whose workers run on both stacks' Pythons, judged
+"""`ortlab compare` across stacks (ortlab.comparison.cross_stack, ortlab.engine.stack_env): BACKEND@STACK read into
+placed backends, the one-line refusals, and (slow) a real comparison whose workers run on both stacks' Pythons, judged
 from their folders."""
 
 import json
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ortlab.cross_stack import CrossStackError, Placed, check_crossable, parse_placed, placements
+from ortlab.comparison.cross_stack import CrossStackError, Placed, check_crossable, parse_placed, placements
 from ortlab.engine.backends import BurstError
 from ortlab.engine.stack_env import StackError, parse_stack
-from ortlab.stacks import Stack, this_stack
+from ortlab.stacks.table import Stack, this_stack
 
 SMALL = {"n_layer": 1, "d_model": 32}  # the demo, smaller: a quicker burst
 OTHER = Stack.CURRENT if this_stack() == Stack.ORT else Stack.ORT
@@ -66,7 +66,7 @@ def test_a_placed_backend_in_one_process_points_at_the_comparison_across_stacks(
     with pytest.raises(BurstError, match=r"^backend 'compile@current' names a stack: .* ortlab.compare_stacks\(model, "
                        r"'pytorch,compile@current'\)"):
         parse_backends("pytorch,compile@current")
-    assert ortlab.compare_stacks.__module__ == "ortlab.cross_stack"
+    assert ortlab.compare_stacks.__module__ == "ortlab.comparison.cross_stack"
     with pytest.raises(CrossStackError, match="put it in a module"):  # a notebook's factory, refused before any burst
         ortlab.compare_stacks(lambda: None, "pytorch,compile@" + str(OTHER))
 
@@ -91,7 +91,7 @@ def test_a_notebook_factory_cannot_cross_python_versions_and_says_what_to_do():
 
 
 def test_no_parity_is_refused_before_any_burst(tmp_path):
-    from ortlab.cross_stack import compare
+    from ortlab.comparison.cross_stack import compare
 
     with pytest.raises(CrossStackError, match="parity=True"):
         compare(None, SMALL, parse_placed(f"pytorch,compile@{OTHER}"), 2, out=tmp_path, parity=False)
@@ -161,8 +161,8 @@ def test_a_comparison_across_stacks_runs_each_worker_on_its_stack_and_judges_eve
     line = d["recommendation"]["line"]
     assert "on the ort stack (torch 2.6" in line and "on the current stack (torch 2.14" in line
 
-    from ortlab.run import load_run
-    from ortlab.summary import Comparison
+    from ortlab.comparison.summary import Comparison
+    from ortlab.runs.run import load_run
 
     shown = Comparison(runs={b: load_run(d[b]["path"]) for b in d["backends"]}, backends=tuple(d["backends"]),
                        stacks=d["stacks"])
@@ -173,8 +173,8 @@ def test_a_comparison_across_stacks_runs_each_worker_on_its_stack_and_judges_eve
 def test_each_pair_is_judged_where_its_backend_runs():
     """Here when the backend runs in this process (two at a time against PyTorch), else in its own stack's Python:
     ORTModule from the current stack on the ort stack, where its causes can be looked for."""
-    from ortlab.cross_stack import judged_on, judging_plan
-    from ortlab.stacks import ortmodule_unavailable
+    from ortlab.comparison.cross_stack import judged_on, judging_plan
+    from ortlab.stacks.table import ortmodule_unavailable
 
     here = this_stack()
     assert judged_on("compile", OTHER) == here  # torch.compile runs on every stack: judged here
@@ -203,9 +203,9 @@ def _folder(path: Path, backend: str) -> Path:
 def test_a_judging_that_fails_in_the_other_python_leaves_the_runs_and_says_why(tmp_path, capsys):
     """The real `ortlab judge` in a Python of its own (this stack's here, the same code path as the other's) refuses
     the folders: its one line becomes a "not judged" verdict in the run's folder, its stderr kept beside."""
-    from ortlab.cross_stack import JUDGE_LOG, judge_elsewhere
-    from ortlab.run import load_run
-    from ortlab.summary import Comparison
+    from ortlab.comparison.cross_stack import JUDGE_LOG, judge_elsewhere
+    from ortlab.comparison.summary import Comparison
+    from ortlab.runs.run import load_run
 
     pt, ort = (load_run(_folder(tmp_path / b, b)) for b in ("pytorch", "ortmodule"))
     failed = judge_elsewhere(this_stack(), pt, [ort], progress=True)

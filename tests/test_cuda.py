@@ -95,7 +95,7 @@ def test_bf16_bursts_train_and_are_judged_in_bf16(tmp_path):
 
 
 def test_the_memory_account_has_the_cuda_allocator_beside_it(tmp_path):
-    from ortlab.summary import run_text
+    from ortlab.comparison.summary import run_text
 
     with session(tmp_path, kwargs=SMALL) as s:
         runs = [s.burst(b, 3, device="cuda", progress=False, collect={"memory": {}}) for b in ("pytorch", "compile")]

@@ -6,7 +6,7 @@ real thing on a GPU."""
 from __future__ import annotations
 
 from ortlab.account.record import summary_fields
-from ortlab.summary import table
+from ortlab.comparison.summary import table
 from ortlab.timing import profile
 
 HOST, MAIN, AUTOGRAD, STREAM = 4242, 1001, 1002, 7

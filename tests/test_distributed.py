@@ -14,8 +14,8 @@ import torch
 
 from ortlab import Session
 from ortlab.engine.config import BurstConfig, BurstError
-from ortlab.run import load_run
-from ortlab.snapshot import Snapshot
+from ortlab.runs.run import load_run
+from ortlab.runs.snapshot import Snapshot
 
 TINY = {"n_layer": 1, "d_model": 32, "seq_len": 16, "batch_size": 4}
 FACTORIES = Path(__file__).parent / "factories"
@@ -219,7 +219,7 @@ def test_cli_compare_two_ranks_reports_ranks_per_backend(tmp_path):
     ort = load_run(report["ortmodule"]["path"])
     assert ort.ranks[1].read_json("ort.json")["exported"] is True
     assert ort.transitions["action"].tolist() == ["wrap"]
-    from ortlab.summary import Comparison
+    from ortlab.comparison.summary import Comparison
 
     table = str(Comparison(load_run(report["pytorch"]["path"]), ort))  # what `ortlab burst` prints without --json
     assert re.search(r"^ranks\s+2, in sync\s+2, in sync$", table, re.M), table

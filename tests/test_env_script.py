@@ -96,9 +96,9 @@ def test_ortlab_stack_asks_for_a_stack_and_finds_its_python(tmp_path):
 
 @pytest.mark.parametrize("version", ["3.10.13", "3.11.7", "3.12.1", "3.13.0"])
 def test_the_script_and_ortlab_stacks_agree_on_each_pythons_stack_and_lock(tmp_path, version):
-    """bin/_env.sh's table (bash) and ortlab/stacks.py's (Python) are one table written twice: the same stack and
+    """bin/_env.sh's table (bash) and ortlab/stacks/table.py's (Python) are one table written twice: the same stack and
     lock for every Python they name."""
-    from ortlab.stacks import STACKS
+    from ortlab.stacks.table import STACKS
 
     _fake_python(tmp_path, "python3", version)
     r = _env_sh(tmp_path)
@@ -135,7 +135,7 @@ def test_two_clones_sharing_one_environment_each_run_their_own_ortlab(tmp_path):
     first, second = _clone(tmp_path / "first"), _clone(tmp_path / "second")
     (second / "ortlab" / "diagnosis.py").write_text(
         (second / "ortlab" / "diagnosis.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
-    from ortlab.environment import base_python
+    from ortlab.stacks.environment import base_python
 
     env = dict(os.environ, ORTLAB_ENV_ROOT=str(Path(sys.prefix).parent), ORTLAB_PYTHON=base_python())
     env.pop("PYTHONPATH", None)
@@ -152,7 +152,7 @@ def test_two_clones_sharing_one_environment_each_run_their_own_ortlab(tmp_path):
 def test_ortlab_env_root_moves_the_compiled_kernels_too(tmp_path):
     """One variable moves everything ortlab builds outside a checkout: the environments (bin/_env.sh) and the C
     kernels compiled on first use, which went to ~/.cache/ortlab whatever ORTLAB_ENV_ROOT said."""
-    code = "from ortlab.kernels import stats_kernel; print(stats_kernel() is not None)"
+    code = "from ortlab.common.kernels import stats_kernel; print(stats_kernel() is not None)"
     env = dict(os.environ, ORTLAB_ENV_ROOT=str(tmp_path / "root"), HOME=str(tmp_path / "home"))
     env.pop("XDG_CACHE_HOME", None)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
@@ -201,7 +201,7 @@ def test_on_a_gpu_the_ort_stack_gets_the_cuda_11_libraries_its_provider_loads(tm
     prints nothing. (The folder is kept under the cache root: 1.4 GB, installed once.)"""
     import onnxruntime
 
-    from ortlab.environment import cache_root
+    from ortlab.stacks.environment import cache_root
 
     provider = Path(onnxruntime.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
     script = str(ROOT / "scripts" / "ort_cuda.py")

@@ -27,7 +27,7 @@ def test_the_page_is_the_data_written_out():
 
 def test_the_data_covers_every_family_and_tested_version():
     from ortlab.demo.families import FAMILIES
-    from ortlab.versions import TESTED_TRANSFORMERS
+    from ortlab.stacks.versions import TESTED_TRANSFORMERS
 
     data = json.loads(_script().DATA.read_text())
     assert data["versions"] == list(TESTED_TRANSFORMERS)
@@ -40,7 +40,7 @@ def test_the_data_covers_every_family_and_tested_version():
 @pytest.mark.parametrize("version", ["4.51.3", "5.23.0"])
 @pytest.mark.ort
 def test_each_family_trains_as_the_compatibility_page_says(version):
-    from ortlab.versions import TESTED_TRANSFORMERS
+    from ortlab.stacks.versions import TESTED_TRANSFORMERS
 
     assert version in TESTED_TRANSFORMERS
     if version.startswith("5.") and sys.version_info < (3, 11):

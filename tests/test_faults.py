@@ -410,7 +410,7 @@ def test_a_ctrl_c_at_either_end_of_a_burst_leaves_it_interrupted_never_running_n
     """Ctrl-C lands where the burst's own handler does not reach: while its end state is written (after the last
     step), or while the backend is made (the folder already says "running"). The run says interrupted either way."""
     import ortlab.engine.loop as loop
-    from ortlab import evidence
+    from ortlab.runs import evidence
 
     def press(*args, **kwargs):
         raise KeyboardInterrupt

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ortlab.compat.blockers import NO_GRADIENT_KERNEL, UNSUPPORTED_OP, Blocker
 from ortlab.compat.check import CheckReport
-from ortlab.run import load_run
+from ortlab.runs.run import load_run
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -37,7 +37,7 @@ def fake_run(folder: Path, backend: str, losses: list[float], step_s: float, **f
 
 
 def test_the_comparison_table(tmp_path, monkeypatch):
-    from ortlab.summary import Comparison
+    from ortlab.comparison.summary import Comparison
 
     monkeypatch.chdir(tmp_path)  # run folders shown relative to it
     pt = fake_run(tmp_path / "20260101-000000-pytorch", "pytorch", [2.5, 2.25, 2.0], 0.010)
@@ -64,8 +64,8 @@ def test_a_comparison_holds_any_registered_backend_by_name(tmp_path, monkeypatch
     import pytest
 
     from ortlab import BurstError
+    from ortlab.comparison.summary import Comparison
     from ortlab.engine.backends import BACKENDS, Registered
-    from ortlab.summary import Comparison
 
     monkeypatch.setitem(BACKENDS, "toy", Registered("toy", "tests.factories.toy_backend:Toy", "toy"))
     pt = load_run(fake_run(tmp_path / "20260101-000000-pytorch", "pytorch", [2.5, 2.25, 2.0], 0.010))

@@ -38,8 +38,8 @@ def demo(tmp_path_factory):
 
 
 def test_a_parity_burst_records_what_a_verdict_needs_elsewhere(demo):
-    from ortlab.run import load_run
-    from ortlab.snapshot import Snapshot
+    from ortlab.runs.run import load_run
+    from ortlab.runs.snapshot import Snapshot
     from ortlab.verdict import record
 
     _, pt, _ = demo
@@ -63,7 +63,7 @@ def test_judge_gives_the_verdict_of_the_comparison_in_one_process(demo, tmp_path
     """PyTorch against torch.compile (both stacks): two processes' folders judged from disk, and the same two runs
     judged by a session in this process."""
     from ortlab.engine.session import Session
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
 
     _, pt, comp = demo
     code, out, err = judged(pt, comp, "--out", tmp_path)
@@ -112,7 +112,7 @@ def test_judge_finds_ortmodules_wrong_squeeze_excitation_gradient_from_folders(t
     process, the SE module named; and ORTModule against torch.compile, each judged against the PyTorch reference."""
     import ortlab
     from ortlab.engine.session import Session
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
 
     model = "ortlab.demo.divergence:squeeze_excite"
     runs = {b: burst(tmp_path / b, b, model=model) for b in ("pytorch", "ortmodule", "compile")}

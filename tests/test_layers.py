@@ -139,7 +139,7 @@ def test_each_fix_computes_what_torch_computes(case):
 
 
 def test_the_channel_dropouts_draw_torchs_distribution_and_parity_turns_them_off():
-    from ortlab.parity import parity
+    from ortlab.common.parity import parity
 
     x = torch.ones(400, 6, 3, 3)
     layer = nn.Dropout2d(0.25)

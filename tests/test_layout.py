@@ -89,8 +89,9 @@ def test_nothing_below_the_verdict_names_it():
             strings, _ = _code_strings_and_calls(ast.parse(path.read_text()))
             assert not [s for s in strings if "ortlab.verdict" in s], name
     assert _imports("ortlab.judging", MODULES["ortlab.judging"]) == set()  # a leaf
-    assert _imports("ortlab.evidence", MODULES["ortlab.evidence"]) == {"ortlab.run", "ortlab.sketch"}
-    assert _imports("ortlab.sketch", MODULES["ortlab.sketch"]) == set()  # a leaf: torch only
+    evidence = _imports("ortlab.runs.evidence", MODULES["ortlab.runs.evidence"])
+    assert evidence == {"ortlab.runs.run", "ortlab.runs.sketch"}
+    assert _imports("ortlab.runs.sketch", MODULES["ortlab.runs.sketch"]) == set()  # a leaf: torch only
 
 
 def test_no_module_is_over_450_lines():

@@ -89,7 +89,7 @@ def test_a_tap_records_a_modules_own_input_gradient_not_the_residuals():
 
 
 def _fake_run(folder: Path, backend: str, verdict: dict | None) -> Path:
-    from ortlab.run import RunWriter, write_json
+    from ortlab.runs.run import RunWriter, write_json
 
     path = folder / f"run-{backend}"
     path.mkdir()

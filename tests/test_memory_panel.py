@@ -5,7 +5,7 @@ Lab (slow)."""
 import pytest
 
 from ortlab.account import memory, torch_memory
-from ortlab.run import load_run
+from ortlab.runs.run import load_run
 from ortlab.widgets.memory import MemoryPanel
 from tests.test_account import (
     autograd_record,

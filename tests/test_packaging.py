@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from ortlab.stacks import STACKS
+from ortlab.stacks.table import STACKS
 
 try:
     import tomllib  # novermin: tomli below on 3.10
@@ -176,7 +176,7 @@ def test_saved_notebook_outputs_hold_no_machine_paths():
 
 def test_the_trainer_notebook_shows_no_stderr():
     """Notebook 12 trains a Trainer in its own kernel with ortlab.wrap: ORTModule's import and exports print (torch's
-    CUDA search, shape inference, ORT's banner) into the run's log, not into the cells (ortlab.held)."""
+    CUDA search, shape inference, ORT's banner) into the run's log, not into the cells (ortlab.common.held)."""
     import json
 
     cells = json.loads((ROOT / "notebooks" / "12_trainer.ipynb").read_text(encoding="utf-8"))["cells"]
@@ -190,7 +190,7 @@ def test_the_lock_install_check_installs_and_fails_on_an_unpinned_dependency(tmp
     """What .ci/run does for the lock bin/test does not build, on a lock of one package: installed for real with
     --no-deps, then `pip check`: a dependency the lock forgot (six, for python-dateutil) fails it; a passing lock is
     not installed twice."""
-    from ortlab.environment import base_python
+    from ortlab.stacks.environment import base_python
 
     python = base_python()
     script, env = str(ROOT / "scripts" / "lock_check.py"), {**os.environ, "ORTLAB_ENV_ROOT": str(tmp_path / "root")}

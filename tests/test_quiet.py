@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ortlab.quiet import QUIET
+from ortlab.common.quiet import QUIET
 
 try:
     import tomllib  # novermin: tomli below on 3.10
@@ -43,7 +43,7 @@ def test_ort_messages_around_a_wrapped_model_are_held_for_the_runs_log_unless_as
     out of the cell: held, then written first into the next run's log.txt; ORTLAB_SHOW_OUTPUT=1 shows it."""
     import logging
 
-    from ortlab import held
+    from ortlab.common import held
 
     root = logging.getLogger()
     handler = logging.StreamHandler()  # what ORT's import configures: the root logger to stderr

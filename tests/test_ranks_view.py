@@ -15,7 +15,7 @@ from ortlab.cli import main as cli
 from ortlab.errors import InputError
 from ortlab.graphs import load as load_graphs
 from ortlab.graphs.ranks import check, describe
-from ortlab.run import load_run, write_json
+from ortlab.runs.run import load_run, write_json
 from ortlab.widgets.log_panel import LogPanel
 
 

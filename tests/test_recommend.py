@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from ortlab.recommend import recommend
-from ortlab.speed import spread
+from ortlab.comparison.recommend import recommend
+from ortlab.comparison.speed import spread
 
 
 def _ok(step_s, startup_s=0.0, **extra):
@@ -138,7 +138,7 @@ def test_compare_on_the_demo_gives_the_recommendation_with_its_interval(tmp_path
 def test_the_steps_said_to_tell_are_the_fewest_that_tell_under_the_same_interval(steps, within, load):
     """`more_steps` answers with the interval `ratio` draws (Student's t): that many more steps, each backend's
     within-spread shrinking as 1/sqrt(steps), tell the difference, and one fewer (before rounding) does not."""
-    from ortlab.speed import Spread, ratio
+    from ortlab.comparison.speed import Spread, ratio
 
     def at(n):
         shrink = math.sqrt(steps / n)

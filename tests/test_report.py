@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ortlab.cli import main
-from ortlab.run import COMMAND, load_run
+from ortlab.runs.run import COMMAND, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN_RUNS = ROOT / "tests" / "golden" / "runs"

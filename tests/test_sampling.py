@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 import ortlab
 from ortlab import Session
-from ortlab.balance import step_fields
+from ortlab.comparison.balance import step_fields
 from ortlab.demo import gpt
 from ortlab.engine.config import BurstConfig, BurstError
 from ortlab.engine.sampling import Feed
@@ -68,7 +68,7 @@ def _loads(sampler: str, steps: int = 4) -> list[tuple[dict, dict]]:
 
 
 def test_samplers_share_an_epoch_between_ranks_the_same_way_every_time():
-    from ortlab.stacks import ortmodule_unavailable
+    from ortlab.stacks.table import ortmodule_unavailable
 
     w = gpt(**VARIABLE)
     for sampler in ("distributed", "load_balancing")[:1 if ortmodule_unavailable() else 2]:  # ORT's: the ort stack

@@ -16,7 +16,7 @@ DEMO_MODULES = ("blocks.0.attn.qkv", "blocks.1.attn.proj", "blocks.0.mlp.0", "bl
 def _burst(engine, tmp_path, backend, steps=7, options=None, **settings):
     from ortlab.engine import BurstConfig
     from ortlab.options import Options
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
 
     cfg = BurstConfig(backend=backend, steps=steps, out=str(tmp_path), collect={"time": settings},
                       options=Options(options or {}))
@@ -89,7 +89,7 @@ def test_module_paths_from_exported_node_names():
 def test_a_run_without_time_data_says_how_to_collect_it(tmp_path, capsys, engine):
     from ortlab.cli import main
     from ortlab.engine import BurstConfig
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
     from ortlab.timing.table import time
 
     run = load_run(engine.run(BurstConfig(backend="pytorch", steps=1, out=str(tmp_path))))
@@ -225,7 +225,7 @@ def _recorded_loop(tmp_path, wrap=None, steps=7):
             optimizer.step()
             optimizer.zero_grad()
             rec.step(loss=loss)
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
 
     return load_run(rec.path)
 
@@ -267,7 +267,7 @@ def test_pythonops_are_listed_with_the_function_they_run(tmp_path, engine):
     time data lists it, forward and backward, with the function's name, marked as ortlab's and timed apart from
     the model's modules and op types."""
     from ortlab.engine import BurstConfig
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
 
     cfg = BurstConfig(backend="ortmodule", steps=6, out=str(tmp_path),
                       collect={"time": {}, "stats": {"modules": "blocks.0.attn"}})
@@ -310,7 +310,7 @@ def test_a_torch_compile_burst_is_profiled(tmp_path, engine):
     """torch.compile (aot_eager: its graphs without inductor's code generation, seconds to compile): the same
     split, no hooks on the compiled module, its ops under the compiled graph."""
     from ortlab.engine import BurstConfig
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
     from ortlab.timing.profile import COMPILED
 
     cfg = BurstConfig(backend="compile", steps=7, out=str(tmp_path), collect={"time": {}},

@@ -63,7 +63,7 @@ def test_the_workload_takes_the_trainers_batches_optimizer_and_scheduler():
 
 def test_the_float64_reference_trains_the_trainers_step():
     from ortlab.engine.sampling import Feed
-    from ortlab.snapshot import Snapshot
+    from ortlab.runs.snapshot import Snapshot
     from ortlab.verdict import reference
 
     w = Workload.coerce(_trainer(), "test")

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from ortlab import Session
-from ortlab.run import RunWriter, load_run, new_run_dir
-from ortlab.speed import relative_noise, spread
+from ortlab.comparison.speed import relative_noise, spread
+from ortlab.runs.run import RunWriter, load_run, new_run_dir
 from ortlab.tuning import TuneError, search
 from ortlab.tuning.goals import BETTER, MISSES, SAME, WORSE, decide, parse_goals
 from ortlab.tuning.space import Candidate, combined, singles
@@ -228,8 +228,8 @@ def test_time_goal_one_knob_at_a_time_then_the_winners_combined(tmp_path, clock)
                                                 "deepcopy_before_model_export"], on_progress=events.append)
     table = t.table.set_index("candidate")
     # the baseline is the defaults, three times, and once more before each gain is confirmed back to back: its
-    # noise is ortlab.speed's (the one `ortlab compare` uses): here the spread of its repeats' medians (every step
-    # of a scripted burst takes the same time, on a machine without load), 5 steps timed per burst
+    # noise is ortlab.comparison.speed's (the one `ortlab compare` uses): here the spread of its repeats' medians
+    # (every step of a scripted burst takes the same time, on a machine without load), 5 steps timed per burst
     assert table.loc["baseline", "repeats"] == 3 + 3 and table.loc["baseline", "median_step_ms"] == 100.0
     repeats = spread([[ms] * 5 for ms in (100.0, 103.0, 101.0, 100.0, 100.0, 100.0)], warmup=0)
     assert t.noise["time"] == pytest.approx(relative_noise(repeats)) and 0.05 < t.noise["time"] < 0.07

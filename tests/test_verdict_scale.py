@@ -1,4 +1,4 @@
-"""The verdict at the size people train (ortlab.verdict.blockwise, ortlab.sketch, ortlab.verdict.cost,
+"""The verdict at the size people train (ortlab.verdict.blockwise, ortlab.runs.sketch, ortlab.verdict.cost,
 ortlab.engine.headroom): float64 one block at a time is the whole model's float64 step; summaries estimate the
 distances the verdict judges and say when they cannot decide; the float64 burst is spent only where it fits;
 evidence that was not seen is never an agreement; out of memory is named in one line."""
@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from ortlab import sketch
+from ortlab.runs import sketch
 from ortlab.verdict import blockwise, reference
 from ortlab.verdict.gradients import CANDIDATE, PYTORCH, Step, compare, float64_distances
 from ortlab.workload import ModelRef, Workload
@@ -418,7 +418,7 @@ def test_a_run_keeps_summaries_unless_asked_and_either_is_judged_alike(tmp_path)
 
     import ortlab
     from ortlab.engine.session import Session
-    from ortlab.evidence import GRADIENTS, SUMMARY
+    from ortlab.runs.evidence import GRADIENTS, SUMMARY
 
     model = f"{ROOT / 'tests' / 'factories' / 'compile_differs.py'}:model"  # compile lowers one op wrong
     with Session(model, {"width": 2048}, out=tmp_path / "runs", in_process=True) as s:

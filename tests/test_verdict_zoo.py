@@ -75,7 +75,7 @@ def test_each_zoo_model_gets_the_true_verdict(factory, fixes, expected, tmp_path
             "BatchNorm running statistics in 2 BatchNorm2d modules (`body.1`, `body.4`): ORTModule counts 1 batch "
             "where PyTorch counts 3 batches"), row["causes"]
         assert row["causes"][0].endswith("; weights train the same; fix: pytorch-buffers")
-    # the same two runs judged from their folders, whose first steps are summaries (ortlab.sketch): the verdict the
+    # the same two runs judged from their folders, whose first steps are summaries (ortlab.runs.sketch): the verdict the
     # whole gradients reached in one process
     runs = sorted(d for d in tmp_path.iterdir() if d.name.endswith(("-pytorch", "-ortmodule")))
     assert len(runs) == 2 and not any((d / "first_step.pt").exists() for d in runs)

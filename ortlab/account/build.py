@@ -76,7 +76,7 @@ def _check_order(order: str) -> None:
 def _locate(source: Any, prefix: str | None) -> tuple[Path, Any]:
     """The execution model file, and the run it belongs to (or None)."""
     from ortlab.graphs import GraphsError, load
-    from ortlab.run import Run
+    from ortlab.runs.run import Run
 
     if not isinstance(source, Run | str | Path):
         raise AccountError(f"memory() takes a Run, a folder or an .onnx path, not {type(source).__name__}")

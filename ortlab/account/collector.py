@@ -33,7 +33,7 @@ class MemoryCollector(Collector):
         self._data = registered(cfg.backend).adapter("memory")().before(engine, cfg)
 
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
-        from ortlab.run import write_json
+        from ortlab.runs.run import write_json
 
         allocator = _allocator(cfg)  # before the account below runs a step of its own
         after = registered(cfg.backend).adapter("memory")().after(engine, cfg, run_dir, status)

@@ -14,7 +14,7 @@ from typing import Any
 from ortlab.account.collector import random_state_kept, untouched
 from ortlab.account.record import AUTOGRAD, COUNTS, GRAPH, missing
 from ortlab.engine.backends import label
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 
 
 class Account:
@@ -86,7 +86,7 @@ def _autograd(engine, cfg, runner: Any = None) -> dict[str, Any]:
 def _graph(engine, cfg, run_dir: Path, status: str) -> dict[str, Any]:
     from ortlab.account.build import account_of
     from ortlab.compat.errors import root_message
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
 
     if not cfg.effective_options()["save_onnx"]:
         return missing(GRAPH, NO_SAVE_ONNX)

@@ -12,7 +12,7 @@ No public name here is also a submodule's name (importing the submodule would re
 `compare` lives in `diff`, `bisect` in `bisection`, `tap` in `pythonop`.
 """
 
-from ortlab.lazy import lazy as _lazy
+from ortlab.common.lazy import lazy as _lazy
 
 # name -> module, loaded on first use: `import ortlab.activations` imports neither torch, pandas nor
 # matplotlib.

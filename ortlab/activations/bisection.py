@@ -9,7 +9,7 @@ from typing import Any
 from ortlab.activations.diff import compare
 from ortlab.activations.errors import FailedBurstError, StatsFileError
 from ortlab.activations.results import Divergence
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 
 # Not an ORT option: parity mode (dropout 0, compute optimizer off, deterministic algorithms) in both runs.
 PARITY = "parity"

@@ -30,7 +30,7 @@ from ortlab.activations.summarize import Summarizer
 from ortlab.activations.table import FIELDS, FORMAT, STATS_FILE, dims
 from ortlab.engine.backends import registered
 from ortlab.engine.types import Collector
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 
 ROOT = "(root)"  # the name of the model's own output
 _NF = len(FIELDS)

@@ -20,7 +20,7 @@ from ortlab.activations.legacy import is_dump, read_dump
 from ortlab.activations.ranks import apply_rank_rules, rank_of, rank_pair
 from ortlab.activations.results import METRICS, ActivationDiff, Divergence, NonFinite, Tolerances
 from ortlab.activations.table import STATS_FILE, dims_text, read_stats
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 
 
 def load(source: Any, model: Any = None):

@@ -10,7 +10,7 @@ from typing import Any
 from ortlab.activations.diff import compare
 from ortlab.activations.errors import ActivationsError, FailedBurstError
 from ortlab.activations.results import METRICS, ActivationDiff, Divergence
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 
 
 @dataclass

@@ -37,7 +37,7 @@ def rank_of(source: Any) -> int | None:
 
 def rank_pair(source: Any, ranks: Any) -> tuple[Any, Any]:
     """The two rank runs `ranks=(i, j)` of a distributed run (a Run or its folder)."""
-    from ortlab.run import Run, load_run
+    from ortlab.runs.run import Run, load_run
 
     run = source if isinstance(source, Run) else load_run(Path(getattr(source, "path", source)))
     if not (isinstance(ranks, list | tuple) and len(ranks) == 2 and all(type(r) is int for r in ranks)):

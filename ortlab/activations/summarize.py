@@ -1,5 +1,5 @@
 """Statistics of one tensor into a row of the stats table, the same code in both backends so that identical
-tensors give identical rows: a one-pass C kernel for float32 on the CPU (see ortlab.kernels), else numpy; a
+tensors give identical rows: a one-pass C kernel for float32 on the CPU (see ortlab.common.kernels), else numpy; a
 tensor on a GPU is summarized on its device with the rest of its step (ortlab.activations.batched), whose rows
 reach the host in one copy when the collector flushes."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ortlab.activations.batched import Batched
-from ortlab.kernels import stats_kernel
+from ortlab.common.kernels import stats_kernel
 
 _F32 = torch.float32
 
@@ -21,7 +21,7 @@ class Summarizer:
     """Statistics of one tensor: min, max, sum, sum of squares, centred sum of squares (std that is right for
     any mean), counts of nan, inf and zeros, and `k` values at evenly spaced flat positions. Reductions are in
     fp32 or wider (fp16/bf16 are widened first); min/max/sums are over the finite values when there are nan or
-    inf. float32 on the CPU goes through a one-pass C kernel (see ortlab.kernels), the rest through numpy; a
+    inf. float32 on the CPU goes through a one-pass C kernel (see ortlab.common.kernels), the rest through numpy; a
     tensor on another device through torch on that device, its row written at `flush` (ortlab.activations.batched).
     `batched`: CPU tensors take the device path too (its tests; ORTLAB_STATS_KERNEL=torch)."""
 

@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _warnings_in_one_line(where)
     import shlex
 
-    from ortlab.run import COMMAND
+    from ortlab.runs.run import COMMAND
 
     outer = os.environ.get(COMMAND)
     os.environ[COMMAND] = shlex.join(["ortlab", *(sys.argv[1:] if argv is None else argv)])  # runs record it
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             ModelRef.of(args.model)
         if getattr(args, "needs_ortmodule", False):  # an ORTModule-only command on the current stack: why, where
-            from ortlab.stacks import ortmodule_line
+            from ortlab.stacks.table import ortmodule_line
 
             if ortmodule_line():
                 raise InputError(ortmodule_line())

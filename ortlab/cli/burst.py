@@ -18,7 +18,7 @@ from ortlab.cli.common import (
     print_json,
     seed,
 )
-from ortlab.run import ENDED_EARLY, RunStatus
+from ortlab.runs.run import ENDED_EARLY, RunStatus
 
 
 def cmd_burst(args) -> int:
@@ -42,7 +42,7 @@ def cmd_burst(args) -> int:
         if args.json:
             print_json({**run.summary(), "path": str(run.path), "error": run.error})
         else:
-            from ortlab.summary import run_text
+            from ortlab.comparison.summary import run_text
 
             print(run_text(run))
         _time_hint([run], kwargs)

@@ -9,7 +9,7 @@ from ortlab.cli.common import CliError, model_kwargs, print_json
 
 
 def cmd_compare(args) -> int:
-    from ortlab import cross_stack
+    from ortlab.comparison import cross_stack
     from ortlab.engine.session import Session
     from ortlab.move.report import print_move
 

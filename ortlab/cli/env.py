@@ -8,7 +8,7 @@ from ortlab.cli.common import add_json_arg, print_json
 
 
 def cmd_doctor(args) -> int:
-    from ortlab.diagnosis import doctor
+    from ortlab.stacks.diagnosis import doctor
 
     report = doctor()
     print_json(report.to_dict()) if args.json else print(report)
@@ -16,7 +16,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_setup(args) -> int:
-    from ortlab.environment import SetupError, setup
+    from ortlab.stacks.environment import SetupError, setup
 
     try:
         setup(force=args.force, log=lambda line: print(line, flush=True))

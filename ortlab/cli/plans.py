@@ -13,7 +13,7 @@ from ortlab.cli.common import (
     positive_int,
     print_json,
 )
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 
 
 def cmd_plans(args) -> int:
@@ -53,7 +53,7 @@ def _print_plans(run, as_json: bool) -> int:
 
 
 def _print_sweep(sweep, as_json: bool) -> int:
-    from ortlab.run import RunStatus
+    from ortlab.runs.run import RunStatus
 
     cols = ["set", "status", "median_step_ms", "accounted_peak_mb", "accounted_saving_mb", "predicted_saving_mb",
             "stash_saving_mb", "recompute_nodes", "loss_equal", "process_peak_mb"]

@@ -22,8 +22,8 @@ SHOWN = {"run", "started", *(c[0] for c in COLUMNS)}
 
 
 def cmd_runs(args) -> int:
-    from ortlab.listing import list_runs, summary_row
-    from ortlab.run import load_run
+    from ortlab.runs.listing import list_runs, summary_row
+    from ortlab.runs.run import load_run
 
     folder = Path(args.folder)
     if not folder.is_dir():

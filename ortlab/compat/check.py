@@ -47,7 +47,7 @@ class Found:
 def find(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) -> Found:
     """The export's and ORT's per-operator blockers of `model` on `inputs`."""
     from ortlab.compat import opcheck, probe
-    from ortlab.snapshot import kept
+    from ortlab.runs.snapshot import kept
 
     try:
         with kept(model):  # the trace runs forward: buffers it mutates are put back
@@ -97,7 +97,7 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
           train_step: bool = True) -> CheckReport:
     """Check a workload (its model and first batch) for ORTModule: see the module docstring. `fixes`: "auto"
     (the ones that remove what was found), "none", or fix names. The model's state is unchanged after."""
-    from ortlab.versions import versions
+    from ortlab.stacks.versions import versions
     from ortlab.workload import to_device
 
     asked = registry.parse(fixes)
@@ -158,7 +158,7 @@ def check(workload: Any, fixes: Any = registry.AUTO, opset: int = 17, out: Path 
                          {k: round(v, 2) for k, v in seconds.items()}, versions(), hazards, found.unchecked,
                          str(out) if out else None)
     if out:
-        from ortlab.run import write_json
+        from ortlab.runs.run import write_json
 
         write_json(out / "check.json", report.to_dict())
     return report
@@ -207,7 +207,7 @@ def step_check(workload: Any, inputs: Any, target: Any, fixes: list[str], export
     baked = [] if per_value else _baked_inputs(workload, watch)
     out += baked
     if not baked:
-        from ortlab.capture import captured_output
+        from ortlab.common.capture import captured_output
 
         graphs = {watch.key(inputs): wrapped} if per_value else None
         with captured_output(log or Path("/dev/null")):
@@ -272,10 +272,10 @@ def _frozen_flow(workload: Any, wrapped: Any, fixes: list[str], found_hazards: l
     import torch
 
     from ortlab import _ort
+    from ortlab.common.parity import parity
     from ortlab.compat import registry
     from ortlab.compat.probe_outputs import outputs_differ
-    from ortlab.parity import parity
-    from ortlab.snapshot import kept
+    from ortlab.runs.snapshot import kept
     from ortlab.workload import call_model, to_device
 
     model = workload.model
@@ -320,7 +320,7 @@ def _mutated_buffers(workload: Any, inputs: Any) -> list[Blocker]:
     place (Embedding's max_norm renormalizes the rows it looks up): ORT's graph does neither."""
     import torch
 
-    from ortlab.snapshot import kept
+    from ortlab.runs.snapshot import kept
     from ortlab.workload import call_model
 
     model = workload.model

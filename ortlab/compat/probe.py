@@ -112,7 +112,7 @@ def export(model: Any, inputs: Any, opset: int = 17, log: Path | None = None) ->
     import torch
 
     from ortlab import _ort
-    from ortlab.capture import captured_output
+    from ortlab.common.capture import captured_output
     from ortlab.workload import call_model
 
     _ort.register_export_symbolics(opset)

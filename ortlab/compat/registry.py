@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ortlab.enums import StrEnum
+from ortlab.common.enums import StrEnum
 from ortlab.errors import InputError, did_you_mean
 
 # name -> module defining FIX (loaded on first use)

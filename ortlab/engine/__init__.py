@@ -3,9 +3,9 @@ one module each; the ORT backend keeps its ORTModule wrap, `wrapper`), the plain
 module shares (`types`), the worker process, its typed messages and its client (`worker`, `messages`,
 `client`), and the kernel-side `Session`."""
 
+from ortlab.common.lazy import lazy as _lazy
 from ortlab.engine.config import BurstConfig
 from ortlab.engine.types import BurstError, Collector
-from ortlab.lazy import lazy as _lazy
 
 __all__ = ["BurstConfig", "BurstError", "Collector", "Engine", "Session", "WorkerError"]
 

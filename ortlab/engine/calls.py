@@ -8,7 +8,7 @@ from typing import Any
 
 from ortlab.engine.session import Session
 from ortlab.options import Options
-from ortlab.run import Run
+from ortlab.runs.run import Run
 
 _sessions: dict[tuple, Session] = {}
 

@@ -27,7 +27,7 @@ from ortlab.engine import messages as m
 from ortlab.engine.headroom import Watch
 from ortlab.errors import OrtlabError
 from ortlab.options import Options, ReadAt
-from ortlab.run import RunStatus, mark
+from ortlab.runs.run import RunStatus, mark
 
 KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
 _log_numbers = itertools.count()

@@ -70,8 +70,9 @@ class BurstConfig:
     # torch.compile's settings for a compile burst: mode, dynamic, fullgraph, backend, memory_budget
     # (engine.backends.compiled)
     compile: dict[str, Any] = field(default_factory=dict)
-    # what a parity burst records of its first step's gradients for a verdict elsewhere (ortlab.evidence): "summary"
-    # (a fixed-size summary per parameter: ortlab.sketch) or "full" (every gradient too: 4 bytes a parameter on disk)
+    # what a parity burst records of its first step's gradients for a verdict elsewhere (ortlab.runs.evidence):
+    # "summary" (a fixed-size summary per parameter: ortlab.runs.sketch) or "full" (every gradient too: 4 bytes a
+    # parameter on disk)
     evidence: Evidence = Evidence.SUMMARY
 
     def __post_init__(self):
@@ -81,7 +82,7 @@ class BurstConfig:
         if self.sampler is not None:
             object.__setattr__(self, "sampler", Sampler(self.sampler))
         if self.sampler == Sampler.LOAD_BALANCING:
-            from ortlab.stacks import ortmodule_unavailable
+            from ortlab.stacks.table import ortmodule_unavailable
 
             if ortmodule_unavailable():  # the sampler is onnxruntime-training's
                 raise BurstError(f"sampler 'load_balancing' is onnxruntime-training's, which is not here "
@@ -144,7 +145,7 @@ class BurstConfig:
                              f"with one process use one of: {', '.join(o for o in Optimizer if o != Optimizer.ZERO1)}")
         if self.save_checkpoint and not self.distributed:
             raise BurstError("save_checkpoint is for bursts of several processes (nproc * nnodes >= 2); a "
-                             "single-process burst's weights: ortlab.snapshot.Snapshot")
+                             "single-process burst's weights: ortlab.runs.snapshot.Snapshot")
 
     def effective_options(self) -> Options:
         """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute); the

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ortlab.kernels import sums_kernel
+from ortlab.common.kernels import sums_kernel
 
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -31,7 +31,7 @@ class Checksums:
     change of any bit changes it (barring a collision), and unlike a float sum it does not depend on the order of
     summation (which differs between machines that vectorize differently). The integer views are made once:
     optimizers update parameters in place, so a step costs one sum per parameter, or, when every parameter is a
-    contiguous 32-bit tensor on the CPU, one call of ortlab.kernels' C loop over all of them (a torch sum per
+    contiguous 32-bit tensor on the CPU, one call of ortlab.common.kernels' C loop over all of them (a torch sum per
     parameter costs ~10 us of dispatch: 0.3 ms a step on the demo's 29)."""
 
     def __init__(self, parameters: Sequence[torch.Tensor]):

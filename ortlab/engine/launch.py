@@ -24,13 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ortlab import balance, stacks
+from ortlab.comparison import balance
 from ortlab.engine.backends import registered
 from ortlab.engine.config import BurstConfig, BurstError, resolve_device
 from ortlab.engine.machine import available_cores, load_average, warn_oversubscribed
 from ortlab.engine.orphan import on_parent_death
 from ortlab.options import Options
-from ortlab.run import Run, RunStatus, RunWriter, load_run, mark, new_run_dir, write_json
+from ortlab.runs.run import Run, RunStatus, RunWriter, load_run, mark, new_run_dir, write_json
+from ortlab.stacks import table as stacks
 
 KILL_GRACE_S = 5.0  # after SIGTERM to the agent, before SIGKILL
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("ORTLAB_COLLECTIVE_TIMEOUT_S", 300))  # no collective waits forever

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from ortlab import evidence, stacks
-from ortlab.capture import captured_output
+from ortlab.common.capture import captured_output
+from ortlab.common.lazy import named
+from ortlab.common.parity import parity
 from ortlab.compat.errors import root_message
 from ortlab.engine import precision
 from ortlab.engine.backends import Backend, make, registered
@@ -31,12 +32,12 @@ from ortlab.engine.machine import Contention, fit_threads
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
 from ortlab.engine.types import BurstError, Evidence, Transition
-from ortlab.lazy import named
 from ortlab.options import Options, ReadAt
-from ortlab.parity import parity
-from ortlab.run import RunStatus, RunWriter, new_run_dir
-from ortlab.snapshot import Snapshot
-from ortlab.versions import versions
+from ortlab.runs import evidence
+from ortlab.runs.run import RunStatus, RunWriter, new_run_dir
+from ortlab.runs.snapshot import Snapshot
+from ortlab.stacks import table as stacks
+from ortlab.stacks.versions import versions
 from ortlab.workload import ModelRef, call_model, to_device
 
 StepCallback = Callable[[dict[str, Any]], None]
@@ -69,7 +70,7 @@ class _Burst:
     # (fixes, observers): Engine.run enters its own
     state: Any = None  # the backend's own state during the burst
     began: bool = False  # the backend began the burst (its outcome, finish and write are due)
-    first: dict[str, Any] | None = None  # a parity burst's first step (ortlab.evidence): judged elsewhere
+    first: dict[str, Any] | None = None  # a parity burst's first step (ortlab.runs.evidence): judged elsewhere
     extra: dict[str, Any] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
 
@@ -330,7 +331,7 @@ class Engine:
         return loss
 
     def _record(self, b: _Burst) -> None:
-        """What a verdict in another process needs (ortlab.evidence); a failure is named, the run kept."""
+        """What a verdict in another process needs (ortlab.runs.evidence); a failure is named, the run kept."""
         try:
             evidence.write_record(b.path, b.first, self.initial, self.workload, self._feed(b.cfg), b.cfg.seed,
                                   b.steps_done)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ortlab import balance
+from ortlab.comparison import balance
 from ortlab.engine.config import BurstConfig, resolve_device
 from ortlab.engine.exchange import Checksums, Exchange, Table
 from ortlab.engine.loop import Engine, _Burst
@@ -28,8 +28,8 @@ from ortlab.engine.orphan import on_parent_death
 from ortlab.engine.sampling import Feed
 from ortlab.errors import InputError
 from ortlab.options import Options
-from ortlab.run import RunStatus, RunWriter, load_run
-from ortlab.snapshot import Snapshot
+from ortlab.runs.run import RunStatus, RunWriter, load_run
+from ortlab.runs.snapshot import Snapshot
 
 CHECKPOINT = "checkpoint.pt"
 _COLLECTIVE_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "timed out", "timeout")
@@ -136,7 +136,7 @@ class RankEngine(Engine):
 
     def _before_backward(self, b: _Burst, step: int, loss: torch.Tensor) -> torch.Tensor:
         """This rank's row of the step's exchange (ortlab.engine.exchange): the checksums taken as the step began,
-        the Stop flag, the forward time and the batch's load and tokens (ortlab.balance). It travels with the
+        the Stop flag, the forward time and the batch's load and tokens (ortlab.comparison.balance). It travels with the
         backward's gradient all-reduce and is read when the step ends."""
         load = b.feed.load(step) or {}
         self.exchange.post(self._sums, self._stop,

@@ -23,11 +23,11 @@ from ortlab.engine.progress import Bar, chain
 from ortlab.engine.types import Device, Evidence, Float64, Optimizer, Precision, Sampler
 from ortlab.judging import verdicts
 from ortlab.options import Options
-from ortlab.run import ENDED_EARLY, Run, load_run
+from ortlab.runs.run import ENDED_EARLY, Run, load_run
 
 if TYPE_CHECKING:
+    from ortlab.comparison.summary import Comparison
     from ortlab.engine.config import BurstConfig
-    from ortlab.summary import Comparison
 
 __all__ = ["Session", "WorkerError"]
 
@@ -97,7 +97,7 @@ class Session:
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
         nproc per machine, nnodes machines meeting at rdzv_endpoint HOST:PORT, this one being node_rank.
         `sampler` ("distributed" or "load_balancing", for a workload with a dataset) chooses how the dataset is
-        shared among the ranks (ortlab.engine.sampling); ortlab.balance reports how evenly they were loaded.
+        shared among the ranks (ortlab.engine.sampling); ortlab.comparison.balance reports how evenly they were loaded.
         `fixes` ("auto", fix names, or none) are ortlab's compatibility fixes for an ORTModule burst
         (ortlab.compat.registry; `Session.check` says which the model needs); the run records which it applied.
         A burst whose ORTModule fell back to PyTorch ends with status "fallback", never "ok". `compile`: the
@@ -160,7 +160,7 @@ class Session:
         differences, and the verdict on each against PyTorch (Session.judge:
         agree or diverged, the evidence and the causes). A Stop (or Ctrl-C) ends the comparison: the bursts after
         it do not start."""
-        from ortlab.summary import Comparison
+        from ortlab.comparison.summary import Comparison
 
         chosen = parse_backends(backends)
         if kwargs.get("precision", "fp32") != "fp32":  # a precision one backend cannot train in: said before any burst

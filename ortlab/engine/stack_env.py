@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ortlab.errors import InputError, did_you_mean
-from ortlab.stacks import STACKS, Stack, this_stack
+from ortlab.stacks.table import STACKS, Stack, this_stack
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout whose bin/_env.sh builds the environments
 ENV_SCRIPT = ROOT / "bin" / "_env.sh"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ortlab.enums import StrEnum
+from ortlab.common.enums import StrEnum
 from ortlab.errors import InputError, did_you_mean
 
 
@@ -61,7 +61,7 @@ class Device(Choice):
 
 
 class Evidence(Choice):
-    """What a parity burst keeps of its first step's gradients (ortlab.evidence): a summary a parameter, or them
+    """What a parity burst keeps of its first step's gradients (ortlab.runs.evidence): a summary a parameter, or them
     whole too."""
 
     SUMMARY = "summary"
@@ -169,8 +169,9 @@ class Burst(Protocol):
     runner: Any
     state: Any
     stage: str
-    status: str  # an ortlab.run.RunStatus (ortlab.run is not imported here: it reaches the verdict, which reaches
-    # the engine)
+    # an ortlab.runs.run.RunStatus (ortlab.runs.run is not imported here: it reaches the verdict, which reaches the
+    # engine)
+    status: str
 
 
 class Engine(Protocol):

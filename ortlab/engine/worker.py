@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ortlab.engine import messages as m
 from ortlab.engine.orphan import on_parent_death
-from ortlab.run import RunStatus, mark
+from ortlab.runs.run import RunStatus, mark
 
 PARENT_DIED = "the ortlab process that started this burst died (its kernel or command ended); the worker stopped"
 

@@ -150,7 +150,7 @@ def stage_file_of(path: Path) -> StageFile:
 def load(source: Any, prefix: str | None = None) -> Graphs:
     """The exported graphs of a run (a Run or its folder) or of any folder of ORTModule stage files. `prefix`
     picks one export when the folder holds several."""
-    from ortlab.run import Run, RunError, load_run
+    from ortlab.runs.run import Run, RunError, load_run
 
     run = source if isinstance(source, Run) else None
     folder = Path(run.path if run is not None else source).expanduser()

@@ -71,7 +71,7 @@ def overlay(run: Any, kind: str, against: Any = None) -> Overlay:
     stats needs `against`: the PyTorch run it is compared with (default: the reference run of its comparison, the
     latest PyTorch run of the same model and steps started before it in the same folder)."""
     from ortlab.graphs.collection import load
-    from ortlab.run import Run, load_run
+    from ortlab.runs.run import Run, load_run
 
     if kind not in KINDS:
         raise GraphsError(f"overlay {kind!r} is not known; allowed: {', '.join(KINDS)}")

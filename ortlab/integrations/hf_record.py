@@ -9,8 +9,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ortlab.recorder import Recorder, checked_collect
-from ortlab.run import RunStatus
+from ortlab.runs.recorder import Recorder, checked_collect
+from ortlab.runs.run import RunStatus
 
 # what the run keeps of the Trainer's arguments (meta.json "trainer")
 ARGUMENTS = ("learning_rate", "weight_decay", "warmup_steps", "warmup_ratio", "lr_scheduler_type", "max_steps",

@@ -9,8 +9,8 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
-from ortlab.recorder import Recorder, checked_collect
-from ortlab.run import RunStatus
+from ortlab.runs.recorder import Recorder, checked_collect
+from ortlab.runs.run import RunStatus
 
 try:  # the same package under its older name, so that its Trainer accepts the callback too
     from pytorch_lightning import Callback as _OlderCallback

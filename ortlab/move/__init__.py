@@ -3,7 +3,7 @@ sets its measured figures and verdict beside a torch.compile run's (`report`; `o
 
 from __future__ import annotations
 
-from ortlab.lazy import lazy as _lazy
+from ortlab.common.lazy import lazy as _lazy
 
 _EXPORTS = {"move_report": "ortlab.move.report", "MoveReport": "ortlab.move.report",
             "MoveError": "ortlab.move.report", "MAPPING": "ortlab.move.mapping", "equivalent": "ortlab.move.mapping",

@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ortlab.enums import StrEnum
+from ortlab.common.enums import StrEnum
 
 
 class Fit(StrEnum):

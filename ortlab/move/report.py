@@ -13,7 +13,7 @@ from typing import Any
 from ortlab.engine.backends import BACKENDS, has, label
 from ortlab.errors import InputError
 from ortlab.move.mapping import Fit, equivalent
-from ortlab.run import Run, RunStatus, load_run
+from ortlab.runs.run import Run, RunStatus, load_run
 
 # The figures compared side by side: (key in a side's dict, label, unit, format)
 FIGURES = (("median_step_s", "median step after start-up", "ms", 1000.0),
@@ -241,8 +241,8 @@ def _side(run: Run, given: Any) -> Side:
 
 def _stack(versions: dict[str, Any]) -> str | None:
     """The stack of a run made before runs recorded it (meta.json's "stack"): from its recorded Python
-    (ortlab.stacks' table), ORT's presence deciding a tie."""
-    from ortlab.stacks import STACKS
+    (ortlab.stacks.table' table), ORT's presence deciding a tie."""
+    from ortlab.stacks.table import STACKS
 
     python = versions.get("python") or ""
     minor = ".".join(python.split(".")[:2])
@@ -337,7 +337,7 @@ def _budget_command(target: Run, budget: float) -> str:
     notebook's model (no command), its Python call with the setting."""
     import shlex
 
-    from ortlab.provenance import command, python_call
+    from ortlab.runs.provenance import command, python_call
 
     words = shlex.split(command([target]) or "")
     if not words:

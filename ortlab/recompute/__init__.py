@@ -10,7 +10,7 @@ Modules: expr (plan ids, symbolic savings), observer (ORT's plans from a wrap), 
 (plans, what_if, plan_config, write_config), sweep (plan_sweep), figures.
 """
 
-from ortlab.lazy import lazy as _lazy
+from ortlab.common.lazy import lazy as _lazy
 from ortlab.recompute.errors import PlanError as PlanError
 
 # name -> module, loaded on first use: `import ortlab.recompute` imports neither torch nor pandas.

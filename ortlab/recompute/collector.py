@@ -43,7 +43,7 @@ class PlanCollector(Collector):
                 self._collect()
 
     def _collect(self) -> None:
-        from ortlab.run import write_json
+        from ortlab.runs.run import write_json
 
         data = read_plans(self._engine)
         data["steady_peak"] = self.steady_peak
@@ -62,7 +62,7 @@ class PlanCollector(Collector):
             _GRAPHS[ort_module] = recompute_nodes(path)
         if ort_module in _GRAPHS:  # a reused wrap did not export: its graph is in the burst that exported it
             self._data["execution_graph"] = _GRAPHS[ort_module]
-        from ortlab.run import write_json
+        from ortlab.runs.run import write_json
 
         write_json(run_dir / PLANS_FILE, self._data)
 

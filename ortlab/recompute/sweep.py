@@ -17,7 +17,7 @@ from ortlab.account.record import MB
 from ortlab.recompute.errors import PlanError
 from ortlab.recompute.figures import pareto_figure, saving_figure
 from ortlab.recompute.table import PLANS_FILE, plan_config, plans, write_config
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 
 COLUMNS = ["set", "plans", "memory_opt_level", "status", "median_step_ms", "accounted_peak_mb", "accounted_saving_mb",
            "predicted_saving_mb", "accounted_stash_mb", "stash_saving_mb", "accounted_exact", "recompute_nodes",
@@ -76,7 +76,7 @@ def plan_sweep(session_or_model=None, steps: int = 6, sets: Mapping[str, Any] | 
 
     from ortlab.engine.session import Session
     from ortlab.options import Options
-    from ortlab.run import write_json
+    from ortlab.runs.run import write_json
 
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
         raise PlanError(f"steps {steps!r} is not allowed; allowed: a whole number >= 2 (step 0 exports)")

@@ -17,7 +17,7 @@ _COLUMNS = ["plan", "cluster_id", "subgraph", "type", "type_name", "frequency", 
 
 
 def plans_data(run) -> dict[str, Any]:
-    from ortlab.run import Run, load_run
+    from ortlab.runs.run import Run, load_run
 
     if not isinstance(run, Run):
         run = load_run(run)
@@ -130,7 +130,7 @@ def plan_config(plan_ids: Sequence[int | str], plans_or_run=None) -> list[str]:
 def write_config(plan_ids: Sequence[int | str], path: str | Path, plans=None) -> Path:
     """Write the file ORT 1.19.2 reads from ORTMODULE_MEMORY_OPT_CONFIG (a JSON list of 'cluster:type:count'
     strings) for these plans; use it as Options(memory_opt_config=path) with memory_opt_level 0."""
-    from ortlab.run import write_json
+    from ortlab.runs.run import write_json
 
     entries = plan_config(plan_ids, plans)
     path = Path(path).expanduser().resolve()

@@ -8,10 +8,10 @@ import datetime as _dt
 import math
 from typing import Any
 
-from ortlab.provenance import command, python_call, repro_script, what_ran
 from ortlab.reporting import views
 from ortlab.reporting.sources import Sources
-from ortlab.run import Run, RunStatus
+from ortlab.runs.provenance import command, python_call, repro_script, what_ran
+from ortlab.runs.run import Run, RunStatus
 
 SECTIONS = ("what was run", "summary", "verdict", "the move", "loss curves", "where the time goes",
             "what changed in the time", "memory", "first divergence", "exported graphs", "recompute plans", "tuning",
@@ -88,8 +88,8 @@ def _summary(runs: list[Run], names: dict[str, str], pairs: list[tuple[Run, Run]
 
 
 def _recommendations(runs: list[Run], pairs: list[tuple[Run, Run]]) -> list[str]:
-    """Each comparison's recommendation (ortlab.summary.Comparison), as `ortlab compare` prints it."""
-    from ortlab.summary import Comparison
+    """Each comparison's recommendation (ortlab.comparison.summary.Comparison), as `ortlab compare` prints it."""
+    from ortlab.comparison.summary import Comparison
 
     groups: dict[str, dict[str, Run]] = {}
     for reference, run in pairs:

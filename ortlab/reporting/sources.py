@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.errors import InputError
-from ortlab.run import Run, RunError, load_run
+from ortlab.runs.run import Run, RunError, load_run
 
 
 class ReportError(InputError):

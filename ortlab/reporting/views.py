@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ortlab.run import Run
+from ortlab.runs.run import Run
 
 TOP = 10
 TIMELINE_POINTS = 400  # a memory timeline is drawn from at most this many points (the page stays small)

@@ -97,7 +97,7 @@ class TimeCollector(Collector):
     # -- the result
 
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
-        from ortlab.run import write_json
+        from ortlab.runs.run import write_json
 
         if self._source is None:
             raise TimeError(f"the burst ended ({status}) before collector time started")

@@ -132,7 +132,7 @@ def time_diff(a: Any, b: Any) -> TimeDiff:
 
 def _first(loaded: list[tuple[str, dict[str, Any]]], source: Any) -> tuple[str, dict[str, Any]]:
     """One profile per side: a distributed run's rank 0 (its ranks differ by their data only)."""
-    from ortlab.run import load_run
+    from ortlab.runs.run import load_run
 
     label, data = loaded[0]
     try:

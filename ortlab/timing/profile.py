@@ -210,8 +210,8 @@ def _op_name(name: str) -> str:
     return f"{tail} (autograd)" if sep and head.startswith("autograd::") else name
 
 
-WAIT = ("waiting for the slowest rank (its lead on the forward, as ortlab.balance measures it; DDP's gradient "
-        "all-reduce makes the ranks wait in the backward)")
+WAIT = ("waiting for the slowest rank (its lead on the forward, as ortlab.comparison.balance measures it; DDP's "
+        "gradient all-reduce makes the ranks wait in the backward)")
 
 
 def breakdown(rows: list[Row], walls: dict[int, dict[str, float]], kernels: str, outside: str,

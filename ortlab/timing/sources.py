@@ -196,7 +196,7 @@ class OrtProfiler(TimeSource):
             other.unlink()
 
     def result(self, run_dir: Path) -> dict[str, Any]:
-        from ortlab.run import write_json
+        from ortlab.runs.run import write_json
         from ortlab.timing import profile
 
         path, start_ns = self._profile or (None, 0)
@@ -218,8 +218,8 @@ class OrtProfiler(TimeSource):
 
 
 def _waits(run_dir: Path, steps: list[int]) -> dict[int, float] | None:
-    """A rank's wait for the slowest rank in each profiled step (its metrics' wait_s, ortlab.balance); None for a
-    single process."""
+    """A rank's wait for the slowest rank in each profiled step (its metrics' wait_s, ortlab.comparison.balance); None
+    for a single process."""
     path = run_dir / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
     waits = {r["step"]: r["wait_s"] for r in rows if r.get("step") in steps and r.get("wait_s") is not None}

@@ -91,7 +91,7 @@ def _ends(df, top: int):
 
 def load(run: Any) -> list[tuple[str, dict[str, Any]]]:
     """A run's time data: [(label, time.json)], one per rank for a distributed run."""
-    from ortlab.run import Run, load_run
+    from ortlab.runs.run import Run, load_run
 
     run = run if isinstance(run, Run) else load_run(run)
     ranks = run.ranks if (run.path / "ranks").is_dir() else []

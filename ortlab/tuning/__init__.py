@@ -8,7 +8,7 @@ with the baseline's noise), strategy (what fits the budget), measure (a burst's 
 search (`Tuner`, `tune`), result (`Tuning`), figures (the pareto figure), errors.
 """
 
-from ortlab.lazy import lazy as _lazy
+from ortlab.common.lazy import lazy as _lazy
 from ortlab.tuning.errors import TuneError as TuneError
 
 # name -> module, loaded on first use: `import ortlab.tuning` imports neither torch nor pandas.

@@ -4,9 +4,9 @@ Every figure comes from the run folder the burst wrote: the median step after wa
 activation peak and stash from ortlab's memory account (collector "memory": memory.json), and the process's peak
 resident set (peak_mem_mb on the CPU; torch's allocator peak on CUDA).
 
-The time noise is `ortlab.speed`'s, the one `ortlab compare`'s recommendation uses: the spread of the baseline's
-steps after warm-up, of its repeats' medians and the machine's load, as the change between the baseline and one
-burst like it that a 99 % interval covers. The memory figures' noise is their repeats' range over their median
+The time noise is `ortlab.comparison.speed`'s, the one `ortlab compare`'s recommendation uses: the spread of the
+baseline's steps after warm-up, of its repeats' medians and the machine's load, as the change between the baseline and
+one burst like it that a 99 % interval covers. The memory figures' noise is their repeats' range over their median
 (the account is exact: 0).
 """
 
@@ -17,8 +17,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from ortlab import speed
 from ortlab.account.record import MB
+from ortlab.comparison import speed
 from ortlab.tuning.goals import METRICS
 
 QUIET_SPREAD = 0.05  # a quiet CPU's spread of step times (log scale): what `resolvable` assumes before measuring
@@ -48,8 +48,9 @@ def metric_values(row: dict[str, Any]) -> dict[str, float | None]:
 
 
 def baseline(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, float]]:
-    """The baseline's figures (the median of its repeats) and each metric's noise: time's from `ortlab.speed` (see
-    the module), the others' their repeats' range over their median. One repeat has no measured range: 0."""
+    """The baseline's figures (the median of its repeats) and each metric's noise: time's from
+    `ortlab.comparison.speed` (see the module), the others' their repeats' range over their median. One repeat has no
+    measured range: 0."""
     merged: dict[str, Any] = {}
     noise: dict[str, float] = {}
     for key in ("median_step_ms", "activation_mb", "stash_mb", "rss_mb"):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.options import Options
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 from ortlab.tuning import measure
 from ortlab.tuning.goals import BETTER, METRICS, MISSES, SAME, WORSE, Goals, decide, measured, score
 from ortlab.tuning.space import Candidate, Pruned
@@ -246,7 +246,7 @@ class Tuning:
 
     def save(self) -> None:
         """Write tune.json into the tuning's folder (atomically: a reader never sees half of it)."""
-        from ortlab.run import write_json
+        from ortlab.runs.run import write_json
 
         write_json(self.path / FILE, self.to_dict())
 

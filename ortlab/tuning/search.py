@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.options import Options
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 from ortlab.tuning import measure, space
 from ortlab.tuning.errors import TuneError
 from ortlab.tuning.goals import BETTER, parse_goals
@@ -28,7 +28,7 @@ from ortlab.tuning.result import BASELINE, FILE, Tuning
 from ortlab.tuning.strategy import choose
 from ortlab.verdict.judge import VerdictStatus
 
-STOPPED = (RunStatus.STOPPED, RunStatus.INTERRUPTED)  # a user's Stop (ortlab.run.ENDED_EARLY)
+STOPPED = (RunStatus.STOPPED, RunStatus.INTERRUPTED)  # a user's Stop (ortlab.runs.run.ENDED_EARLY)
 _clock = time.monotonic  # the budget's clock (a test replaces it)
 
 

@@ -110,7 +110,7 @@ def step(workload: Any, batches: list[tuple[Any, Any]], sink: Sink, seed: int = 
     gradient is float64, on the model's device, and freed after the call unless the sink keeps it). Returns the
     float64 loss (the sum of the micro-batches'). The model is as before afterwards (weights, buffers, gradients).
     Raises NoFloat64 when the model or a unit cannot run in float64, naming which."""
-    from ortlab.parity import parity
+    from ortlab.common.parity import parity
 
     model = workload.model
     chosen = the_plan or plan(model)
@@ -352,7 +352,7 @@ class Distances:
     to: dict[str, dict[str, float]] = field(default_factory=dict)  # fp32 step's name -> parameter -> distance
     kept: dict[str, torch.Tensor] = field(default_factory=dict)
     how: str = "float64 step"
-    estimated: set[str] = field(default_factory=set)  # parameters whose distances were estimated (ortlab.sketch)
+    estimated: set[str] = field(default_factory=set)  # parameters whose distances were estimated (ortlab.runs.sketch)
     note: str | None = None  # how the float64 step was taken, where a reader should know (taken whole, and why)
 
     @property
@@ -365,7 +365,7 @@ def measure(workload: Any, batches: list[tuple[Any, Any]], steps: dict[str, Any]
     """The float64 step taken block by block, measured against fp32 steps (`steps`: name -> gradients.Step) as
     its gradients arrive: each parameter's float64 norm and each step's distance to it; `keep(name, distances,
     norm)` says which float64 gradients to keep (on the CPU)."""
-    from ortlab import sketch
+    from ortlab.runs import sketch
 
     chosen = plan(workload.model)
     out = Distances(0.0, how=chosen.describe())

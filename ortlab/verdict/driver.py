@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ortlab.engine.config import BurstConfig
     from ortlab.engine.types import Float64
     from ortlab.options import Options
-    from ortlab.run import Run
+    from ortlab.runs.run import Run
 
 
 class Driver(Protocol):

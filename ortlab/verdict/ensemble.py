@@ -64,7 +64,7 @@ def gradient_members(workload: Any, batches: list[Any], seed: int = 0, fixes: tu
 
 
 def _step(workload: Any, batches: list[Any], seed: int, nudge: int | None, fixes: Any, ulps: int = 1) -> Any:
-    from ortlab.parity import parity
+    from ortlab.common.parity import parity
     from ortlab.verdict import reference
     from ortlab.verdict.gradients import Step
 

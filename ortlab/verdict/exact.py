@@ -79,7 +79,7 @@ def decide(candidate: float, pytorch: float, norm: float, scale: float = 0.0, fa
 
 def close(candidate: Any, pytorch: Any, rtol: float = ALLCLOSE) -> bool:
     """The fast path: the candidate equals PyTorch fp32 up to rounding of the last bits (no float64 run needed)."""
-    from ortlab.sketch import apart, norm
+    from ortlab.runs.sketch import apart, norm
 
     if not bool(candidate.isfinite().all()):
         return False

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import has, label
 from ortlab.errors import InputError
-from ortlab.run import Run, RunStatus, load_run
+from ortlab.runs.run import Run, RunStatus, load_run
 
 if TYPE_CHECKING:
     from ortlab.compat.report import CheckReport

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _ort
-from ortlab.snapshot import kept
+from ortlab.runs.snapshot import kept
 
 if TYPE_CHECKING:
     from ortlab.verdict.blockwise import Distances
@@ -102,9 +102,9 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
     float64 step, or what a float64 step taken block by block measured of both: ortlab.verdict.blockwise), else
     against each other (allclose when every parameter is, else relative to PyTorch fp32's). `spread`: per
     parameter, the largest distance to float64 of the fp32 ensemble's `members`. A step's gradients may be
-    summaries (ortlab.sketch: a run recorded elsewhere): its distances are then estimates, and a parameter
+    summaries (ortlab.runs.sketch: a run recorded elsewhere): its distances are then estimates, and a parameter
     estimated within sketch.UNCERTAIN of what is allowed is undecided (neither diverged nor agreed)."""
-    from ortlab import sketch
+    from ortlab.runs import sketch
     from ortlab.verdict import exact as ex
 
     measured = measured_against(exact, pytorch, ortmodule) if isinstance(exact, Step) else exact
@@ -161,8 +161,8 @@ def compare(pytorch: Step, ortmodule: Step, tolerance: float = AGREE, fixes: lis
 
 
 def _near(candidate: float, allowed: float) -> bool:
-    """An estimated distance too near what is allowed for a summary to decide (ortlab.sketch.UNCERTAIN)."""
-    from ortlab.sketch import UNCERTAIN
+    """An estimated distance too near what is allowed for a summary to decide (ortlab.runs.sketch.UNCERTAIN)."""
+    from ortlab.runs.sketch import UNCERTAIN
 
     return math.isfinite(candidate) and allowed > 0 and (1 - UNCERTAIN) * allowed <= candidate <= \
         (1 + UNCERTAIN) * allowed
@@ -174,7 +174,7 @@ PYTORCH, CANDIDATE = "pytorch", "candidate"  # the two fp32 steps a float64 step
 def measured_against(exact: Step, pytorch: Step, other: Step) -> Distances:
     """A float64 step taken whole (a float64 copy of the model, or the float64 burst's first step) measured as a
     block-by-block one measures itself: norms, both steps' distances, and its gradients kept."""
-    from ortlab import sketch
+    from ortlab.runs import sketch
     from ortlab.verdict.blockwise import Distances
 
     out = Distances(exact.loss, how="float64 step")
@@ -199,7 +199,7 @@ def measured_against(exact: Step, pytorch: Step, other: Step) -> Distances:
 def allclose(pytorch: Step, other: Step) -> bool:
     """The fast path: every parameter's gradient of both steps equal up to rounding of the last bits (stops at the
     first that is not, so a check that needs float64 costs little here). Summaries: their estimated distance."""
-    from ortlab import sketch
+    from ortlab.runs import sketch
     from ortlab.verdict import exact as ex
 
     for name, g_pt in pytorch.grads.items():
@@ -287,10 +287,10 @@ def first_step(workload: Any, fixes: tuple[str, ...] | list[str] = (), seed: int
     ORTModule (one export). `batch`: one batch's inputs and target; `batches`: the step's micro-batches (default:
     the workload's first step's). `exact`: where the two are not allclose, one float64 PyTorch step judges them
     (ortlab.verdict.exact); a Step: that float64 step, already taken (a float64 burst's first)."""
-    from ortlab.capture import captured_output
+    from ortlab.common.capture import captured_output
+    from ortlab.common.parity import parity
     from ortlab.compat import registry
     from ortlab.options import Options
-    from ortlab.parity import parity
     from ortlab.workload import to_device
 
     model = workload.model
@@ -375,7 +375,7 @@ def widened(workload: Any, batches: list[Any], seed: int, fixes: Any, pt: Step, 
     other backend is within FACTOR times their largest distance to float64, or none is left (the rows' distances
     are kept; only what is allowed changes). `exact`: the float64 step, or what it measured with the float64
     gradients of the parameters that may widen kept."""
-    from ortlab import sketch
+    from ortlab.runs import sketch
     from ortlab.verdict import ensemble
     from ortlab.verdict import exact as ex
 

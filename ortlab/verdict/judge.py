@@ -20,9 +20,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ortlab.common.enums import StrEnum
 from ortlab.engine.backends import label
-from ortlab.enums import StrEnum
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 
 FILE = "verdict.json"  # in the other backend's run folder
 
@@ -186,7 +186,7 @@ def _judged_parts(losses: dict[str, Any], state: dict[str, Any] | None) -> list[
 
 def _undecided_headline(grads: dict[str, Any]) -> str:
     """Summaries that cannot decide: which parameters, and how to judge them whole."""
-    from ortlab.sketch import UNCERTAIN
+    from ortlab.runs.sketch import UNCERTAIN
 
     names = grads["undecided"]
     return (f"not judged: the first step's gradient summaries cannot decide for {len(names)} parameter"

@@ -258,8 +258,8 @@ class _Search:
         return fp32, exact
 
     def _pass(self, model: Any, inputs: Any, target: Any, paths: list[str], runner: Any = None) -> _Pass:
-        from ortlab.parity import parity
-        from ortlab.snapshot import kept
+        from ortlab.common.parity import parity
+        from ortlab.runs.snapshot import kept
 
         with kept(model), parity(model, True, self.seed), _taps({p: self._module(p, model) for p in paths}) as tap:
             for p in model.parameters():

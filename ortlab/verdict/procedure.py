@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import has, unavailable
 from ortlab.errors import InputError
-from ortlab.run import RunStatus, write_json
+from ortlab.runs.run import RunStatus, write_json
 from ortlab.verdict import tasks
 
 if TYPE_CHECKING:
     from ortlab.engine.config import BurstConfig
-    from ortlab.run import Run
+    from ortlab.runs.run import Run
     from ortlab.verdict.driver import Driver
     from ortlab.verdict.judge import Verdict
     from ortlab.verdict.localize import Localization

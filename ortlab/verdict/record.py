@@ -7,13 +7,13 @@ neither. So a parity burst writes, beside its losses (metrics.jsonl) and end sta
 - judge.json: the starting snapshot's SHA-256 (model and optimizer state), each step's batch's SHA-256, the burst
   seed, and which of the files below it wrote: what `ortlab judge` checks before judging two folders together;
 - first_step_summary.pt: the first step's gradient of every trained parameter summarized in a fixed size
-  (ortlab.sketch: norm, sum, finiteness, a count sketch the float64 side computes alike; unscaled under fp16's loss
+  (ortlab.runs.sketch: norm, sum, finiteness, a count sketch the float64 side computes alike; unscaled under fp16's loss
   scaling): what any parity burst keeps, tens of MB at most whatever the model's size;
 - first_step.pt (the burst's evidence "full"): the first step's gradient of every trained parameter whole (fp32,
   on the CPU) and its loss.
 Either is the evidence the verdict judges against float64, which the judging process cannot recompute for a
 backend it may not have (ORTModule does not load on torch >= 2.7); a summary decides as the whole gradients do
-except near the line (ortlab.sketch.UNCERTAIN), where the verdict says it cannot decide.
+except near the line (ortlab.runs.sketch.UNCERTAIN), where the verdict says it cannot decide.
 - snapshot.pt: the starting snapshot itself when it is small (SNAPSHOT_KEPT_BYTES): then the judging process
   needs no model factory that builds the same weights (another torch can initialise differently). A larger one is
   built again by the run's factory (or read from the --snapshot file the run names) and checked by its hash.
@@ -29,9 +29,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-# written by the engine as a parity burst ends (ortlab.evidence); named here for the verdict's readers
-from ortlab.evidence import FORMAT, GRADIENTS, SNAPSHOT, SUMMARY, batch_hashes, snapshot_hash  # noqa: F401
-from ortlab.evidence import RECORD_FILE as FILE
+# written by the engine as a parity burst ends (ortlab.runs.evidence); named here for the verdict's readers
+from ortlab.runs.evidence import FORMAT, GRADIENTS, SNAPSHOT, SUMMARY, batch_hashes, snapshot_hash  # noqa: F401
+from ortlab.runs.evidence import RECORD_FILE as FILE
 
 
 def read(run: Any) -> dict[str, Any] | None:
@@ -48,11 +48,11 @@ def read(run: Any) -> dict[str, Any] | None:
 
 def first_step(run: Any) -> Any:
     """The run's first step as a gradients.Step (loaded without executing code): its gradients whole where the run
-    kept them (first_step.pt), else their summaries (first_step_summary.pt: ortlab.sketch.Summary per parameter),
+    kept them (first_step.pt), else their summaries (first_step_summary.pt: ortlab.runs.sketch.Summary per parameter),
     or None when it recorded neither."""
     import torch
 
-    from ortlab import sketch
+    from ortlab.runs import sketch
     from ortlab.verdict.gradients import Step
 
     for name in (GRADIENTS, SUMMARY):
@@ -68,7 +68,7 @@ def first_step(run: Any) -> Any:
             return Step(float(data["loss"]), {k: None if v is None else sketch.Summary.from_dict(v)
                                               for k, v in data["grads"].items()})
         except Exception as e:  # a damaged or foreign file: named, never a traceback
-            from ortlab.run import RunError
+            from ortlab.runs.run import RunError
 
             raise RunError(f"{path}: not a first step ortlab recorded (damaged, foreign or of another ortlab: "
                            f"{type(e).__name__})") from None

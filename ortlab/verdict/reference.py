@@ -85,7 +85,7 @@ def model64(model: Any) -> Any:
 def step(workload: Any, batches: list[tuple[Any, Any]], seed: int = 0) -> Any:
     """One step's forward and backward (every micro-batch of it) of a float64 copy of the workload's model
     (dropout off): a gradients.Step whose gradients are keyed by the original's parameter names."""
-    from ortlab.parity import parity
+    from ortlab.common.parity import parity
     from ortlab.verdict.gradients import Step
 
     model = model64(workload.model)
@@ -124,7 +124,7 @@ def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, st
     in place of the model's. Raises what the steps raise."""
     import torch
 
-    from ortlab.parity import parity
+    from ortlab.common.parity import parity
     from ortlab.verdict import state
     from ortlab.verdict.gradients import Step
     from ortlab.workload import to_device

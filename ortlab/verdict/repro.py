@@ -67,7 +67,7 @@ def repro(run: Any, out: str | Path | None = None, *, model: Any = None, model_k
     from ortlab.compat.registry import parse
     from ortlab.engine.config import BurstConfig
     from ortlab.engine.session import Session
-    from ortlab.run import Run, load_run, write_json
+    from ortlab.runs.run import Run, load_run, write_json
     from ortlab.verdict import procedure
     from ortlab.verdict.judge import FILE
 

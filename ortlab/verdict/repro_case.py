@@ -64,8 +64,8 @@ def capture(workload: Any, batch: tuple[Any, Any], path: str, seed: int = 0) -> 
     that reached each of its outputs. The model is left as it was."""
     import torch
 
-    from ortlab.parity import parity
-    from ortlab.snapshot import kept
+    from ortlab.common.parity import parity
+    from ortlab.runs.snapshot import kept
     from ortlab.workload import to_device
 
     model = workload.model

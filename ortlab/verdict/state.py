@@ -23,10 +23,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-# written by the engine as a burst ends (ortlab.evidence); named here for the verdict's readers
-from ortlab.evidence import FROZEN, summarize  # noqa: F401
-from ortlab.evidence import STATE_FILE as FILE
-from ortlab.evidence import write_state as write  # noqa: F401
+# written by the engine as a burst ends (ortlab.runs.evidence); named here for the verdict's readers
+from ortlab.runs.evidence import FROZEN, summarize  # noqa: F401
+from ortlab.runs.evidence import STATE_FILE as FILE
+from ortlab.runs.evidence import write_state as write  # noqa: F401
 
 NOISE_FACTOR = 10.0  # a float tensor differs when it is this many times further off than the noise pair
 FLOOR = 1e-6  # ... and further than this (relative), whatever the noise

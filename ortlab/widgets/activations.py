@@ -15,7 +15,7 @@ from ortlab.widgets.layout import table
 
 
 def _png(fig) -> bytes:
-    from ortlab.plots import figure_png
+    from ortlab.comparison.plots import figure_png
 
     return figure_png(fig)
 

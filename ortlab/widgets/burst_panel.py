@@ -16,8 +16,8 @@ from ortlab.engine.backends import BACKENDS, REFERENCE, aliased, default_backend
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
-from ortlab.run import RunStatus
-from ortlab.stacks import STACKS, Stack, this_stack
+from ortlab.runs.run import RunStatus
+from ortlab.stacks.table import STACKS, Stack, this_stack
 from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
@@ -77,7 +77,7 @@ def _process_label(run) -> str:
 def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
     """For each backend that another stack can run too, the stacks it can run on (its environment exists or can
     be built here: ortlab.engine.stack_env.ready), each named with its torch; none when no other stack is ready."""
-    from ortlab.cross_stack import only_on_ort
+    from ortlab.comparison.cross_stack import only_on_ort
     from ortlab.engine.stack_env import ready
 
     here = this_stack()
@@ -91,7 +91,7 @@ def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
 def elsewhere_choices() -> dict[str, list[str]]:
     """The comparisons with a backend that cannot run in this process but runs on another stack that is ready here
     (ORTModule, from the current stack): "ortmodule@ort" -> PyTorch here and ORTModule in the ort stack's worker."""
-    from ortlab.cross_stack import default_stack, only_on_ort
+    from ortlab.comparison.cross_stack import default_stack, only_on_ort
     from ortlab.engine.stack_env import ready
 
     return {f"{b}@{default_stack(b)}": [REFERENCE, b] for b in BACKENDS
@@ -125,7 +125,7 @@ class BurstPanel(Background, W.VBox):
                                        tooltip=f"{pair}: {both}" + (f"; all: and {', '.join(others)} (torch.compile's "
                                        "first step compiles: tens of seconds)" if others else ""),
                                        layout=W.Layout(max_width="100%"))
-        # each backend's stack, where another stack's environment exists or can be built (ortlab.cross_stack)
+        # each backend's stack, where another stack's environment exists or can be built (ortlab.comparison.cross_stack)
         self.stacks = {b: W.Dropdown(options=choices, value=str(this_stack()), description=f"{BACKENDS[b].label} on",
                                      tooltip="another stack runs this backend in a worker of its own Python and "
                                      "torch, from the same snapshot, judged against PyTorch from the run folders",
@@ -279,7 +279,7 @@ class BurstPanel(Background, W.VBox):
             self.status.value = self._summary(runs, self.last_verdicts)
             self._show_distances()
             if self.last_verdicts and all(r.status == RunStatus.OK for r in runs):
-                from ortlab.recommend import recommend_runs
+                from ortlab.comparison.recommend import recommend_runs
 
                 earlier = [r for r in self.session.runs if r not in runs]
                 line = recommend_runs(runs, {b: v.status for b, v in self.last_verdicts.items()}, earlier).line
@@ -300,7 +300,7 @@ class BurstPanel(Background, W.VBox):
     def _placed(self, backends: list[str]):
         """The backends placed on the stacks chosen, when one runs on another stack than this process's (None:
         every burst in this session's worker)."""
-        from ortlab.cross_stack import crosses, parse_placed
+        from ortlab.comparison.cross_stack import crosses, parse_placed
 
         if len(backends) < 2:  # one burst: the session's
             return None
@@ -308,9 +308,9 @@ class BurstPanel(Background, W.VBox):
         return placed if crosses(placed) else None
 
     def _across(self, placed, options, collect) -> list:
-        """The comparison across stacks (ortlab.cross_stack.compare): runs, verdicts and recommendation shown as a
-        comparison in one process shows them; its runs join the session's."""
-        from ortlab.cross_stack import compare
+        """The comparison across stacks (ortlab.comparison.cross_stack.compare): runs, verdicts and recommendation
+        shown as a comparison in one process shows them; its runs join the session's."""
+        from ortlab.comparison.cross_stack import compare
 
         self.status.value = html.escape("running " + ", ".join(map(str, placed)) + " (each on its stack's worker; "
                                         "then judged from the run folders)...")
@@ -349,7 +349,7 @@ class BurstPanel(Background, W.VBox):
     def _draw(self) -> None:
         """The loss curves that have steps (a backend a Stop kept from running has no curve, nor a legend entry),
         over the earlier runs' when overlaid."""
-        from ortlab.plots import figure_png, loss_figure
+        from ortlab.comparison.plots import figure_png, loss_figure
 
         curves = {label: values for label, values in self._curves.items() if values}
         if curves:
@@ -357,8 +357,8 @@ class BurstPanel(Background, W.VBox):
 
     def _earlier_curves(self, new: list | tuple = ()) -> dict[str, list[float]]:
         """This session's earlier bursts' losses (the last 6 before `new`), each named by what sets it apart from
-        the others and from the `new` runs once they exist (ortlab.labels)."""
-        from ortlab.labels import labels
+        the others and from the `new` runs once they exist (ortlab.runs.labels)."""
+        from ortlab.runs.labels import labels
 
         runs = [r for r in self.session.runs if len(r.metrics) and not r.ranks and r not in new][-6:]
         named = labels([*runs, *new])[:len(runs)]
@@ -376,8 +376,8 @@ class BurstPanel(Background, W.VBox):
 
     def _show_distances(self) -> None:
         """The last verdict's gradients against float64, per parameter (nothing when they were not judged so)."""
+        from ortlab.comparison.plots import figure_png
         from ortlab.engine.backends import label
-        from ortlab.plots import figure_png
         from ortlab.verdict.figures import distances_figure
 
         figures = [distances_figure(v, label(b)) for b, v in self.last_verdicts.items()]

@@ -10,7 +10,7 @@ import ipywidgets as W
 
 from ortlab.engine.backends import default_backends, has
 from ortlab.options import Options
-from ortlab.stacks import ortmodule_line
+from ortlab.stacks.table import ortmodule_line
 from ortlab.widgets.burst_panel import BurstPanel
 from ortlab.widgets.export import shown_path
 from ortlab.widgets.layout import STYLE

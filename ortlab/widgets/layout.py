@@ -12,7 +12,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from ortlab.run import ENDED_EARLY, RunStatus
+from ortlab.runs.run import ENDED_EARLY, RunStatus
 
 MISSING = "—"  # a value that is not there, in every table of the Lab
 LONG = 40  # characters beyond which a table cell's text wraps in a column of its own width

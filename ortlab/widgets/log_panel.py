@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import ipywidgets as W
 
-from ortlab.capture import log_records
+from ortlab.common.capture import log_records
 from ortlab.widgets.layout import flexible, row
 
 LEVELS = ["all", "WARNING and above", "ERROR and above"]

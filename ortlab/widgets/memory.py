@@ -12,7 +12,7 @@ import ipywidgets as W
 
 from ortlab.account.record import GRAPH, MB, summary_fields
 from ortlab.engine.backends import has
-from ortlab.labels import labels
+from ortlab.runs.labels import labels
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import flexible, row, table
@@ -113,7 +113,7 @@ class MemoryPanel(W.VBox):
             return
         try:
             from ortlab.account import timeline_figure
-            from ortlab.plots import figure_png
+            from ortlab.comparison.plots import figure_png
 
             shown = self.accounts()
             fig = timeline_figure(*(a for _, a in shown), labels=[label for label, _ in shown])

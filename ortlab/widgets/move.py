@@ -46,7 +46,7 @@ class MovePanel(W.VBox):
     def show(self):
         """The report of the fields' runs (or the Lab's newest pair), shown; the MoveReport, or None."""
         from ortlab.move.report import move_report
-        from ortlab.run import load_run
+        from ortlab.runs.run import load_run
         from ortlab.widgets.background import error_html
 
         ort, comp = newest_pair(list(self._runs_fn() or []))

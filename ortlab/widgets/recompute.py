@@ -8,7 +8,7 @@ from pathlib import Path
 
 import ipywidgets as W
 
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 from ortlab.widgets import layout
 from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.images import figure_area
@@ -132,7 +132,7 @@ class RecomputePanel(Background, W.VBox):
         self.update_what_if()
 
     def update_what_if(self) -> None:
-        from ortlab.plots import figure_png
+        from ortlab.comparison.plots import figure_png
         from ortlab.recompute import what_if, what_if_figure
 
         if self.table is None or not len(self.table):
@@ -188,7 +188,7 @@ class RecomputePanel(Background, W.VBox):
 
     def sweep(self, wait: bool = False) -> None:
         def work():
-            from ortlab.plots import figure_png
+            from ortlab.comparison.plots import figure_png
             from ortlab.recompute import plan_sweep
 
             sweep = plan_sweep(self.session, steps=self.steps.value)

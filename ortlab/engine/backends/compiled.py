@@ -141,7 +141,7 @@ class Compiled(Backend):
 
         @contextlib.contextmanager
         def around(model: Any) -> Iterator[None]:
-            from ortlab.capture import captured_output
+            from ortlab.common.capture import captured_output
 
             try:
                 with captured_output(log):

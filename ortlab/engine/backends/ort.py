@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from ortlab.capture import parse_feature_table
+from ortlab.common.capture import parse_feature_table
 from ortlab.compat import hazards
 from ortlab.compat.errors import failure_stage, root_message
 from ortlab.engine.backends import Alone, Backend
 from ortlab.engine.collectors import graph_key
 from ortlab.engine.types import Burst, Engine, Transition
 from ortlab.engine.wrapper import Wrapper, input_schema
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 from ortlab.workload import call_model
 
 MHA_HINT = ("torch.nn.MultiheadAttention is a known cause: ORT 1.19.2's symbolic shape inference fails on its "
@@ -97,7 +97,7 @@ class OrtBackend(Backend):
         """A fresh ORTModule over the module (fallback is a failure), the fixes applied to the model, the compute
         optimizer off (it moves ops across the module's boundary), ORT's output into `log`."""
         from ortlab import _ort
-        from ortlab.capture import captured_output
+        from ortlab.common.capture import captured_output
         from ortlab.compat import registry
         from ortlab.options import Options
 

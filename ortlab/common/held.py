@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 LOGGERS = ("orttraining", "onnxruntime")  # ORTModule's logger, and ORT's tools (symbolic shape inference)
-FORMAT = "%(asctime)s %(name)s [%(levelname)s] - %(message)s"  # the run logs' format (ortlab.capture)
+FORMAT = "%(asctime)s %(name)s [%(levelname)s] - %(message)s"  # the run logs' format (ortlab.common.capture)
 KEPT = 5000  # lines held at most before a run takes them (the oldest go first)
 
 _lines: collections.deque[str] = collections.deque(maxlen=KEPT)

@@ -1,5 +1,5 @@
 """The runs of a folder as rows (`ortlab.list_runs`, `ortlab runs`): each run's summary, with its verdict's numbers
-in one line beside what it said. Above the verdict on purpose: a run folder (ortlab.run) knows nothing of how a
+in one line beside what it said. Above the verdict on purpose: a run folder (ortlab.runs.run) knows nothing of how a
 verdict is judged or worded."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ortlab.run import Run, RunError, load_run
+from ortlab.runs.run import Run, RunError, load_run
 from ortlab.verdict.judge import FILE, evidence
 
 

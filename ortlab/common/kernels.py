@@ -154,7 +154,7 @@ _loaded: object = None  # None: not tried yet; False: unavailable
 
 
 def _cache_dir() -> Path:
-    from ortlab.environment import cache_root
+    from ortlab.stacks.environment import cache_root
 
     return cache_root() / "kernels"
 

@@ -6,7 +6,7 @@ its first step and its starting point. The engine writes these files as a burst 
   float64, kind, dtype, size, the owning module's class): enough to name the tensors two runs disagree on, small
   enough to keep with every run.
 - judge.json, first_step_summary.pt, snapshot.pt (a parity burst): the starting snapshot's and each step's batch's
-  SHA-256, the first step's gradients summarized (a fixed size a parameter: ortlab.sketch; first_step.pt holds
+  SHA-256, the first step's gradients summarized (a fixed size a parameter: ortlab.runs.sketch; first_step.pt holds
   them whole when the burst's evidence is "full"), and the snapshot itself when small (ortlab.verdict.record says
   why each).
 """
@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ortlab.run import write_json
+from ortlab.runs.run import write_json
 
 STATE_FILE = "final_state.json"
 FROZEN = "frozen parameter"  # a parameter that does not require grad
 RECORD_FILE = "judge.json"
 GRADIENTS = "first_step.pt"  # every gradient (BurstConfig.evidence "full")
-SUMMARY = "first_step_summary.pt"  # a summary a parameter (ortlab.sketch): what any parity burst keeps
+SUMMARY = "first_step_summary.pt"  # a summary a parameter (ortlab.runs.sketch): what any parity burst keeps
 SNAPSHOT = "snapshot.pt"
 SNAPSHOT_KEPT_BYTES = 32 * 2**20  # a snapshot up to this size is written into the run folder (the demo: 0.4 MB)
 FORMAT = "ortlab-judge-1"
@@ -96,12 +96,12 @@ def batch_hashes(workload: Any, feed: Any, steps: int) -> list[str]:
 
 
 def gradients(model: Any, loss: float, scaler: Any = None, full: bool = False) -> dict[str, Any]:
-    """The first step's loss and every trained parameter's gradient summarized (ortlab.sketch: a fixed size a
+    """The first step's loss and every trained parameter's gradient summarized (ortlab.runs.sketch: a fixed size a
     parameter, computed on its device; None where it got none), taken after the step's backward and before the
     optimizer's step; under a GradScaler, unscaled. `full`: the gradients themselves too (fp32 copies on the CPU)."""
     import torch
 
-    from ortlab import sketch
+    from ortlab.runs import sketch
 
     scale = float(scaler.get_scale()) if scaler is not None else 1.0
     summaries, grads = {}, {}
@@ -123,7 +123,7 @@ def write_record(path: Path, first: dict[str, Any] | None, initial: Any, workloa
     started = time.perf_counter()
     files = {}
     if first is not None:
-        from ortlab import sketch
+        from ortlab.runs import sketch
 
         _save(path / SUMMARY, {"format": sketch.FORMAT, "width": sketch.WIDTH, "exact": sketch.EXACT,
                                "loss": first["loss"], "grads": first["summaries"]})

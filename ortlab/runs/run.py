@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortlab.enums import StrEnum
+from ortlab.common.enums import StrEnum
 from ortlab.errors import InputError, OrtlabError
 
 
@@ -307,7 +307,7 @@ class Run:
         if self.meta.get("hazards"):  # what the exporter warned about (ortlab.compat.hazards)
             out["hazards"] = len(self.meta["hazards"])
         verdict = self.read_json("verdict.json")
-        if verdict:  # an ORTModule run judged against its PyTorch run: what it said (its evidence: ortlab.listing)
+        if verdict:  # an ORTModule run judged against its PyTorch run: what it said (its evidence: ortlab.runs.listing)
             out["verdict"] = verdict.get("status")
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ortlab.run import Run
+from ortlab.runs.run import Run
 
 # BurstConfig's defaults, as `ortlab burst` spells them: a reproduction names only what differs.
 _FLAGS = (("optimizer", "--optimizer", "auto"), ("lr", "--lr", 1e-3), ("seed", "--seed", 0),

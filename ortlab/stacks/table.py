@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ortlab.enums import StrEnum
+from ortlab.common.enums import StrEnum
 
 
 class Stack(StrEnum):

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortlab import _ort, held
+from ortlab import _ort
+from ortlab.common import held
 from ortlab.errors import InputError
 from ortlab.options import Options
-from ortlab.run import RunStatus
+from ortlab.runs.run import RunStatus
 from ortlab.wrapping import info_of
 
 HANGING_LEVELS = ("INFO", "DEVINFO", "VERBOSE")
@@ -101,8 +102,8 @@ class Recorder:
 
         from ortlab.engine.collectors import make_collectors
         from ortlab.engine.peak import PeakMemory
-        from ortlab.run import RunWriter, new_run_dir
-        from ortlab.versions import versions
+        from ortlab.runs.run import RunWriter, new_run_dir
+        from ortlab.stacks.versions import versions
 
         device = next((p.device for p in self.inner.parameters()), torch.device("cpu"))
         self.collectors = make_collectors(self.cfg.collect)

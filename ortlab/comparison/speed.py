@@ -103,7 +103,7 @@ def spread(bursts: Iterable[Sequence[float]], loads: Iterable[float] = (), warmu
 
 
 def of_runs(runs: Sequence[Any], warmup: int | None = None) -> Spread | None:
-    """The Spread of identical runs of one backend (ortlab.run.Run: their metrics' step times and machine)."""
+    """The Spread of identical runs of one backend (ortlab.runs.run.Run: their metrics' step times and machine)."""
     bursts, loads = [], []
     for run in runs:
         m = run.metrics

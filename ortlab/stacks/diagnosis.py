@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ortlab.environment import (
+from ortlab.stacks.environment import (
     CPU_EXTENSIONS,
     CUDA_EXTENSIONS,
     _version,
@@ -21,7 +21,7 @@ from ortlab.environment import (
     built_extensions,
     cache_root,
 )
-from ortlab.stacks import STACKS, Stack, ort_stack_hint, ortmodule_unavailable, this_stack
+from ortlab.stacks.table import STACKS, Stack, ort_stack_hint, ortmodule_unavailable, this_stack
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Report:
                  f"lock         {self.lock or 'none (not an environment bin/ortlab made)'}",
                  f"ortlab from  {self.ortlab_from}",
                  f"cache        {self.cache} (environments, compiled kernels; ORTLAB_ENV_ROOT moves it)"]
-        from ortlab.versions import TESTED_TRANSFORMERS
+        from ortlab.stacks.versions import TESTED_TRANSFORMERS
 
         tested = {"transformers": f" (model families tested with {', '.join(TESTED_TRANSFORMERS)}: "
                                   "docs/compatibility.md)"}
@@ -229,7 +229,7 @@ def doctor() -> Report:
                           ("ipywidgets", "the Lab's panels need it; bursts, the CLI and the API do not")):
         if versions[name] is None:
             problems.append(Problem(f"{name} is not installed", f"pip install {name} ({missing})", fatal=False))
-    from ortlab.versions import TESTED_TRANSFORMERS, transformers_note
+    from ortlab.stacks.versions import TESTED_TRANSFORMERS, transformers_note
 
     note = transformers_note(versions["transformers"])
     if note:
@@ -244,7 +244,7 @@ def doctor() -> Report:
         platform=f"{platform.system()} {platform.machine()}",
         interpreter=interpreter,
         lock=os.environ.get("ORTLAB_LOCK"),
-        ortlab_from=str(Path(__file__).resolve().parents[1]),
+        ortlab_from=str(Path(__file__).resolve().parents[2]),
         cache=str(cache_root()),
         versions=versions,
         cuda_available=cuda_available,

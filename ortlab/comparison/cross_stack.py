@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from ortlab.engine.backends import ALIASES, BACKENDS, REFERENCE, BurstError, label
 from ortlab.engine.stack_env import StackError, parse_stack
 from ortlab.errors import InputError, did_you_mean
-from ortlab.stacks import STACKS, Stack, this_stack
+from ortlab.stacks.table import STACKS, Stack, this_stack
 
 if TYPE_CHECKING:
-    from ortlab.summary import Comparison
+    from ortlab.comparison.summary import Comparison
 
 
 class CrossStackError(InputError):
@@ -116,7 +116,7 @@ def save_snapshot(ref: Any, seed: int, out: str | Path) -> Path:
     under `seed`) and saved once, named by its SHA-256 under `<out>/.snapshots/` (the runs name the file)."""
     import torch
 
-    from ortlab.snapshot import Snapshot
+    from ortlab.runs.snapshot import Snapshot
     from ortlab.verdict.record import snapshot_hash
 
     torch.manual_seed(seed)
@@ -148,10 +148,10 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
     model is built under (a Session's `seed`); `snapshot`: the file every worker starts from (None: the model's
     own start, saved once); `on_step(backend, row)` after each step; `kwargs`: Session.burst's. Parity mode is
     required (the verdict reads the first steps the parity bursts record)."""
+    from ortlab.comparison.summary import Comparison
     from ortlab.engine.config import made_elsewhere
     from ortlab.engine.session import Session
-    from ortlab.run import ENDED_EARLY
-    from ortlab.summary import Comparison
+    from ortlab.runs.run import ENDED_EARLY
     from ortlab.workload import ModelRef
 
     here = this_stack()
@@ -193,7 +193,7 @@ def judge(runs: dict[str, Any], placed: Sequence[Placed] = (), progress: bool = 
     folder. Where each pair is judged: judging_plan (here two at a time, one float64 session serving both; a
     backend that cannot run here in its own stack's Python). Returns why each backend whose judging failed there
     has no verdict (its run folder holds a "not judged" one saying why); empty when every pair was judged."""
-    from ortlab.run import ENDED_EARLY
+    from ortlab.runs.run import ENDED_EARLY
     from ortlab.verdict.folders import judge_runs
 
     pytorch = runs.get(REFERENCE)
@@ -300,7 +300,7 @@ def _judged(stdout: str, others: Sequence[Any]) -> bool:
 
 def _not_judged(run: Any, line: str, tail: Sequence[str]) -> None:
     """A "not judged" verdict.json in the run's folder saying why, and the judging process's stderr tail beside."""
-    from ortlab.run import write_json
+    from ortlab.runs.run import write_json
     from ortlab.verdict.judge import FILE, NOT_JUDGED, Verdict
 
     notes = []

@@ -1,8 +1,8 @@
 """Which backend to train with, and why, from a comparison's plain figures: a backend is worth moving to only when
 it trains the same model (its verdict agrees with PyTorch) and is faster per step beyond the noise of the step times
-(`ortlab.speed`: the steps after warm-up, their spread, repeated bursts, the machine's load), and then the start-up
-it costs is paid back after a number of steps. When the difference lies inside the noise it says so, with about how
-many more steps would tell, instead of naming a winner. Otherwise: stay on PyTorch, with each other backend's
+(`ortlab.comparison.speed`: the steps after warm-up, their spread, repeated bursts, the machine's load), and then the
+start-up it costs is paid back after a number of steps. When the difference lies inside the noise it says so, with
+about how many more steps would tell, instead of naming a winner. Otherwise: stay on PyTorch, with each other backend's
 reason."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ortlab.comparison.speed import Ratio, Spread, of_runs, ratio
 from ortlab.engine.backends import REFERENCE, has, label
-from ortlab.run import RunStatus
-from ortlab.speed import Ratio, Spread, of_runs, ratio
+from ortlab.runs.run import RunStatus
 from ortlab.verdict.judge import VerdictStatus
 
 CANT_TELL = "can't tell at this length"
@@ -71,8 +71,8 @@ def _recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | N
                spreads: dict[str, Spread | None] | None, name_of: Any) -> Recommendation:
     """`summaries`: each backend's Run.summary() ("pytorch" and the others compared with it); `verdicts`: each
     other backend's verdict status (agree, diverged, not judged; None without one); `spreads`: each backend's step
-    times after warm-up (`ortlab.speed.of_runs`; without one, the summary's median is taken as exact). The fastest
-    backend beyond the noise among those that agree with PyTorch; "can't tell" when the fastest candidate's
+    times after warm-up (`ortlab.comparison.speed.of_runs`; without one, the summary's median is taken as exact). The
+    fastest backend beyond the noise among those that agree with PyTorch; "can't tell" when the fastest candidate's
     difference lies inside the noise; else PyTorch, with every other one's reason."""
     spreads = spreads or {}
     pytorch = summaries.get(REFERENCE) or {}

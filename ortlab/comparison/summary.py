@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from ortlab.engine.backends import BACKENDS, REFERENCE, has, registered
-from ortlab.run import Run, RunStatus
+from ortlab.runs.run import Run, RunStatus
 
 OTHERS = tuple(b for b in BACKENDS if b != REFERENCE)  # what PyTorch is compared with, in this order
 # What a run that fell back to PyTorch cannot show of ORTModule (its figures would be PyTorch's under its name).
@@ -34,7 +34,8 @@ class Comparison:
             backends = tuple(b for i, b in enumerate(BACKENDS) if i < shown or b in given)
         self._given = given  # every run given, by backend (`run` finds one not asked for too)
         self.backends: tuple[str, ...] = tuple(backends)
-        # a comparison across stacks (ortlab.cross_stack): each backend's {"stack", "torch"}; None: one process
+        # a comparison across stacks (ortlab.comparison.cross_stack): each backend's {"stack", "torch"}; None: one
+        # process
         self.stacks = stacks
 
     def label_of(self, backend: str) -> str:
@@ -190,13 +191,13 @@ class Comparison:
 
     def decision(self, earlier=()):
         """Which backend to train with, as a table: per backend its status, speed after warm-up (median step, and
-        the step time against PyTorch's with its 99 % interval: `ortlab.speed`), start-up cost, the steps after
-        which it has made its start-up back against PyTorch ("can't tell" while the difference is inside the
+        the step time against PyTorch's with its 99 % interval: `ortlab.comparison.speed`), start-up cost, the steps
+        after which it has made its start-up back against PyTorch ("can't tell" while the difference is inside the
         noise), memory, numerics (the verdict) and what failed. `earlier`: identical runs pooled with these."""
         import pandas as pd
 
-        from ortlab.recommend import spreads_of
-        from ortlab.speed import ratio, times
+        from ortlab.comparison.recommend import spreads_of
+        from ortlab.comparison.speed import ratio, times
 
         spreads = spreads_of(self.runs, earlier)
         base = spreads.get(REFERENCE)
@@ -230,10 +231,10 @@ class Comparison:
         return pd.DataFrame(rows)
 
     def recommendation(self, earlier=()):
-        """Which backend to train with and why (ortlab.recommend.Recommendation): faster beyond the noise after N
-        steps with the same numerics, "can't tell at this length" with the steps that would tell, or stay on
+        """Which backend to train with and why (ortlab.comparison.recommend.Recommendation): faster beyond the noise
+        after N steps with the same numerics, "can't tell at this length" with the steps that would tell, or stay on
         PyTorch with each other backend's reason. `earlier`: identical runs (a session's) pooled with these."""
-        from ortlab.recommend import recommend, spreads_of
+        from ortlab.comparison.recommend import recommend, spreads_of
 
         summaries = {b: (r.summary() if (r := self.run(b)) is not None else {"status": "not run"})
                      for b in self.backends}
@@ -324,7 +325,7 @@ def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool 
         rows.insert(2, ("fixes", *(", ".join(d[b].get("fixes") or []) or "-" for b in backends)))
     if any(d[b].get("nproc") for b in backends):  # a distributed burst
         rows.append(("ranks", *(_ranks_cell(d[b]) for b in backends)))
-    if any(d[b].get("imbalance") for b in backends):  # ranks (ortlab.balance)
+    if any(d[b].get("imbalance") for b in backends):  # ranks (ortlab.comparison.balance)
         for label, key, spec in (("load imbalance (max/mean)", "load", ".3f"),
                                  ("ranks waited (of step)", "wait_share", ".1%")):
             rows.append((label, *(fmt((d[b].get("imbalance") or {}).get(key), spec) for b in backends)))

@@ -1,0 +1,2 @@
+"""Small helpers every floor uses: closed name sets, lazy exports, quieted warnings, captured output, compiled kernels,
+parity mode."""
