@@ -47,7 +47,7 @@ print(comparison)
 comparison.losses()
 """),
     code("""
-from ortlab.comparison.plots import loss_figure
+from ortlab.common.plots import loss_figure
 
 loss_figure({"pytorch": comparison.pytorch.losses, "ortmodule": comparison.ortmodule.losses})
 """),
@@ -643,7 +643,7 @@ print({name: (run.status, len(run.metrics)) for name, run in runs.items()})
 print(runs["ortmodule"].meta["fixes"]["applied"])
 """),
     code("""
-from ortlab.comparison.plots import loss_figure
+from ortlab.common.plots import loss_figure
 
 loss_figure({name: run.losses for name, run in runs.items()}, title="Trainer.train(): logged loss per step")
 """),

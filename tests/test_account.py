@@ -459,13 +459,13 @@ def fake_run(folder: Path, backend: str, memory_data: dict | None, options: dict
 
 
 def graph_record(account: MemoryAccount) -> dict:
-    from ortlab.account.record import COUNTS, GRAPH
+    from ortlab.runs.memory import COUNTS, GRAPH
 
     return {"kind": GRAPH, "counts": COUNTS[GRAPH], **account.to_dict(timeline=True)}
 
 
 def autograd_record(account) -> dict:
-    from ortlab.account.record import AUTOGRAD, COUNTS
+    from ortlab.runs.memory import AUTOGRAD, COUNTS
 
     return {"kind": AUTOGRAD, "counts": COUNTS[AUTOGRAD], **account.to_dict()}
 
@@ -519,8 +519,8 @@ def test_the_collector_leaves_a_pytorch_burst_as_it_was(tmp_path, factory):
 
 
 def test_summary_reports_accounted_memory_beside_the_process(tmp_path):
-    from ortlab.account.record import GRAPH, missing
     from ortlab.comparison.summary import Comparison
+    from ortlab.runs.memory import GRAPH, missing
     from ortlab.runs.run import load_run
 
     graph = memory(recompute_graph(tmp_path / "m_execution_model_training.onnx"), order="default")

@@ -86,7 +86,7 @@ def test_doctor_says_the_stack_and_what_runs_per_backend():
     assert f"the {report['stack']} stack is healthy" in text and "NOT HERE" not in text.split("backends")[0]
 
 
-@pytest.mark.skipif(__import__("ortlab.stacks.table").stacks.ortmodule_unavailable() is None,
+@pytest.mark.skipif(__import__("ortlab.stacks.table").stacks.table.ortmodule_unavailable() is None,
                     reason="ORTModule runs here: where it does not (the current stack), the refusal is tested")
 def test_ortmodule_where_it_cannot_run_is_one_line_never_an_export_failure(tmp_path):
     """The current stack: ORTModule asked for by name, or an ORTModule-only command, is refused in one line saying

@@ -5,8 +5,8 @@ real thing on a GPU."""
 
 from __future__ import annotations
 
-from ortlab.account.record import summary_fields
 from ortlab.comparison.summary import table
+from ortlab.runs.memory import summary_fields
 from ortlab.timing import profile
 
 HOST, MAIN, AUTOGRAD, STREAM = 4242, 1001, 1002, 7

@@ -201,7 +201,7 @@ def test_on_a_gpu_the_ort_stack_gets_the_cuda_11_libraries_its_provider_loads(tm
     prints nothing. (The folder is kept under the cache root: 1.4 GB, installed once.)"""
     import onnxruntime
 
-    from ortlab.stacks.environment import cache_root
+    from ortlab.common.cache import cache_root
 
     provider = Path(onnxruntime.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
     script = str(ROOT / "scripts" / "ort_cuda.py")

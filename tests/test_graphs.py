@@ -350,7 +350,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 @pytest.mark.slow
 @pytest.mark.ort
 def test_charts_draw_the_numbers_they_show(exported):
-    from ortlab.comparison.plots import figure_png
+    from ortlab.common.plots import figure_png
 
     g = load(exported["memopt"])
     d = g.diff("optimized", "execution_model")
@@ -659,7 +659,7 @@ def test_netron_renders_in_chromium_without_the_consent_prompt(exported, tmp_pat
 
     from playwright.sync_api import sync_playwright
 
-    from ortlab.comparison.plots import figure_png
+    from ortlab.common.plots import figure_png
     from ortlab.graphs import serve
 
     shots = shots_dir

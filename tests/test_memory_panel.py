@@ -22,7 +22,7 @@ from tests.test_account import (
 def runs(tmp_path):
     """An ORTModule run at level 1 (the recompute graph), a PyTorch run then an ORTModule run (a comparison),
     an ORTModule run without an account (save_onnx off), as a session would list them, oldest first."""
-    from ortlab.account.record import GRAPH, missing
+    from ortlab.runs.memory import GRAPH, missing
 
     recompute = memory(recompute_graph(tmp_path / "r_execution_model_training.onnx"))
     tiny = memory(tiny_training_graph(tmp_path / "t_execution_model_training.onnx"), dims={"batch": 2})

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 
 from ortlab.engine.progress import Pace, duration
-from ortlab.runs.labels import labels
+from ortlab.reporting.labels import labels
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.layout import MISSING, cell, header, table
 

@@ -133,7 +133,7 @@ def model_explorer():
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["time", "memory", "stats"])
 def test_model_explorer_loads_the_overlay(demo, model_explorer, kind, tmp_path):
-    from ortlab.graphs.overlay import overlay
+    from ortlab.reporting.overlay import overlay
 
     _, pytorch, ortmodule = demo
     path = tmp_path / f"{kind}.json"

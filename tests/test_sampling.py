@@ -12,8 +12,8 @@ from torch.nn import functional as F
 
 import ortlab
 from ortlab import Session
-from ortlab.comparison.balance import step_fields
 from ortlab.demo import gpt
+from ortlab.engine.balance import step_fields
 from ortlab.engine.config import BurstConfig, BurstError
 from ortlab.engine.sampling import Feed
 from ortlab.workload import Workload, WorkloadError

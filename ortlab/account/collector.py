@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ortlab.account.record import AUTOGRAD, FILE, missing
 from ortlab.engine.backends import registered
 from ortlab.engine.types import Collector
+from ortlab.runs.memory import AUTOGRAD, FILE, missing
 
 
 class MemoryCollector(Collector):

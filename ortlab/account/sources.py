@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.account.collector import random_state_kept, untouched
-from ortlab.account.record import AUTOGRAD, COUNTS, GRAPH, missing
 from ortlab.engine.backends import label
+from ortlab.runs.memory import AUTOGRAD, COUNTS, GRAPH, missing
 from ortlab.runs.run import RunStatus
 
 

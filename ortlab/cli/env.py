@@ -8,7 +8,7 @@ from ortlab.cli.common import add_json_arg, print_json
 
 
 def cmd_doctor(args) -> int:
-    from ortlab.stacks.diagnosis import doctor
+    from ortlab.engine.diagnosis import doctor
 
     report = doctor()
     print_json(report.to_dict()) if args.json else print(report)

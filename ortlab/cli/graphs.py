@@ -53,7 +53,7 @@ def cmd_graphs(args) -> int:
 
 def _overlay(args) -> int:
     """The per-node data of one kind written as Model Explorer's node-data JSON, and its costliest nodes."""
-    from ortlab.graphs.overlay import overlay
+    from ortlab.reporting.overlay import overlay
 
     o = overlay(args.run, args.overlay, against=args.against)
     out = Path(args.out) if args.out else Path(args.run) / f"overlay-{args.overlay}.json"

@@ -22,7 +22,7 @@ SHOWN = {"run", "started", *(c[0] for c in COLUMNS)}
 
 
 def cmd_runs(args) -> int:
-    from ortlab.runs.listing import list_runs, summary_row
+    from ortlab.reporting.listing import list_runs, summary_row
     from ortlab.runs.run import load_run
 
     folder = Path(args.folder)

@@ -8,7 +8,7 @@ would show:
   (wrapping) in one call; a torch sum per parameter costs ~10 us of dispatch, 0.3 ms a step on the demo's 29.
 
 The C source is compiled on first use with the system's C compiler (ortlab already needs one for ORTModule's
-extensions) into ortlab's cache folder (~/.cache/ortlab, or ORTLAB_ENV_ROOT: `environment.cache_root`), with one
+extensions) into ortlab's cache folder (~/.cache/ortlab, or ORTLAB_ENV_ROOT: `common.cache.cache_root`), with one
 variant per instruction set chosen at run time; without a compiler both return None and their callers use numpy
 or torch. It is built as a Python extension when Python's headers are there: a call through ctypes costs about
 4 us (argument conversion, releasing and taking back the GIL), as much as summarizing 30,000 values, and a step of
@@ -154,7 +154,7 @@ _loaded: object = None  # None: not tried yet; False: unavailable
 
 
 def _cache_dir() -> Path:
-    from ortlab.stacks.environment import cache_root
+    from ortlab.common.cache import cache_root
 
     return cache_root() / "kernels"
 

@@ -325,7 +325,7 @@ def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool 
         rows.insert(2, ("fixes", *(", ".join(d[b].get("fixes") or []) or "-" for b in backends)))
     if any(d[b].get("nproc") for b in backends):  # a distributed burst
         rows.append(("ranks", *(_ranks_cell(d[b]) for b in backends)))
-    if any(d[b].get("imbalance") for b in backends):  # ranks (ortlab.comparison.balance)
+    if any(d[b].get("imbalance") for b in backends):  # ranks (ortlab.engine.balance)
         for label, key, spec in (("load imbalance (max/mean)", "load", ".3f"),
                                  ("ranks waited (of step)", "wait_share", ".1%")):
             rows.append((label, *(fmt((d[b].get("imbalance") or {}).get(key), spec) for b in backends)))

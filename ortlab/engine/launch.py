@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ortlab.comparison import balance
+from ortlab.engine import balance
 from ortlab.engine.backends import registered
 from ortlab.engine.config import BurstConfig, BurstError, resolve_device
 from ortlab.engine.machine import available_cores, load_average, warn_oversubscribed

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ortlab.comparison import balance
+from ortlab.engine import balance
 from ortlab.engine.config import BurstConfig, resolve_device
 from ortlab.engine.exchange import Checksums, Exchange, Table
 from ortlab.engine.loop import Engine, _Burst
@@ -136,7 +136,7 @@ class RankEngine(Engine):
 
     def _before_backward(self, b: _Burst, step: int, loss: torch.Tensor) -> torch.Tensor:
         """This rank's row of the step's exchange (ortlab.engine.exchange): the checksums taken as the step began,
-        the Stop flag, the forward time and the batch's load and tokens (ortlab.comparison.balance). It travels with the
+        the Stop flag, the forward time and the batch's load and tokens (ortlab.engine.balance). It travels with the
         backward's gradient all-reduce and is read when the step ends."""
         load = b.feed.load(step) or {}
         self.exchange.post(self._sums, self._stop,

@@ -97,7 +97,7 @@ class Session:
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
         nproc per machine, nnodes machines meeting at rdzv_endpoint HOST:PORT, this one being node_rank.
         `sampler` ("distributed" or "load_balancing", for a workload with a dataset) chooses how the dataset is
-        shared among the ranks (ortlab.engine.sampling); ortlab.comparison.balance reports how evenly they were loaded.
+        shared among the ranks (ortlab.engine.sampling); ortlab.engine.balance reports how evenly they were loaded.
         `fixes` ("auto", fix names, or none) are ortlab's compatibility fixes for an ORTModule burst
         (ortlab.compat.registry; `Session.check` says which the model needs); the run records which it applied.
         A burst whose ORTModule fell back to PyTorch ends with status "fallback", never "ok". `compile`: the

@@ -9,7 +9,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ortlab.runs.recorder import Recorder, checked_collect
+from ortlab.integrations.recorder import Recorder, checked_collect
 from ortlab.runs.run import RunStatus
 
 # what the run keeps of the Trainer's arguments (meta.json "trainer")

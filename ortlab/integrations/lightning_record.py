@@ -9,7 +9,7 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
-from ortlab.runs.recorder import Recorder, checked_collect
+from ortlab.integrations.recorder import Recorder, checked_collect
 from ortlab.runs.run import RunStatus
 
 try:  # the same package under its older name, so that its Trainer accepts the callback too

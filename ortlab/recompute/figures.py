@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ortlab.comparison.plots import pareto_front
+from ortlab.common.plots import pareto_front
 
 
 def what_if_figure(table, top: int | None = 12):

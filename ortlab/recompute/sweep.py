@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortlab.account.record import MB
 from ortlab.recompute.errors import PlanError
 from ortlab.recompute.figures import pareto_figure, saving_figure
 from ortlab.recompute.table import PLANS_FILE, plan_config, plans, write_config
+from ortlab.runs.memory import MB
 from ortlab.runs.run import RunStatus
 
 COLUMNS = ["set", "plans", "memory_opt_level", "status", "median_step_ms", "accounted_peak_mb", "accounted_saving_mb",

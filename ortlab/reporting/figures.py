@@ -18,7 +18,7 @@ def data_uri(fig) -> str:
 
 
 def losses(series: dict[str, list[float | None]]) -> str | None:
-    from ortlab.comparison.plots import loss_figure
+    from ortlab.common.plots import loss_figure
 
     if not series:
         return None

@@ -69,7 +69,7 @@ def time_diffs(pairs: list[tuple[Run, Run]], names: dict[str, str]) -> dict[str,
 
 
 def memory(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
-    from ortlab.account.record import summary_fields
+    from ortlab.runs.memory import summary_fields
 
     items = []
     for run in runs:

@@ -296,7 +296,7 @@ class Run:
             out.update(compile_s=compiled.get("compile_s"), startup_s=compiled.get("compile_s"),
                        graph_breaks=sum(g.get("count", 1) for g in compiled.get("graph_breaks", [])),
                        recompiles=len(compiled.get("recompiles", [])))
-        from ortlab.account.record import summary_fields
+        from ortlab.runs.memory import summary_fields
 
         out.update(summary_fields(self.memory))
         if self.meta.get("fallback"):  # ORTModule fell back to PyTorch (status "fallback")
@@ -307,7 +307,7 @@ class Run:
         if self.meta.get("hazards"):  # what the exporter warned about (ortlab.compat.hazards)
             out["hazards"] = len(self.meta["hazards"])
         verdict = self.read_json("verdict.json")
-        if verdict:  # an ORTModule run judged against its PyTorch run: what it said (its evidence: ortlab.runs.listing)
+        if verdict:  # an ORTModule run judged against its PyTorch run: what it said (its evidence: reporting.listing)
             out["verdict"] = verdict.get("status")
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:

@@ -1,5 +1,5 @@
-"""Where ortlab builds things (`cache_root`) and the build of ORTModule's torch C++ extensions (`ortlab setup`);
-what runs here is `ortlab.doctor`'s."""
+"""The build of ORTModule's torch C++ extensions (`ortlab setup`); where it builds is `common.cache`'s, what runs
+here is `ortlab.doctor`'s."""
 
 from __future__ import annotations
 
@@ -28,14 +28,6 @@ def base_python() -> str:
     if sys.prefix == sys.base_prefix:
         return sys.executable
     return str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
-
-
-def cache_root() -> Path:
-    """Where ortlab keeps what it builds outside a checkout (bin/_env.sh's environments, the compiled kernels):
-    ORTLAB_ENV_ROOT when set, else $XDG_CACHE_HOME/ortlab, else ~/.cache/ortlab. One variable moves all of it."""
-    if os.environ.get("ORTLAB_ENV_ROOT"):
-        return Path(os.environ["ORTLAB_ENV_ROOT"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ortlab"
 
 
 class SetupError(OrtlabError, RuntimeError):

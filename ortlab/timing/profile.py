@@ -210,7 +210,7 @@ def _op_name(name: str) -> str:
     return f"{tail} (autograd)" if sep and head.startswith("autograd::") else name
 
 
-WAIT = ("waiting for the slowest rank (its lead on the forward, as ortlab.comparison.balance measures it; DDP's "
+WAIT = ("waiting for the slowest rank (its lead on the forward, as ortlab.engine.balance measures it; DDP's "
         "gradient all-reduce makes the ranks wait in the backward)")
 
 

@@ -218,7 +218,7 @@ class OrtProfiler(TimeSource):
 
 
 def _waits(run_dir: Path, steps: list[int]) -> dict[int, float] | None:
-    """A rank's wait for the slowest rank in each profiled step (its metrics' wait_s, ortlab.comparison.balance); None
+    """A rank's wait for the slowest rank in each profiled step (its metrics' wait_s, ortlab.engine.balance); None
     for a single process."""
     path = run_dir / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ortlab.comparison.plots import label_points, pareto_front
+from ortlab.common.plots import label_points, pareto_front
 
 GREY = "#aaaaaa"
 

@@ -17,8 +17,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from ortlab.account.record import MB
 from ortlab.comparison import speed
+from ortlab.runs.memory import MB
 from ortlab.tuning.goals import METRICS
 
 QUIET_SPREAD = 0.05  # a quiet CPU's spread of step times (log scale): what `resolvable` assumes before measuring

@@ -15,7 +15,7 @@ from ortlab.widgets.layout import table
 
 
 def _png(fig) -> bytes:
-    from ortlab.comparison.plots import figure_png
+    from ortlab.common.plots import figure_png
 
     return figure_png(fig)
 

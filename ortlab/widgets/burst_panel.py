@@ -349,7 +349,7 @@ class BurstPanel(Background, W.VBox):
     def _draw(self) -> None:
         """The loss curves that have steps (a backend a Stop kept from running has no curve, nor a legend entry),
         over the earlier runs' when overlaid."""
-        from ortlab.comparison.plots import figure_png, loss_figure
+        from ortlab.common.plots import figure_png, loss_figure
 
         curves = {label: values for label, values in self._curves.items() if values}
         if curves:
@@ -357,8 +357,8 @@ class BurstPanel(Background, W.VBox):
 
     def _earlier_curves(self, new: list | tuple = ()) -> dict[str, list[float]]:
         """This session's earlier bursts' losses (the last 6 before `new`), each named by what sets it apart from
-        the others and from the `new` runs once they exist (ortlab.runs.labels)."""
-        from ortlab.runs.labels import labels
+        the others and from the `new` runs once they exist (ortlab.reporting.labels)."""
+        from ortlab.reporting.labels import labels
 
         runs = [r for r in self.session.runs if len(r.metrics) and not r.ranks and r not in new][-6:]
         named = labels([*runs, *new])[:len(runs)]
@@ -376,7 +376,7 @@ class BurstPanel(Background, W.VBox):
 
     def _show_distances(self) -> None:
         """The last verdict's gradients against float64, per parameter (nothing when they were not judged so)."""
-        from ortlab.comparison.plots import figure_png
+        from ortlab.common.plots import figure_png
         from ortlab.engine.backends import label
         from ortlab.verdict.figures import distances_figure
 

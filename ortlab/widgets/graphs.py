@@ -30,7 +30,7 @@ def _table(df, max_rows: int | None = None) -> str:
 
 
 def _runs_on_disk() -> list:
-    from ortlab.runs.listing import list_runs
+    from ortlab.reporting.listing import list_runs
     from ortlab.runs.run import load_run
 
     df = list_runs("runs")
@@ -314,7 +314,7 @@ class GraphsPanel(W.VBox):
 
     @_guarded
     def _show_diff(self) -> None:
-        from ortlab.comparison.plots import figure_png
+        from ortlab.common.plots import figure_png
 
         stage = self._stage()
         if stage is None or not self.compare_picker.value:

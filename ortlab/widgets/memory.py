@@ -10,9 +10,9 @@ from typing import Any
 
 import ipywidgets as W
 
-from ortlab.account.record import GRAPH, MB, summary_fields
 from ortlab.engine.backends import has
-from ortlab.runs.labels import labels
+from ortlab.reporting.labels import labels
+from ortlab.runs.memory import GRAPH, MB, summary_fields
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import flexible, row, table
@@ -113,7 +113,7 @@ class MemoryPanel(W.VBox):
             return
         try:
             from ortlab.account import timeline_figure
-            from ortlab.comparison.plots import figure_png
+            from ortlab.common.plots import figure_png
 
             shown = self.accounts()
             fig = timeline_figure(*(a for _, a in shown), labels=[label for label, _ in shown])

@@ -1,6 +1,6 @@
 """The Graphs tab's overlay: per-node data (the statistics' difference against PyTorch, ORT's kernel time, the
 bytes alive) over the drawn neighbourhood, in the colours Model Explorer shows for the same JSON
-(`ortlab graphs RUN --overlay KIND`), with the nodes of largest value listed. Thin over ortlab.graphs.overlay."""
+(`ortlab graphs RUN --overlay KIND`), with the nodes of largest value listed. Thin over ortlab.reporting.overlay."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import ipywidgets as W
 
-from ortlab.graphs.overlay import KINDS
+from ortlab.reporting.overlay import KINDS
 
 
 class OverlayControl(W.VBox):
@@ -34,7 +34,7 @@ class OverlayControl(W.VBox):
         self._pick(redraw=False)
 
     def _pick(self, redraw: bool = True) -> None:
-        from ortlab.graphs.overlay import overlay
+        from ortlab.reporting.overlay import overlay
 
         self.current, self.top.value = None, ""
         kind = self.picker.value

@@ -132,7 +132,7 @@ class RecomputePanel(Background, W.VBox):
         self.update_what_if()
 
     def update_what_if(self) -> None:
-        from ortlab.comparison.plots import figure_png
+        from ortlab.common.plots import figure_png
         from ortlab.recompute import what_if, what_if_figure
 
         if self.table is None or not len(self.table):
@@ -188,7 +188,7 @@ class RecomputePanel(Background, W.VBox):
 
     def sweep(self, wait: bool = False) -> None:
         def work():
-            from ortlab.comparison.plots import figure_png
+            from ortlab.common.plots import figure_png
             from ortlab.recompute import plan_sweep
 
             sweep = plan_sweep(self.session, steps=self.steps.value)

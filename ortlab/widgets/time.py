@@ -56,7 +56,7 @@ class TimePanel(W.VBox):
         self.refresh()
 
     def refresh(self) -> None:
-        from ortlab.comparison.plots import figure_png
+        from ortlab.common.plots import figure_png
         from ortlab.timing.table import KINDS, time
 
         runs = latest(list(self.get_runs() or []))

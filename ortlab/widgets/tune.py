@@ -137,7 +137,7 @@ class TunePanel(Background, W.VBox):
 
     def show(self, result, status: bool = True) -> None:
         """Show a Tuning: its table, pareto figure and best settings."""
-        from ortlab.comparison.plots import figure_png
+        from ortlab.common.plots import figure_png
 
         self.result = result
         if status:

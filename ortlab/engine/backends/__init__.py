@@ -72,17 +72,17 @@ def _load(target: str) -> Any:
 
 BACKENDS: dict[str, Registered] = {r.name: r for r in (
     Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True,
-               health="ortlab.stacks.diagnosis:pytorch_health"),
+               health="ortlab.engine.diagnosis:pytorch_health"),
     Registered("ortmodule", "ortlab.engine.backends.ort:OrtBackend", "ORTModule", onnx_stages=True, compat=True,
                import_options=True, time_source="ortlab.timing.sources:OrtProfiler",
                memory="ortlab.account.sources:Graph", stats_taps="ortlab.activations.taps:GraphTaps",
                unavailable="ortlab.stacks.table:ortmodule_line",
-               health="ortlab.stacks.diagnosis:ortmodule_health", autocast_cpu=False),
+               health="ortlab.engine.diagnosis:ortmodule_health", autocast_cpu=False),
     Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
                time_source="ortlab.timing.sources:TorchProfilerFused",
                memory="ortlab.account.sources:AutogradRunner", stats_taps="ortlab.activations.taps:CompiledHooks",
                settings=("compile", "ortlab.engine.backends.compiled:settings"),
-               health="ortlab.stacks.diagnosis:compile_health"),
+               health="ortlab.engine.diagnosis:compile_health"),
 )}
 REFERENCE = next(r.name for r in BACKENDS.values() if r.reference)  # "pytorch"
 # The registered backends as a closed set of names (a str Enum: widgets and the CLI list it, runs keep the strings)

@@ -117,8 +117,8 @@ def sampler_comparison(runs: Mapping[str, Any]):
 
 
 def sampler_figure(runs: Mapping[str, Any]):
-    """The figure comparing runs' samplers (ortlab.comparison.plots.imbalance_figure of `sampler_comparison`)."""
-    from ortlab.comparison.plots import imbalance_figure
+    """The figure comparing runs' samplers (ortlab.common.plots.imbalance_figure of `sampler_comparison`)."""
+    from ortlab.common.plots import imbalance_figure
 
     table = sampler_comparison(runs)
     return imbalance_figure(table, {label: imbalance(run) for label, run in runs.items()})

@@ -13,13 +13,13 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ortlab.common.cache import cache_root
 from ortlab.stacks.environment import (
     CPU_EXTENSIONS,
     CUDA_EXTENSIONS,
     _version,
     base_python,
     built_extensions,
-    cache_root,
 )
 from ortlab.stacks.table import STACKS, Stack, ort_stack_hint, ortmodule_unavailable, this_stack
 
@@ -195,7 +195,9 @@ def ortmodule_health(m: Machine) -> BackendStatus:
 def _health(name: str, m: Machine) -> BackendStatus:
     from ortlab.engine.backends import BACKENDS
 
-    module, _, attr = BACKENDS[name].health.partition(":")
+    health = BACKENDS[name].health
+    assert health is not None, f"{name} has no health check"  # _health is asked only of backends that name one
+    module, _, attr = health.partition(":")
     return getattr(importlib.import_module(module), attr)(m)
 
 

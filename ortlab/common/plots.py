@@ -29,10 +29,10 @@ def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per st
 
 
 def imbalance_figure(table, summaries: Mapping[str, Mapping] | None = None):
-    """Load imbalance per step (max over ranks / mean) for each label of `table` (ortlab.comparison.balance.
+    """Load imbalance per step (max over ranks / mean) for each label of `table` (ortlab.engine.balance.
     sampler_comparison: label, step, load_imbalance, ...), and beside it each label's mean load and tokens
     imbalance as the busiest rank's excess over the mean, and the share of the step time ranks waited (from
-    `summaries`, ortlab.comparison.balance.summary)."""
+    `summaries`, ortlab.engine.balance.summary)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9, 3), dpi=100, layout="constrained")
