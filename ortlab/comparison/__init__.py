@@ -1,2 +1,2 @@
-"""A comparison of backends and its advice: the figures side by side, how sure a speed-up is, how ranks were loaded,
-across stacks, and which backend to train with."""
+"""A comparison of backends and its advice: the figures side by side, how sure a speed-up is, a comparison across
+stacks, and which backend to train with."""

@@ -1,7 +1,8 @@
 """Bursts: the training loop in named steps (`loop`), what differs per backend (`backends`: the registry and
 one module each; the ORT backend keeps its ORTModule wrap, `wrapper`), the plain types and contracts every
 module shares (`types`), the worker process, its typed messages and its client (`worker`, `messages`,
-`client`), and the kernel-side `Session`."""
+`client`), the kernel-side `Session`, how evenly ranks were loaded (`balance`) and what runs on this machine
+(`diagnosis`, `ortlab doctor`)."""
 
 from ortlab.common.lazy import lazy as _lazy
 from ortlab.engine.config import BurstConfig

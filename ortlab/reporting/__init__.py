@@ -1,9 +1,11 @@
-"""A report a user can hand on: one self-contained HTML page for a comparison's runs, a folder of runs or a tuning
-(`ortlab.report`, `ortlab report RUN...`, the Lab's Report button). Runs are read, never executed.
+"""What runs say to a person: the list of runs (`listing`, `ortlab runs`), runs named by what sets them apart
+(`labels`), per-node data over an exported graph (`overlay`), and a report a user can hand on: one self-contained
+HTML page for a comparison's runs, a folder of runs or a tuning (`ortlab.report`, `ortlab report RUN...`, the Lab's
+Report button). Runs are read, never executed.
 
-Modules: sources (what the arguments name, which runs were compared with which), provenance (what was run, how to
-run it again), gather (the sections as plain data), views (the sections ortlab's views own: time, memory,
-statistics, graphs, plans, tunings), figures (PNG data URIs), page (the HTML).
+Modules of the report: sources (what the arguments name, which runs were compared with which), gather (the sections
+as plain data), views (the sections ortlab's views own: time, memory, statistics, graphs, plans, tunings), figures
+(PNG data URIs), page (the HTML).
 """
 
 from __future__ import annotations

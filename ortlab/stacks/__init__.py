@@ -1,2 +1,2 @@
-"""The stacks ortlab runs on (ORTModule's frozen one, the newest torch): which Python, lock and torch, what runs where,
-how the environment is built and checked."""
+"""The stacks ortlab runs on (ORTModule's frozen one, the newest torch): which Python, lock and torch each is, what runs
+where, the versions a run records, and the build of ORTModule's extensions."""
