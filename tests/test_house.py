@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.test_layout import _cycles
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ortlab"
 MAX_ROOT_MODULES = 20
@@ -51,40 +53,13 @@ def _arrows() -> dict[tuple[str, str], set[str]]:
     return arrows
 
 
-def _cycles(edges: set[tuple[str, str]]) -> list[set[str]]:
-    """The strongly connected components of more than one room (Tarjan's)."""
+def _loops(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """The rooms that import each other, directly or around a loop."""
     graph: dict[str, set[str]] = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
         graph.setdefault(b, set())
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[set[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = set()
-            while True:
-                w = stack.pop()
-                component.add(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(component)
-
-    for v in list(graph):
-        if v not in index:
-            visit(v)
-    return found
+    return _cycles(graph)
 
 
 def _named_upward() -> set[tuple[str, str]]:
@@ -101,7 +76,7 @@ def test_packages_import_downward_but_for_the_arrows_the_page_names():
     assert named, "docs/architecture.md names no upward arrow: its list ('- `engine/` -> `graphs/`: why') is gone"
     stale = sorted(named - set(arrows))
     assert not stale, f"docs/architecture.md names upward arrows the code no longer has: {stale}"
-    loops = _cycles(set(arrows) - named)
+    loops = _loops(set(arrows) - named)
     described = [
         "; ".join(f"{a} -> {b} ({', '.join(sorted(arrows[(a, b)])[:2])})"
                   for (a, b) in sorted(arrows) if a in loop and b in loop and (a, b) not in named)

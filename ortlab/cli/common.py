@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from ortlab.errors import InputError
@@ -27,6 +28,15 @@ def _plain(data: Any) -> Any:
 
 def print_json(data: Any) -> None:
     print(json.dumps(_plain(data), indent=2, default=str, allow_nan=False))
+
+
+def print_result(args: argparse.Namespace, data: Callable[[], Any], text: Callable[[], str]) -> int:
+    """A view's result as JSON with --json, else as its text report; exit 0."""
+    if args.json:
+        print_json(data())
+    else:
+        print(text())
+    return 0
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@ phase, the largest tensors alive then, parameters and gradients apart, what is u
 
 from __future__ import annotations
 
-from ortlab.cli.common import CliError, add_json_arg, positive_int, print_json
+from ortlab.cli.common import CliError, add_json_arg, positive_int, print_result
 
 
 def _pairs(items: list[str], flag: str, parse) -> dict:
@@ -40,13 +40,12 @@ def cmd_memory(args) -> int:
     dims = _pairs(args.dim, "--dim", _dim) or None
     shapes = _pairs(args.input_shape, "--input-shape", _shape) or None
     account = memory(args.run, dims=dims, input_shapes=shapes, order=args.order, prefix=args.prefix)
-    if args.json:
-        data = account.to_dict(timeline=args.timeline)
-        data["top_tensors"] = data["top_tensors"][: args.top]
-        print_json(data)
-    else:
-        print(account.report(args.top))
-    return 0
+    def data():
+        out = account.to_dict(timeline=args.timeline)
+        out["top_tensors"] = out["top_tensors"][: args.top]
+        return out
+
+    return print_result(args, data, lambda: account.report(args.top))
 
 
 def register(sub) -> None:

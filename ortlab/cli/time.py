@@ -3,7 +3,7 @@ op types, ORT's graph nodes, where a backend is slower or faster than PyTorch; t
 
 from __future__ import annotations
 
-from ortlab.cli.common import add_json_arg, positive_int, print_json
+from ortlab.cli.common import add_json_arg, positive_int, print_result
 
 
 def cmd_time(args) -> int:
@@ -13,11 +13,7 @@ def cmd_time(args) -> int:
     from ortlab.timing.table import time
 
     tables = time(*args.runs)
-    if args.json:
-        print_json(tables.to_dict(args.top))
-    else:
-        print(tables.report(args.top))
-    return 0
+    return print_result(args, lambda: tables.to_dict(args.top), lambda: tables.report(args.top))
 
 
 def _diff(args) -> int:
@@ -28,11 +24,7 @@ def _diff(args) -> int:
     if len(args.runs) != 2:
         raise CliError(f"--diff compares two runs (A B), not {len(args.runs)}")
     diff = time_diff(*args.runs)
-    if args.json:
-        print_json(diff.to_dict(args.top))
-    else:
-        print(diff.report(args.top))
-    return 0
+    return print_result(args, lambda: diff.to_dict(args.top), lambda: diff.report(args.top))
 
 
 def register(sub) -> None:
