@@ -312,6 +312,8 @@ def test_search_by_name_op_and_module(exported):
     grad = "/_original_module/blocks/blocks.1/attn/qkv/MatMul_Grad/FusedMatMul_0"
     assert module_scope(grad) == "blocks.1.attn.qkv"
     assert module_scope("BiasGelu_token_1") == ""
+    assert module_scope("/_original_module/_original_module.2/Gemm") == "2"  # a top-level nn.Sequential's child
+    assert module_scope("/_original_module/_original_module.0/_original_module.0.1/Gemm") == "0.1"
 
 
 @pytest.mark.slow

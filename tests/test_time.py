@@ -84,6 +84,12 @@ def test_module_paths_from_exported_node_names():
     assert module_of("/_original_module/tok/ATen", modules) == "tok"
     assert module_of("/_original_module/Shape", modules) == ROOT
     assert module_of("BiasGelu_token_1_Grad/BiasGeluGrad_dX_0", modules) == NONE
+    # a top-level nn.Sequential: ORTModule's wrapper prefixes its children; a Sequential inside it, and a wrapper
+    # around a wrapper, likewise
+    sequential = {"0", "0.1", "2"}
+    assert module_of("/_original_module/_original_module.2/Gemm", sequential) == "2"
+    assert module_of("/_original_module/_original_module.0/_original_module.0.1/Gemm_Grad/Gemm_0", sequential) == "0.1"
+    assert module_of("/_original_module/_original_module._original_module.2/Gemm", sequential) == "2"
 
 
 def test_a_run_without_time_data_says_how_to_collect_it(tmp_path, capsys, engine):
@@ -319,3 +325,30 @@ def test_a_torch_compile_burst_is_profiled(tmp_path, engine):
     data = _check_run(run, (COMPILED,))
     assert "fuses operators" in data["note"]
     assert {m["module"] for m in data["modules"]} <= {COMPILED, NONE, "(optimizer)"}  # no hooks: no module ranges
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_a_top_level_sequential_gets_its_time_per_module_and_memory_names_modules_alike(tmp_path):
+    """ORTModule names the children of a top-level nn.Sequential `/_original_module/_original_module.0/Gemm`: Time
+    gives each child its ORT kernel time (not all of it to the root), and the memory account names the same modules
+    the same way (`0`, not `_original_module.0`)."""
+    from ortlab.account import memory
+    from ortlab.engine import BurstConfig, Engine
+    from ortlab.options import Options
+    from ortlab.runs.run import load_run
+    from ortlab.workload import ModelRef
+
+    engine = Engine(ModelRef.of("tests.factories.wide:mlp", width=64, depth=2))
+    run = load_run(engine.run(BurstConfig(backend="ortmodule", steps=6, out=str(tmp_path), collect={"time": {}},
+                                          options=Options({"save_onnx": True}))))
+    assert run.ok, run.error
+    data = json.loads((run.path / FILE).read_text())
+    timed = {m["module"]: m["s"] for m in data["modules"] if m["s"] > 0}
+    linears = {"0", "2", "4"}  # Linear, GELU, Linear, GELU, Linear
+    assert linears <= set(timed), timed
+    nodes = {n["module"] for n in data["nodes"]}
+    assert linears <= nodes and not any("_original_module" in m for m in nodes), nodes
+    account = memory(run)
+    named = {t["module"] for t in account.top_tensors if t["module"]}
+    assert named and named <= {"0", "1", "2", "3", "4"}, named

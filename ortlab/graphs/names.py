@@ -44,6 +44,15 @@ def node_kind(name: str, op_type: str, outputs: tuple[str, ...]) -> str:
     return "forward"
 
 
+def user_scope(part: str) -> str:
+    """A scope of an exported name as the user's model names it: ORTModule's wrapper prefixes the children of the
+    module it wraps (`_original_module.0` in a top-level nn.Sequential; `_original_module._original_module.0` where
+    a wrapper wraps a wrapper), and the user's module is `0`."""
+    while part.startswith(PARAM_PREFIX):
+        part = part[len(PARAM_PREFIX):]
+    return part
+
+
 def module_scope(name: str) -> str:
     """The PyTorch module a node came from, from the exporter's name: `/_original_module/blocks/blocks.0/attn/
     MatMul` -> `blocks.0.attn`. Empty for nodes that ORT named itself (fusions such as `BiasGelu_token_1`)."""
@@ -52,6 +61,7 @@ def module_scope(name: str) -> str:
         return ""
     parts: list[str] = []
     for part in name[at:].split("/")[1:-1]:
+        part = user_scope(part)
         if not part or part == ORIGINAL_MODULE:
             continue
         if _OP_PART.match(part):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from ortlab.graphs.names import PYTHON_OPS, is_tap
+from ortlab.graphs.names import PYTHON_OPS, is_tap, user_scope
 
 ROOT = "(root)"  # the model's own ops, in no submodule
 NONE = "(not in a module)"  # the loss, nodes whose names carry no scope
@@ -31,12 +31,14 @@ Row = tuple[int, str, str, str, str, float]
 def module_of(node: str, modules: set[str]) -> str:
     """The module path an exported node's name carries: "/_original_module/blocks/blocks.1/mlp/mlp.0/MatMul" ->
     "blocks.1.mlp.0" (a container's child is scoped as "<container>.<index>"; scopes naming no module before the
-    first that does, ORTModule's wrapper, are skipped). A name without scopes (a node ORT's gradient builder or
-    optimizer made) names no module."""
+    first that does, ORTModule's wrapper, are skipped, and its prefix on the children of the module it wraps,
+    `/_original_module/_original_module.0/Gemm` in a top-level nn.Sequential, is the user's `0`). A name without
+    scopes (a node ORT's gradient builder or optimizer made) names no module."""
     if not node.startswith("/"):
         return NONE
     path = ""
     for part in node.strip("/").split("/")[:-1]:
+        part = user_scope(part)
         last = path.rpartition(".")[2]
         candidates = [f"{path}.{part}" if path else part]
         if last and part.startswith(last + "."):
