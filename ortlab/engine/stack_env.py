@@ -22,6 +22,7 @@ from ortlab.stacks.table import STACKS, Stack, this_stack
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout whose bin/_env.sh builds the environments
 ENV_SCRIPT = ROOT / "bin" / "_env.sh"
+FINDER_SCRIPT = ROOT / "bin" / "_stacks.sh"  # the stacks' table read in bash, and the Python finder it drives
 # what the parent's environment must not hand to the other stack's bash: its own Python, venv and path
 _NOT_INHERITED = ("ORTLAB_PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "ORTLAB_LOCK", "ORTLAB_SIDE_PACKAGES",
                   "ORTLAB_ZOO_PACKAGES")
@@ -116,10 +117,10 @@ def ready(stack: Stack | str) -> str | None:
 
 
 def _probe(stack: Stack) -> str | None:
-    # not sourced (that would build it): only bin/_env.sh's Python finder, its functions up to _ortlab_python's end
-    probe = 'eval "$(sed -n "/^_ortlab_stack_of()/,/^}\\$/p" "$1")"; _ortlab_python >/dev/null'
+    # not bin/_env.sh (that would build it): only its Python finder, bin/_stacks.sh, which the stacks' table drives
+    probe = 'source "$1" && _ortlab_python >/dev/null'
     base = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED} | {"ORTLAB_STACK": str(stack)}
-    done = subprocess.run(["bash", "-c", probe, "bash", str(ENV_SCRIPT)], env=base, capture_output=True, text=True,
+    done = subprocess.run(["bash", "-c", probe, "bash", str(FINDER_SCRIPT)], env=base, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or [f"no Python for the {stack} stack"])[-1].removeprefix("ortlab: ")
