@@ -45,7 +45,7 @@ def test_a_backend_is_placed_on_the_stack_it_names_and_defaults_to_the_natural_o
     ("pytorch,compile@", StackError, "names no stack after '@'"),
     ("pytorch,compil@current", BurstError,
      "backend 'compil' (in 'compil@current') is not allowed; allowed: pytorch, ortmodule, compile, each optionally "
-     "@stack; did you mean compile?"),
+     "@STACK (ort, current), or both or all alone; did you mean compile?"),
     ("pytorch,ortmodule@current", StackError, "ORTModule runs on the ort stack only"),
     ("pytorch,compile@ort,compile@current", BurstError, "compile is already placed (compile@ort)"),
     ("all@current", BurstError, "all stands for several backends"),

@@ -132,7 +132,7 @@ def test_the_script_and_ortlab_stacks_read_one_table_and_agree():
     order, the same backends on each stack."""
     from ortlab.stacks import table
 
-    assert table.STACKS == table.read((ROOT / "ortlab" / "stacks" / table.TABLE).read_text())
+    assert table.read((ROOT / "ortlab" / "stacks" / table.TABLE).read_text()) == table.STACKS
     bash = _bash_answers(ROOT, table.STACKS)
     assert bash == _python_answers(table.STACKS)
     assert "3.11 is ort" in bash and "current 3.12 builds from requirements-current.lock" in bash  # today's table

@@ -219,7 +219,8 @@ def test_an_installed_ortlab_reads_the_stacks_table_it_ships(tmp_path):
                         "--disable-pip-version-check", "-q", "--target", str(tmp_path / "site"), str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
-    code = "import ortlab.stacks.table as t; print(t.__file__); print(sorted((s, i.locks) for s, i in t.STACKS.items()))"
+    code = "import ortlab.stacks.table as t; print(t.__file__); print(sorted((s, i.locks) for s, i in " \
+        "t.STACKS.items()))"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(tmp_path / "site")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -17,8 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ortlab.errors import InputError, did_you_mean
-from ortlab.stacks.table import STACKS, Stack, this_stack
+from ortlab.stacks.table import STACKS, Stack, StackError, parse_stack, this_stack
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout whose bin/_env.sh builds the environments
 ENV_SCRIPT = ROOT / "bin" / "_env.sh"
@@ -28,10 +27,8 @@ _NOT_INHERITED = ("ORTLAB_PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "O
                   "ORTLAB_ZOO_PACKAGES")
 _known: dict[Stack, StackEnv] = {}
 _probed: dict[Stack, str | None] = {}  # ready()'s answers
-
-
-class StackError(InputError):
-    """A stack asked for that is not one, or whose environment cannot be built here: the line says why."""
+# StackError and parse_stack are the stacks' table's (ortlab.stacks.table), named here too for this module's callers
+__all__ = ["StackEnv", "StackError", "environment", "parse_stack", "ready", "worker_interpreter"]
 
 
 @dataclass(frozen=True)
@@ -46,15 +43,6 @@ class StackEnv:
     def torch(self) -> str:
         """The torch its lock pins (what its runs record; the table's headers read the runs' own)."""
         return STACKS[self.stack].torch
-
-
-def parse_stack(name: str) -> Stack:
-    """A stack name ("ort", "current"), or StackError naming the stacks, with a suggestion."""
-    if name in tuple(Stack):
-        return Stack(name)
-    allowed = [str(s) for s in Stack]
-    shown = ", ".join(f"{s} (torch {STACKS[Stack(s)].torch})" for s in allowed)
-    raise StackError(f"stack {name!r} is not one; allowed: {shown}{did_you_mean(name, allowed)}")
 
 
 def environment(stack: Stack | str) -> StackEnv:

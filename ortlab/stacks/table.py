@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from ortlab.common.enums import StrEnum
-from ortlab.errors import OrtlabError
+from ortlab.errors import InputError, OrtlabError, did_you_mean
 
 
 class Stack(StrEnum):
@@ -88,6 +88,19 @@ def _table_text() -> str:
 
 STACKS: dict[Stack, StackInfo] = read(_table_text())
 ORT_TORCH_MAX = (2, 6)  # ORTModule 1.19.2's extensions fail to load from torch 2.7 on
+
+
+class StackError(InputError):
+    """A stack asked for that is not one, or whose environment cannot be built here: the line says why."""
+
+
+def parse_stack(name: str) -> Stack:
+    """A stack name ("ort", "current"), or StackError naming the stacks, with a suggestion."""
+    if name in tuple(Stack):
+        return Stack(name)
+    allowed = [str(s) for s in Stack]
+    shown = ", ".join(f"{s} (torch {STACKS[Stack(s)].torch})" for s in allowed)
+    raise StackError(f"stack {name!r} is not one; allowed: {shown}{did_you_mean(name, allowed)}")
 
 
 def running(backend: str) -> tuple[Stack, ...]:
