@@ -14,7 +14,7 @@ import pytest
 from ortlab.comparison.cross_stack import CrossStackError, Placed, check_crossable, parse_placed, placements
 from ortlab.engine.backends import BurstError
 from ortlab.engine.stack_env import StackError, parse_stack
-from ortlab.stacks.table import Stack, this_stack
+from ortlab.stacks.table import STACKS, Stack, this_stack
 
 SMALL = {"n_layer": 1, "d_model": 32}  # the demo, smaller: a quicker burst
 OTHER = Stack.CURRENT if this_stack() == Stack.ORT else Stack.ORT
@@ -155,6 +155,10 @@ def test_a_comparison_across_stacks_runs_each_worker_on_its_stack_and_judges_eve
         meta = json.loads((run / "meta.json").read_text())
         assert meta["versions"]["torch"].split("+")[0] == d["stacks"][backend]["torch"]
         assert (run / "verdict.json").is_file()
+    for backend in d["backends"]:  # each worker records the stack it ran on, its interpreter and its lock
+        stack = json.loads((Path(d[backend]["path"]) / "meta.json").read_text())["stack"]
+        assert stack["name"] == d["stacks"][backend]["stack"], (backend, stack)
+        assert Path(stack["lock"]).name in STACKS[Stack(stack["name"])].locks.values(), (backend, stack)
     snapshots = [json.loads((Path(d[b]["path"]) / "meta.json").read_text())["model"]["rebuild"]["snapshot"]
                  for b in d["backends"]]
     assert len(set(snapshots)) == 1 and Path(snapshots[0]).is_file()  # every worker loaded the one saved file
