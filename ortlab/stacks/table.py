@@ -147,7 +147,7 @@ def recorded() -> dict[str, str | None]:
     return {"name": this_stack().value, "python": sys.executable, "lock": os.environ.get("ORTLAB_LOCK")}
 
 
-def _pythons_of(backend: str) -> list[str]:
+def pythons_running(backend: str) -> list[str]:
     """The Pythons of the stacks that run `backend`, in the order bin/_env.sh tries them."""
     return [p for s in running(backend) for p in STACKS[s].locks]
 
@@ -155,7 +155,7 @@ def _pythons_of(backend: str) -> list[str]:
 def ortmodule_unavailable() -> str | None:
     """Why ORTModule cannot run in this process (None: it can, as far as packages tell; `ortlab doctor` checks
     its built extensions). Read from package metadata: neither torch nor onnxruntime is imported."""
-    pythons = _pythons_of("ortmodule")
+    pythons = pythons_running("ortmodule")
     if _minor() not in pythons:
         newest = max(pythons, key=_version_key)
         return (f"the {this_stack()} stack: Python {_minor()}, and onnxruntime-training 1.19.2, ORTModule's last "
