@@ -7,10 +7,10 @@ set -euo pipefail
 
 ORTLAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# The stacks (ort: ORTModule's, on Python 3.10/3.11; current: the newest torch, on Python 3.12/3.13), which Python
-# serves which, and the lock each builds from: ortlab/stacks/stacks.txt, the table ortlab/stacks/table.py reads too,
-# read in bash by bin/_stacks.sh, which finds the Python (ORTLAB_PYTHON; the active python3 when it suits the
-# stack; each python row's python3.X), or the one of the stack ORTLAB_STACK=ort|current asks for.
+# The stacks (ort: ORTModule's; current: the newest torch), which Pythons serve each and the lock each Python builds
+# from are data, ortlab/stacks/stacks.txt (the table ortlab/stacks/table.py reads too), read here in plain bash by
+# bin/_stacks.sh, which also finds the Python: ORTLAB_PYTHON; the active python3 when it suits the stack; each
+# python row's python3.X in the table's order; of the stack ORTLAB_STACK asks for, if it does.
 source "$ORTLAB_ROOT/bin/_stacks.sh"
 
 _ortlab_ensure_env() {

@@ -4,8 +4,8 @@
 # disagree. Its rows:
 #   python STACK MINOR LOCK TORCH      a Python the stack is locked for, its lock and torch, in the order tried
 #   stack  NAME RUNS PROMISED WORDS    the backends that run on the stack, those `ortlab doctor` promises, in words
-# Today: ort (Python 3.11/3.10, torch 2.6.0, onnxruntime-training 1.19.2: ORTModule's last release, wheels up to
-# 3.11, extensions that load up to torch 2.6) and current (Python 3.12/3.13, the newest torch, no ORTModule).
+# Where a stack runs ORTModule (onnxruntime-training 1.19.2, its last release: wheels up to Python 3.11, extensions
+# that load up to torch 2.6), bin/_env.sh builds its extensions and, on a GPU, the CUDA 11 libraries it loads.
 
 _ORTLAB_TABLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/ortlab/stacks/stacks.txt"
 _ORTLAB_ROW_STACK=() _ORTLAB_ROW_MINOR=() _ORTLAB_ROW_LOCK=()  # the python rows, in the table's order
