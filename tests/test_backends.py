@@ -119,7 +119,7 @@ def test_a_mistyped_backend_name_gets_a_suggestion(capsys):
         main(["burst", "--backend", "pytorch,ortmdule", "--steps", "1"])
     line = capsys.readouterr().err.strip()
     assert e.value.code == 2 and "\n" not in line, line
-    assert line.startswith("ortlab burst: argument --backend: 'ortmdule' is not a backend") and \
+    assert line.startswith("ortlab burst: argument --backend: backend 'ortmdule' is not allowed") and \
         "did you mean ortmodule?" in line, line
 
 

@@ -14,7 +14,7 @@ import pytest
 from ortlab.comparison.cross_stack import CrossStackError, Placed, check_crossable, parse_placed, placements
 from ortlab.engine.backends import BurstError
 from ortlab.engine.stack_env import StackError, parse_stack
-from ortlab.stacks.table import Stack, this_stack
+from ortlab.stacks.table import STACKS, Stack, this_stack
 
 SMALL = {"n_layer": 1, "d_model": 32}  # the demo, smaller: a quicker burst
 OTHER = Stack.CURRENT if this_stack() == Stack.ORT else Stack.ORT
@@ -45,7 +45,7 @@ def test_a_backend_is_placed_on_the_stack_it_names_and_defaults_to_the_natural_o
     ("pytorch,compile@", StackError, "names no stack after '@'"),
     ("pytorch,compil@current", BurstError,
      "backend 'compil' (in 'compil@current') is not allowed; allowed: pytorch, ortmodule, compile, each optionally "
-     "@stack; did you mean compile?"),
+     "@STACK (ort, current), or both or all alone; did you mean compile?"),
     ("pytorch,ortmodule@current", StackError, "ORTModule runs on the ort stack only"),
     ("pytorch,compile@ort,compile@current", BurstError, "compile is already placed (compile@ort)"),
     ("all@current", BurstError, "all stands for several backends"),
@@ -155,6 +155,13 @@ def test_a_comparison_across_stacks_runs_each_worker_on_its_stack_and_judges_eve
         meta = json.loads((run / "meta.json").read_text())
         assert meta["versions"]["torch"].split("+")[0] == d["stacks"][backend]["torch"]
         assert (run / "verdict.json").is_file()
+    for backend in d["backends"]:  # each worker records the stack it ran on, its interpreter and its lock
+        stack = json.loads((Path(d[backend]["path"]) / "meta.json").read_text())["stack"]
+        assert stack["name"] == d["stacks"][backend]["stack"], (backend, stack)
+        if stack["name"] == here:  # this process's workers: its own lock (None outside bin/_env.sh)
+            assert stack["lock"] == os.environ.get("ORTLAB_LOCK"), (backend, stack)
+        else:  # the other stack's: the one bin/_env.sh built its environment from
+            assert Path(stack["lock"]).name in STACKS[Stack(stack["name"])].locks.values(), (backend, stack)
     snapshots = [json.loads((Path(d[b]["path"]) / "meta.json").read_text())["model"]["rebuild"]["snapshot"]
                  for b in d["backends"]]
     assert len(set(snapshots)) == 1 and Path(snapshots[0]).is_file()  # every worker loaded the one saved file

@@ -59,6 +59,26 @@ def test_single_process_config_is_unchanged():
     assert BurstConfig.from_dict(cfg.to_dict()) == cfg
 
 
+def test_a_rank_that_fails_before_its_burst_records_its_stack(tmp_path):
+    """A rank whose process group cannot form (no rendezvous address) writes its failed run folder itself: with the
+    stack it ran on, as every run's meta.json has it."""
+    import os
+
+    from ortlab.stacks.table import this_stack
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"run": str(tmp_path / "run"), "timeout_s": 5,
+                                "config": BurstConfig(backend="pytorch", device="cpu").to_dict()}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MASTER_")} | {"RANK": "0", "WORLD_SIZE": "1"}
+    r = subprocess.run([sys.executable, "-m", "ortlab.engine.ranks", str(spec)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    rank = load_run(tmp_path / "run" / "ranks" / "0")
+    assert rank.status == "failed" and "the process group did not form" in rank.error, rank.error
+    assert rank.meta["stack"] == {"name": str(this_stack()), "python": sys.executable,
+                                  "lock": os.environ.get("ORTLAB_LOCK")}
+
+
 # -- ranks
 
 

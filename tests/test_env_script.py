@@ -29,11 +29,11 @@ esac
     path.chmod(0o755)
 
 
-def _env_sh(folder: Path, **env) -> subprocess.CompletedProcess:
+def _env_sh(folder: Path, script: Path = ROOT / "bin" / "_env.sh", **env) -> subprocess.CompletedProcess:
     for tool in TOOLS:
         if not (folder / tool).exists():
             (folder / tool).symlink_to(shutil.which(tool))
-    return subprocess.run([shutil.which("bash"), str(ROOT / "bin" / "_env.sh")], capture_output=True, text=True,
+    return subprocess.run([shutil.which("bash"), str(script)], capture_output=True, text=True,
                           env={"PATH": str(folder), "HOME": str(folder), "ORTLAB_ENV_ROOT": str(folder / "envs"),
                                **env})
 
@@ -94,17 +94,84 @@ def test_ortlab_stack_asks_for_a_stack_and_finds_its_python(tmp_path):
     assert r.returncode != 0 and r.stderr.strip().startswith("ortlab: ORTLAB_STACK=newest is not a stack; allowed: ort")
 
 
-@pytest.mark.parametrize("version", ["3.10.13", "3.11.7", "3.12.1", "3.13.0"])
-def test_the_script_and_ortlab_stacks_agree_on_each_pythons_stack_and_lock(tmp_path, version):
-    """bin/_env.sh's table (bash) and ortlab/stacks/table.py's (Python) are one table written twice: the same stack and
-    lock for every Python they name."""
-    from ortlab.stacks.table import STACKS
+def _bash_answers(root: Path, stacks: dict) -> list[str]:
+    """What bin/_stacks.sh under `root` answers, sourced in a bash with no Python (it parses the table with bash's
+    builtins alone), for each Python and stack of `stacks` (a table read by ortlab.stacks.table) and for 3.9: the
+    Pythons it tries, in order, then one line per answer."""
+    from ortlab.engine.backends import BACKENDS
 
-    _fake_python(tmp_path, "python3", version)
-    r = _env_sh(tmp_path)
-    minor = ".".join(version.split(".")[:2])
-    stack = next(s for s in STACKS.values() if minor in s.pythons)
-    assert f"the {stack.name} stack for Python {version} ({tmp_path}/python3) from {stack.locks[minor]}" in r.stderr
+    asks = ['echo "tries" $(_ortlab_candidates)', 'echo "3.9 is $(_ortlab_stack_of 3.9 || echo none)"']
+    for info in stacks.values():
+        asks += [f'echo "{p} is $(_ortlab_stack_of {p})"; echo "{info.name} {p} builds from $(_ortlab_lock_of '
+                 f'{info.name} {p})"' for p in info.locks]
+        asks += [f'_ortlab_runs {info.name} {b} && echo "{info.name} runs {b}"' for b in BACKENDS]
+    r = subprocess.run([shutil.which("bash"), "-c", 'source "$1" || exit 1\n' + "\n".join(asks), "bash",
+                        str(root / "bin" / "_stacks.sh")], capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"], "HOME": str(root)})
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    lines = r.stdout.splitlines()
+    return lines[:1] + sorted(lines[1:])
+
+
+def _python_answers(stacks: dict) -> list[str]:
+    """The same answers from the table as ortlab.stacks.table read it."""
+    from ortlab.engine.backends import BACKENDS
+
+    tries = dict.fromkeys(["python3", *(f"python{p}" for s in stacks.values() for p in s.locks)])
+    first = {p: s.name for s in reversed(stacks.values()) for p in s.locks}  # the first stack naming it
+    lines = [*(f"{p} is {stack}" for p, stack in first.items()), "3.9 is none"]
+    for info in stacks.values():
+        lines += [f"{info.name} {p} builds from {lock}" for p, lock in info.locks.items()]
+        lines += [f"{info.name} runs {b}" for b in BACKENDS if b in info.backends]
+    return [f"tries {' '.join(tries)}", *sorted(lines)]
+
+
+def test_the_script_and_ortlab_stacks_read_one_table_and_agree():
+    """bin/_stacks.sh (bash, for bin/_env.sh) and ortlab/stacks/table.py (Python) read the same file,
+    ortlab/stacks/stacks.txt: the same stack and lock for every Python it names, the same Pythons tried in the same
+    order, the same backends on each stack."""
+    from ortlab.stacks import table
+
+    assert table.read((ROOT / "ortlab" / "stacks" / table.TABLE).read_text()) == table.STACKS
+    bash = _bash_answers(ROOT, table.STACKS)
+    assert bash == _python_answers(table.STACKS)
+    assert "3.11 is ort" in bash and "current 3.12 builds from requirements-current.lock" in bash  # today's table
+    assert "ort runs ortmodule" in bash and "current runs ortmodule" not in bash
+
+
+def test_a_changed_table_changes_both_readers(tmp_path):
+    """A copy of the checkout's bin/ and table, the table changed (the current stack listed first and gaining
+    Python 3.14, the ort stack losing 3.10 and its 3.11 lock renamed): bash and Python both follow it, and
+    bin/_env.sh builds a Python 3.14 from the new row's lock."""
+    from ortlab.stacks import table
+
+    (tmp_path / "bin").mkdir()
+    for script in ("_env.sh", "_stacks.sh"):
+        shutil.copy(ROOT / "bin" / script, tmp_path / "bin" / script)
+    (tmp_path / "ortlab" / "stacks").mkdir(parents=True)
+    rows = (ROOT / "ortlab" / "stacks" / table.TABLE).read_text().splitlines()
+    ort = [r for r in rows if r.split()[:2] == ["python", "ort"]]
+    current = [r for r in rows if r.split()[:2] == ["python", "current"]]
+    changed = [*current, "python current 3.14 requirements-current-py314.lock 2.15.0",
+               ort[0].replace("requirements.lock", "requirements-ort.lock"),
+               *(r for r in rows if not r.startswith("python"))]
+    (tmp_path / "ortlab" / "stacks" / table.TABLE).write_text("\n".join(changed) + "\n")
+    stacks = table.read((tmp_path / "ortlab" / "stacks" / table.TABLE).read_text())
+    assert list(stacks) == ["current", "ort"] and stacks["ort"].pythons == ("3.11",)
+    assert stacks["current"].locks["3.14"] == "requirements-current-py314.lock" and stacks["ort"].torch == "2.6.0"
+    bash = _bash_answers(tmp_path, stacks)
+    assert bash == _python_answers(stacks)
+    assert bash[0] == "tries python3 python3.12 python3.13 python3.14 python3.11"
+    assert "ort 3.11 builds from requirements-ort.lock" in bash and "3.10 is ort" not in bash
+    (tmp_path / "requirements-current-py314.lock").write_text("torch==2.15.0\n")
+    _fake_python(tmp_path, "python3", "3.14.0")
+    r = _env_sh(tmp_path, script=tmp_path / "bin" / "_env.sh")
+    assert f"the current stack for Python 3.14.0 ({tmp_path}/python3) from requirements-current-py314.lock" \
+        in r.stderr, r.stderr
+    _fake_python(tmp_path, "python3", "3.10.13")
+    r = _env_sh(tmp_path, script=tmp_path / "bin" / "_env.sh")
+    assert r.returncode != 0 and "needs Python 3.11 for the ort stack, or 3.12 or 3.13 or 3.14 for the current " \
+        "stack (found: python3=3.10)" in r.stderr, r.stderr
 
 
 def test_a_python3_of_another_version_falls_back_and_says_so(tmp_path):

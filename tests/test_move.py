@@ -347,3 +347,25 @@ def test_an_ortmodule_run_that_fell_back_shows_no_figures_as_ortmodules(tmp_path
     assert report.ratios["median_step_s"] is None
     assert any(fell.path.name in m and "fallback" in m and "PyTorch's" in m for m in report.missing)
     assert "a step takes" not in report.conclusion
+
+
+def test_a_runs_stack_is_read_from_its_folder_and_an_unrecorded_one_is_said_so(tmp_path):
+    """The stack of each side is what its meta.json recorded ("stack"); a run made before runs recorded it says
+    "stack not recorded", whatever its Python's version would suggest (3.11 here: no guess of the ort stack)."""
+    from ortlab.move import move_report
+    from ortlab.runs.run import RunWriter, new_run_dir
+
+    made = {}
+    for backend, stack in (("ortmodule", None), ("compile", {"name": "current", "python": "/x/python3.12",
+                                                             "lock": "requirements-current.lock"})):
+        path = new_run_dir(tmp_path, backend, None)
+        w = RunWriter(path, {"backend": backend, "device": "cpu", "config": {},
+                             "versions": {"python": "3.11.7", "torch": "2.6.0"}, **({"stack": stack} if stack else {})})
+        for step in range(3):
+            w.step({"step": step, "loss": 2.5 - step / 10, "step_time_s": 0.0123})
+        w.finish("ok")
+        made[backend] = path
+    report = move_report(made["ortmodule"], made["compile"])
+    assert report.to_dict()["from"]["stack"] == "not recorded" and report.to_dict()["to"]["stack"] == "current"
+    first = str(report).splitlines()[0]
+    assert "torch 2.6.0, stack not recorded) -> torch.compile" in first and first.endswith("current stack)"), first

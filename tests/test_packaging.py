@@ -153,9 +153,9 @@ def test_the_environment_script_names_the_pythons_it_needs(tmp_path):
     r = subprocess.run([shutil.which("bash"), str(ROOT / "bin" / "_env.sh")], capture_output=True, text=True,
                        env={"PATH": str(tmp_path), "HOME": str(tmp_path)})
     assert r.returncode != 0
-    assert "needs Python 3.10 or 3.11 for the ort stack (ORTModule), or 3.12 or 3.13 for the current stack (found: " \
-           "python3=3.9)" in r.stderr, r.stderr
-    assert "ships no wheel for Python 3.12" in r.stderr and "ORTLAB_PYTHON" in r.stderr
+    assert r.stderr.count("\n") == 1 and "needs Python 3.10 or 3.11 for the ort stack, or 3.12 or 3.13 for the " \
+           "current stack (found: python3=3.9): ORTModule runs on the ort stack only" in r.stderr, r.stderr
+    assert "ships no wheel past Python 3.11" in r.stderr and "ORTLAB_PYTHON=/path/to/python3.11" in r.stderr
 
 
 def test_saved_notebook_outputs_hold_no_machine_paths():
@@ -203,3 +203,27 @@ def test_the_lock_install_check_installs_and_fails_on_an_unpinned_dependency(tmp
         good = subprocess.run([sys.executable, script, "install", str(tmp_path / "good.lock"), python], env=env,
                               capture_output=True, text=True)
         assert good.returncode == 0 and expected in good.stdout, good.stdout + good.stderr
+
+
+@pytest.mark.slow
+def test_an_installed_ortlab_reads_the_stacks_table_it_ships(tmp_path):
+    """The stacks' table is data beside ortlab/stacks/table.py (package-data): `pip install .` of a copy of the
+    package, away from the checkout, holds it and reads the same stacks."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "ortlab", src / "ortlab", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-input",
+                        "--disable-pip-version-check", "-q", "--target", str(tmp_path / "site"), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    code = "import ortlab.stacks.table as t; print(t.__file__); print(sorted((s, i.locks) for s, i in " \
+        "t.STACKS.items()))"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(tmp_path / "site")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    where, stacks = r.stdout.splitlines()
+    assert where.startswith(str(tmp_path / "site")) and (Path(where).parent / "stacks.txt").is_file()
+    assert stacks == str(sorted((s, i.locks) for s, i in STACKS.items()))

@@ -46,6 +46,17 @@ def test_recording_never_changes_the_training(tmp_path):
     run = ortlab.load_run(rec.path)
     assert run.ok and run.meta["recorded"] and run.losses == pytest.approx(recorded, rel=1e-6)
     assert (rec.path / "stats.npz").is_file()
+    assert run.meta["stack"] == _stack_here()  # where it was recorded: no reader guesses it from a version
+
+
+def _stack_here() -> dict:
+    """What a run made in this process records of its stack: this stack, this interpreter, bin/_env.sh's lock."""
+    import os
+    import sys
+
+    from ortlab.stacks.table import this_stack
+
+    return {"name": str(this_stack()), "python": sys.executable, "lock": os.environ.get("ORTLAB_LOCK")}
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import ortlab
+from ortlab.stacks.table import this_stack
 
 SEQ = 16
 
@@ -48,6 +49,7 @@ def test_hf_rows_are_the_trainers_logged_losses_and_change_nothing(tmp_path):
     assert run.ok and run.meta["backend"] == "pytorch" and run.meta["model"]["factory"] == "transformers.Trainer"
     assert run.losses == recorded and len(run.metrics) == 3  # one row per optimizer step (2 micro-batches each)
     assert run.meta["trainer"]["gradient_accumulation_steps"] == 2 and run.metrics["grad_norm"].notna().all()
+    assert run.meta["stack"]["name"] == str(this_stack()) and run.meta["stack"]["python"] == sys.executable
 
 
 def test_bad_collectors_are_refused_in_one_line(tmp_path):
@@ -152,6 +154,7 @@ def test_lightning_rows_are_optimizer_steps_and_change_nothing(tmp_path):
     assert recorded == plain
     run = ortlab.load_run(callback.path)
     assert run.ok and run.meta["model"]["factory"] == "lightning.Trainer" and len(run.metrics) == 3
+    assert run.meta["stack"]["name"] == str(this_stack()) and run.meta["stack"]["python"] == sys.executable
     means = [(recorded[2 * i] + recorded[2 * i + 1]) / 2 for i in range(3)]  # the step's micro-batches
     assert run.losses == pytest.approx(means, rel=1e-6)
 

@@ -222,18 +222,17 @@ def add_burst_args(b) -> None:
 
 
 def backend_list(text: str) -> str:
-    """--backend's value, checked: one backend, both, all, or a comma list of backends."""
+    """--backend(s)'s value, checked by the one reader of BACKEND[@STACK] (ortlab.engine.backends.named_backends):
+    one backend, both, all, or a comma list of backends, each optionally on a stack."""
     import argparse
 
-    from ortlab.engine.backends import ALIASES, BACKENDS
-    from ortlab.errors import did_you_mean
+    from ortlab.engine.backends import named_backends
+    from ortlab.errors import InputError
 
-    allowed = (*BACKENDS, *ALIASES)
-    names = [n.strip() for n in text.split(",")] if text not in ALIASES else [text]
-    bad = [n for n in names if n not in allowed]
-    if bad:
-        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not a backend; allowed: {', '.join(allowed)}, "
-                                         f"or a comma list{did_you_mean(bad[0], allowed)}")
+    try:
+        named_backends(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 

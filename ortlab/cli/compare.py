@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ortlab.cli.burst import add_burst_args, burst_kwargs, chosen_backends, outcome
+from ortlab.cli.burst import add_burst_args, backend_list, burst_kwargs, chosen_backends, outcome
 from ortlab.cli.common import CliError, model_kwargs, print_json
 
 
@@ -50,7 +50,7 @@ def register(sub) -> None:
                        "PyTorch (first-step gradients; in parity mode losses and end state; each against float64 "
                        "PyTorch), and print which backend to train with, and why. Exit 1 when a backend failed or "
                        "diverged.")
-    c.add_argument("--backends", default="all", metavar="BACKEND[,BACKEND]",
+    c.add_argument("--backends", default="all", type=backend_list, metavar="BACKEND[@STACK][,BACKEND]",
                    help="the backends (pytorch is always the reference): all (every backend that runs here), both, "
                    "or a comma list, each optionally on a stack: BACKEND@ort or BACKEND@current runs it in a worker "
                    "of that stack's Python (built like bin/ortlab's on first use), e.g. "

@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ortlab.engine.backends import ALIASES, BACKENDS, REFERENCE, BurstError, label
-from ortlab.engine.stack_env import StackError, parse_stack
-from ortlab.errors import InputError, did_you_mean
-from ortlab.stacks.table import STACKS, Stack, this_stack
+from ortlab.engine.backends import REFERENCE, BurstError, Placed, label, named_backends
+from ortlab.engine.stack_env import StackError
+from ortlab.errors import InputError
+from ortlab.stacks.table import STACKS, Stack, running, this_stack
 
 if TYPE_CHECKING:
     from ortlab.comparison.summary import Comparison
@@ -33,60 +32,38 @@ class CrossStackError(InputError):
     """A comparison that cannot run across stacks as asked: the line says why and what to do."""
 
 
-@dataclass(frozen=True)
-class Placed:
-    """A backend and the stack its worker runs on."""
-
-    backend: str
-    stack: Stack
-
-    def __str__(self) -> str:
-        return f"{self.backend}@{self.stack}"
-
-
-def only_on_ort(backend: str) -> bool:
-    """Whether the backend runs on the ort stack only (it has a check of its own for the process: ORTModule)."""
-    return BACKENDS[backend].unavailable is not None
-
-
 def default_stack(backend: str, here: Stack | None = None) -> Stack:
-    """Where a backend runs when no stack is named: ORTModule on the ort stack, every other one here."""
-    return Stack.ORT if only_on_ort(backend) else (here or this_stack())
+    """Where a backend runs when no stack is named: here when the stacks' table runs it here (ortlab.stacks.table),
+    else the first stack it runs on (ORTModule from the current stack: the ort stack)."""
+    here = here or this_stack()
+    stacks = running(backend)
+    return here if here in stacks or not stacks else stacks[0]
 
 
 def placements(value: str | Sequence[str] | None) -> tuple[Placed, ...] | None:
     """The placed backends of `--backends` when one of them names a stack ("compile@current"), else None (a
-    comparison in this process: ortlab.engine.backends.parse_backends reads it)."""
-    items = value.split(",") if isinstance(value, str) else list(value or ())
-    return parse_placed(items) if any("@" in item for item in items) else None
+    comparison in this process: ortlab.engine.backends.parse_backends reads it). Both read it with
+    ortlab.engine.backends.named_backends."""
+    if value is None or not any(p.stack is not None for p in named_backends(value)):
+        return None
+    return parse_placed(value)
 
 
 def parse_placed(value: str | Sequence[str], here: Stack | None = None) -> tuple[Placed, ...]:
-    """"pytorch,ortmodule@ort,compile@current" -> the placed backends, PyTorch first (added here when not named).
-    A bad backend or stack, a backend twice, ORTModule on the current stack: BurstError / StackError, one line."""
+    """"pytorch,ortmodule@ort,compile@current" -> the placed backends, PyTorch first (added here when not named),
+    read by ortlab.engine.backends.named_backends; a backend without a stack goes where default_stack says. A bad
+    backend or stack, a backend the stacks' table does not run on the stack named, a backend twice: BurstError /
+    StackError, one line."""
     here = here or this_stack()
-    items = [v.strip() for v in (value.split(",") if isinstance(value, str) else value) if v.strip()]
     placed: list[Placed] = []
-    for item in items:
-        name, at, stack_name = item.partition("@")
-        name = name.strip()
-        if name in ALIASES:
-            raise BurstError(f"{item!r}: {name} stands for several backends; name each with its stack, e.g. "
-                             "pytorch,ortmodule@ort,compile@current")
-        if name not in BACKENDS:
-            raise BurstError(f"backend {name!r} (in {item!r}) is not allowed; allowed: {', '.join(BACKENDS)}, each "
-                             f"optionally @stack{did_you_mean(name, BACKENDS)}")
-        if at and not stack_name.strip():
-            raise StackError(f"{item!r} names no stack after '@'; allowed: {', '.join(Stack)}")
-        stack = parse_stack(stack_name.strip()) if at else default_stack(name, here)
-        if only_on_ort(name) and stack != Stack.ORT:
-            raise StackError(f"{item!r}: {label(name)} runs on the ort stack only (onnxruntime-training 1.19.2 has "
-                             f"no wheel past Python 3.11 and loads up to torch 2.6); use {name}@ort")
-        twice = next((p for p in placed if p.backend == name), None)
+    for named in named_backends(value):
+        one = Placed(named.backend, named.stack or default_stack(named.backend, here))
+        twice = next((p for p in placed if p.backend == one.backend), None)
         if twice is not None:
-            raise BurstError(f"{item!r}: {name} is already placed ({twice}); a comparison has each backend once, "
-                             f"on one stack (compare {name} on the other stack in a second comparison)")
-        placed.append(Placed(name, stack))
+            raise BurstError(f"{str(named)!r}: {one.backend} is already placed ({twice}); a comparison has each "
+                             f"backend once, on one stack (compare {one.backend} on the other stack in a second "
+                             "comparison)")
+        placed.append(one)
     if not any(p.backend == REFERENCE for p in placed):
         placed.insert(0, Placed(REFERENCE, here))
     if len(placed) < 2:

@@ -21,7 +21,7 @@ from ortlab.stacks.environment import (
     base_python,
     built_extensions,
 )
-from ortlab.stacks.table import STACKS, Stack, ort_stack_hint, ortmodule_unavailable, this_stack
+from ortlab.stacks.table import STACKS, Stack, ort_stack_hint, ortmodule_unavailable, pythons_running, this_stack
 
 
 @dataclass
@@ -169,7 +169,7 @@ def ortmodule_health(m: Machine) -> BackendStatus:
     """What keeps ORTModule from running in this environment, and what else to know (notes)."""
     versions, problems = m.versions, []
     why = ortmodule_unavailable()
-    if sys.version_info >= (3, 12):
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" not in pythons_running("ortmodule"):  # the stacks' table
         problems.append(Problem(f"Python {platform.python_version()}: onnxruntime-training 1.19.2 (ORTModule's last "
                                 "release) ships wheels for Python 3.8-3.11", ort_stack_hint()))
     elif versions["onnxruntime"] is None:

@@ -30,6 +30,7 @@ from ortlab.errors import InputError
 from ortlab.options import Options
 from ortlab.runs.run import RunStatus, RunWriter, load_run
 from ortlab.runs.snapshot import Snapshot
+from ortlab.stacks import table as stacks
 
 CHECKPOINT = "checkpoint.pt"
 _COLLECTIVE_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "timed out", "timeout")
@@ -205,7 +206,8 @@ def _log_to(path: Path) -> None:
 
 
 def _failed_early(folder: Path, cfg: BurstConfig, rank: int, error: str, bad_input: str | None = None) -> None:
-    writer = RunWriter(folder, {"backend": cfg.backend, "config": cfg.to_dict(), "rank": rank, "pid": os.getpid()})
+    writer = RunWriter(folder, {"backend": cfg.backend, "config": cfg.to_dict(), "rank": rank, "pid": os.getpid(),
+                                "stack": stacks.recorded()})
     extra = {"bad_input": bad_input} if bad_input else {}
     writer.finish(RunStatus.FAILED, error=error, failed_at=time.time(), **extra)
     print(f"[ortlab] {error}", flush=True)

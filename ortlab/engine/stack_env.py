@@ -17,20 +17,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ortlab.errors import InputError, did_you_mean
-from ortlab.stacks.table import STACKS, Stack, this_stack
+from ortlab.stacks.table import STACKS, Stack, StackError, parse_stack, this_stack
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout whose bin/_env.sh builds the environments
 ENV_SCRIPT = ROOT / "bin" / "_env.sh"
+FINDER_SCRIPT = ROOT / "bin" / "_stacks.sh"  # the stacks' table read in bash, and the Python finder it drives
 # what the parent's environment must not hand to the other stack's bash: its own Python, venv and path
 _NOT_INHERITED = ("ORTLAB_PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "ORTLAB_LOCK", "ORTLAB_SIDE_PACKAGES",
                   "ORTLAB_ZOO_PACKAGES")
 _known: dict[Stack, StackEnv] = {}
 _probed: dict[Stack, str | None] = {}  # ready()'s answers
-
-
-class StackError(InputError):
-    """A stack asked for that is not one, or whose environment cannot be built here: the line says why."""
+# StackError and parse_stack are the stacks' table's (ortlab.stacks.table), named here too for this module's callers
+__all__ = ["StackEnv", "StackError", "environment", "parse_stack", "ready", "worker_interpreter"]
 
 
 @dataclass(frozen=True)
@@ -45,15 +43,6 @@ class StackEnv:
     def torch(self) -> str:
         """The torch its lock pins (what its runs record; the table's headers read the runs' own)."""
         return STACKS[self.stack].torch
-
-
-def parse_stack(name: str) -> Stack:
-    """A stack name ("ort", "current"), or StackError naming the stacks, with a suggestion."""
-    if name in tuple(Stack):
-        return Stack(name)
-    allowed = [str(s) for s in Stack]
-    shown = ", ".join(f"{s} (torch {STACKS[Stack(s)].torch})" for s in allowed)
-    raise StackError(f"stack {name!r} is not one; allowed: {shown}{did_you_mean(name, allowed)}")
 
 
 def environment(stack: Stack | str) -> StackEnv:
@@ -116,10 +105,10 @@ def ready(stack: Stack | str) -> str | None:
 
 
 def _probe(stack: Stack) -> str | None:
-    # not sourced (that would build it): only bin/_env.sh's Python finder, its functions up to _ortlab_python's end
-    probe = 'eval "$(sed -n "/^_ortlab_stack_of()/,/^}\\$/p" "$1")"; _ortlab_python >/dev/null'
+    # not bin/_env.sh (that would build it): only its Python finder, bin/_stacks.sh, which the stacks' table drives
+    probe = 'source "$1" && _ortlab_python >/dev/null'
     base = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED} | {"ORTLAB_STACK": str(stack)}
-    done = subprocess.run(["bash", "-c", probe, "bash", str(ENV_SCRIPT)], env=base, capture_output=True, text=True,
+    done = subprocess.run(["bash", "-c", probe, "bash", str(FINDER_SCRIPT)], env=base, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or [f"no Python for the {stack} stack"])[-1].removeprefix("ortlab: ")

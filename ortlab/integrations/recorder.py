@@ -103,6 +103,7 @@ class Recorder:
         from ortlab.engine.collectors import make_collectors
         from ortlab.engine.peak import PeakMemory
         from ortlab.runs.run import RunWriter, new_run_dir
+        from ortlab.stacks.table import recorded
         from ortlab.stacks.versions import versions
 
         device = next((p.device for p in self.inner.parameters()), torch.device("cpu"))
@@ -116,7 +117,7 @@ class Recorder:
             "model": {"factory": self.origin, "name": type(self.inner).__name__,
                       "class": type(self.inner).__qualname__,
                       "parameters": params, "batch_size": self.batch_size},
-            "device": str(device), "versions": versions(), "pid": os.getpid(), **self.extra_meta,
+            "device": str(device), "versions": versions(), "stack": recorded(), "pid": os.getpid(), **self.extra_meta,
         })
         # ORT's loggers into the run's log.txt, with what ortlab.wrap held back from the notebook before it
         self._log_context = held.run_log(self.path / "log.txt")

@@ -25,6 +25,9 @@ FIGURES = (("median_step_s", "median step after start-up", "ms", 1000.0),
 _PYTORCHS = ("median_step_s", "startup_s", "saved_for_backward_mb", "activation_peak_mb")
 
 
+NOT_RECORDED = "not recorded"  # a run's stack when it was made before runs recorded theirs: said, not guessed
+
+
 class MoveError(InputError):
     """Two runs that do not make a move: the line names the runs and what is needed."""
 
@@ -39,7 +42,7 @@ class Side:
     status: RunStatus | str  # the run's (RunStatus; a string read from an older run)
     torch: str | None
     python: str | None
-    stack: str | None
+    stack: str  # the stack the run recorded making it on (meta.json "stack"); NOT_RECORDED for a run made before
     device: str | None
     figures: dict[str, float | None]
     steps: int = 0
@@ -52,6 +55,11 @@ class Side:
     def to_dict(self) -> dict[str, Any]:
         """The side as plain data."""
         return dict(self.__dict__)
+
+    @property
+    def where(self) -> str:
+        """Its stack in words: "ort stack", or "stack not recorded" (a run made before runs recorded it)."""
+        return f"stack {NOT_RECORDED}" if self.stack == NOT_RECORDED else f"{self.stack} stack"
 
 
 @dataclass
@@ -84,8 +92,8 @@ class MoveReport:
     def lines(self) -> list[str]:
         """The report as text lines: the figures side by side, each option's equivalent, the verdict."""
         o, t = self.ortmodule, self.target
-        out = [f"the move: ORTModule ({o.run}, torch {o.torch or '?'}, {o.stack or '?'} stack) -> torch.compile "
-               f"({t.run}, torch {t.torch or '?'}, {t.stack or '?'} stack)", ""]
+        out = [f"the move: ORTModule ({o.run}, torch {o.torch or '?'}, {o.where}) -> torch.compile "
+               f"({t.run}, torch {t.torch or '?'}, {t.where})", ""]
         width = max(len(r["figure"]) for r in self.table())
         out.append(f"{'measured':<{width}}  {'ORTModule':>12}  {'torch.compile':>13}")
         for row in self.table():
@@ -231,25 +239,12 @@ def _side(run: Run, given: Any) -> Side:
                     "recompiles": summary.get("recompiles")}
     return Side(run=run.path.name, path=str(run.path), backend=run.backend, status=run.status,
                 torch=versions.get("torch"), python=versions.get("python"),
-                stack=(run.meta.get("stack") or {}).get("name") or _stack(versions),
+                stack=(run.meta.get("stack") or {}).get("name") or NOT_RECORDED,
                 device=run.meta.get("device"), error=run.error,
                 figures={key: None if run.status == RunStatus.FALLBACK and key in _PYTORCHS else summary.get(key)
                          for key, *_ in FIGURES},
                 steps=summary.get("steps", 0), busy=summary.get("busy"), verdict=status,
                 evidence=evidence if isinstance(evidence, str) else None, settings=settings)
-
-
-def _stack(versions: dict[str, Any]) -> str | None:
-    """The stack of a run made before runs recorded it (meta.json's "stack"): from its recorded Python
-    (ortlab.stacks.table' table), ORT's presence deciding a tie."""
-    from ortlab.stacks.table import STACKS
-
-    python = versions.get("python") or ""
-    minor = ".".join(python.split(".")[:2])
-    for info in STACKS.values():
-        if minor in info.pythons:
-            return info.name.value
-    return "ort" if versions.get("onnxruntime-training") else None
 
 
 def _options(run: Run) -> list[dict[str, Any]]:

@@ -75,27 +75,30 @@ def _process_label(run) -> str:
 
 
 def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """For each backend that another stack can run too, the stacks it can run on (its environment exists or can
-    be built here: ortlab.engine.stack_env.ready), each named with its torch; none when no other stack is ready."""
-    from ortlab.comparison.cross_stack import only_on_ort
+    """For each backend that another stack can run too (the stacks' table says where each runs), the stacks it can
+    run on (its environment exists or can be built here: ortlab.engine.stack_env.ready), each named with its torch;
+    none when no other stack is ready."""
     from ortlab.engine.stack_env import ready
+    from ortlab.stacks.table import running
 
     here = this_stack()
     others = [s for s in Stack if s != here and ready(s) is None]
-    if not others:
-        return {}
     shown = lambda s: (f"{s} (torch {STACKS[s].torch}){', here' if s == here else ''}", str(s))  # noqa: E731
-    return {b: [shown(here), *map(shown, others)] for b in backends if not only_on_ort(b)}
+    return {b: [shown(here), *(shown(s) for s in others if s in running(b))] for b in backends
+            if here in running(b) and any(s in running(b) for s in others)}
 
 
 def elsewhere_choices() -> dict[str, list[str]]:
-    """The comparisons with a backend that cannot run in this process but runs on another stack that is ready here
-    (ORTModule, from the current stack): "ortmodule@ort" -> PyTorch here and ORTModule in the ort stack's worker."""
-    from ortlab.comparison.cross_stack import default_stack, only_on_ort
+    """The comparisons with a backend that cannot run in this process but runs, as the stacks' table says, on
+    another stack that is ready here (ORTModule, from the current stack): "ortmodule@ort" -> PyTorch here and
+    ORTModule in the ort stack's worker."""
     from ortlab.engine.stack_env import ready
+    from ortlab.stacks.table import running
 
-    return {f"{b}@{default_stack(b)}": [REFERENCE, b] for b in BACKENDS
-            if unavailable(b) is not None and only_on_ort(b) and ready(default_stack(b)) is None}
+    here = this_stack()
+    where = {b: next((s for s in running(b) if s != here and ready(s) is None), None) for b in BACKENDS
+             if unavailable(b) is not None}
+    return {f"{b}@{stack}": [REFERENCE, b] for b, stack in where.items() if stack is not None}
 
 
 class BurstPanel(Background, W.VBox):

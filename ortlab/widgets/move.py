@@ -78,8 +78,8 @@ def render(report) -> str:
     """A MoveReport as HTML: the two sides, the figures, each option's equivalent with its snippet, the verdict."""
     e = html.escape
     o, t = report.ortmodule, report.target
-    head = (f"<p><b>ORTModule</b> {e(o.run)} (torch {e(str(o.torch))}, {e(str(o.stack))} stack) &rarr; "
-            f"<b>torch.compile</b> {e(t.run)} (torch {e(str(t.torch))}, {e(str(t.stack))} stack)</p>")
+    head = (f"<p><b>ORTModule</b> {e(o.run)} (torch {e(str(o.torch))}, {e(o.where)}) &rarr; "
+            f"<b>torch.compile</b> {e(t.run)} (torch {e(str(t.torch))}, {e(t.where)})</p>")
     import pandas as pd
 
     figures = table(pd.DataFrame(report.table()), digits=3, headers={"figure": "measured"})

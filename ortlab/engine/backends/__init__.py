@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ortlab.common.enums import StrEnum
 from ortlab.engine.types import Burst, BurstError, Config, Engine
 from ortlab.errors import did_you_mean
+from ortlab.stacks.table import STACKS, Stack, StackError, parse_stack, running
 
 
 @dataclass(frozen=True)
@@ -161,24 +162,65 @@ def aliased(value: str) -> tuple[str, ...] | None:
     return None
 
 
-def parse_backends(value: Any) -> tuple[str, ...]:
-    """"both" (PyTorch and ORTModule), "all" (every backend that runs here), "pytorch,compile", a sequence, or
-    None (default_backends) -> the backends of a comparison, PyTorch first (every other is compared with it); a bad
-    name raises naming what is allowed, one that cannot run here (BackendUnavailable) why and where it runs."""
-    if value is None:
-        return default_backends()
+@dataclass(frozen=True)
+class Placed:
+    """A backend and the stack its worker runs on (None: the value did not name one)."""
+
+    backend: str
+    stack: Stack | None = None
+
+    def __str__(self) -> str:
+        return self.backend if self.stack is None else f"{self.backend}@{self.stack}"
+
+
+def named_backends(value: str | Sequence[str]) -> tuple[Placed, ...]:
+    """The one reader of BACKEND[@STACK] words (`ortlab burst --backend`, `ortlab compare --backends`,
+    Session.compare, compare_stacks): "both" or "all" alone (ALIASES), or a comma list or sequence of backends, each
+    optionally on a stack ("pytorch,ortmodule@ort,compile@current"); each backend with the stack it names (None:
+    none), in order. A bad part raises in one line naming it and what is allowed: BurstError for a backend,
+    StackError for a stack, or a stack the stacks' table does not run that backend on."""
     if isinstance(value, str):
         expanded = aliased(value.strip())
-        value = expanded if expanded is not None else value.split(",")
-    names = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
-    for name in names:
-        if "@" in name and name.split("@")[0].strip() in BACKENDS:  # a backend placed on a stack: not one process's
-            raise BurstError(f"backend {name!r} names a stack: a comparison across stacks runs each backend in its "
-                             f"stack's worker: ortlab.compare_stacks(model, {','.join(names)!r}) (the CLI: ortlab "
-                             "compare --backends ...)")
+        if expanded is not None:
+            return tuple(Placed(name) for name in expanded)
+        value = value.split(",")
+    out = []
+    for item in (v.strip() for v in value if v.strip()):
+        name, at, stack_name = (part.strip() for part in item.partition("@"))
+        if name in ALIASES:
+            raise BurstError(f"{item!r}: {name} stands for several backends ({ALIASES[name]}): give it alone, or name "
+                             "each backend, optionally on its stack, e.g. pytorch,ortmodule@ort,compile@current")
         if name not in BACKENDS:
-            raise BurstError(f"backend {name!r} is not allowed; allowed: {', '.join((*BACKENDS, *ALIASES))}"
+            where = f" (in {item!r})" if at else ""
+            raise BurstError(f"backend {name!r}{where} is not allowed; allowed: {', '.join(BACKENDS)}, each "
+                             f"optionally @STACK ({', '.join(Stack)}), or {' or '.join(ALIASES)} alone"
                              f"{did_you_mean(name, (*BACKENDS, *ALIASES))}")
+        if at and not stack_name:
+            raise StackError(f"{item!r} names no stack after '@'; allowed: {', '.join(Stack)}")
+        stack = parse_stack(stack_name) if at else None
+        if stack is not None and stack not in running(name):
+            on = " and ".join(running(name))
+            raise StackError(f"{item!r}: {label(name)} runs on the {on} stack only (the {stack} stack runs "
+                             f"{STACKS[stack].runs}); use {name}@{running(name)[0]}")
+        out.append(Placed(name, stack))
+    return tuple(out)
+
+
+def parse_backends(value: Any) -> tuple[str, ...]:
+    """"both" (PyTorch and ORTModule), "all" (every backend that runs here), "pytorch,compile", a sequence, or
+    None (default_backends) -> the backends of a comparison in one process, PyTorch first (every other is compared
+    with it); read by named_backends, so a bad name raises naming what is allowed; one placed on a stack points at
+    compare_stacks, one that cannot run here (BackendUnavailable) says why and where it runs."""
+    if value is None:
+        return default_backends()
+    placed = named_backends(value)
+    if any(p.stack is not None for p in placed):  # a backend placed on a stack: not one process's
+        named = ",".join(map(str, placed))
+        raise BurstError(f"backend {str(next(p for p in placed if p.stack))!r} names a stack: a comparison across "
+                         f"stacks runs each backend in its stack's worker: ortlab.compare_stacks(model, {named!r}) "
+                         "(the CLI: ortlab compare --backends ...)")
+    names = tuple(dict.fromkeys(p.backend for p in placed))
+    for name in names:
         check_available(name)
     if len(names) < 2:
         raise BurstError(f"a comparison needs two backends or more, not {', '.join(names) or 'none'}; e.g. "
