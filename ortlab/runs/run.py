@@ -272,7 +272,8 @@ class Run:
         """The figures a person compares first, as a dict: status, steps, final loss, median step, peak memory, ORT's
         start-up, the memory account's rows, fixes, verdict, ranks."""
         m = self.metrics
-        out = {"run": self.path.name, "backend": self.backend, "status": self.status, "steps": len(m)}
+        out = {"run": self.path.name, "backend": self.backend, "status": self.status, "steps": len(m),
+               "device": self.meta.get("device")}
         if len(m):
             out["final_loss"] = _number(m["loss"].iloc[-1])
             if "step_time_s" in m:
@@ -288,9 +289,14 @@ class Run:
                     out[key] = _number(m[key].max())
         if self.damaged_lines:
             out["damaged_metrics_lines"] = self.damaged_lines
-        overhead = (self.ort or {}).get("overhead") or {}
+        ort = self.ort or {}
+        overhead = ort.get("overhead") or {}
         if overhead:
             out["ort_init_s"] = out["startup_s"] = overhead.get("end to end")
+        if self.status == RunStatus.FALLBACK:  # why a start-up is not the backend's (facts.py shows the words)
+            out["startup_note"] = "fell back to PyTorch"
+        elif ort and not ort.get("exported"):
+            out["startup_note"] = "reused (no export)"
         compiled = self.read_json("compile.json")
         if compiled:  # a torch.compile burst (ortlab.engine.backends.compiled)
             out.update(compile_s=compiled.get("compile_s"), startup_s=compiled.get("compile_s"),
@@ -312,6 +318,8 @@ class Run:
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:
                 out[key] = self.meta[key]
+        if isinstance(self.meta.get("stack"), dict):  # the stack it was made on (older runs: not recorded)
+            out["stack"] = self.meta["stack"]
         return out
 
     def __repr__(self) -> str:

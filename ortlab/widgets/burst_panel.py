@@ -16,6 +16,7 @@ from ortlab.engine.backends import BACKENDS, REFERENCE, aliased, default_backend
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
+from ortlab.runs import facts
 from ortlab.runs.run import RunStatus
 from ortlab.stacks.table import STACKS, Stack, this_stack
 from ortlab.widgets.background import Background, error_html
@@ -58,20 +59,6 @@ def _running_ranks_run(out: Path, backend: str) -> Path | None:
                 and "nproc" in m:
             return meta.parent
     return None
-
-
-def _startup(run, summary: dict):
-    """A run's start-up: ORT's init overhead when it exported, torch.compile's compile time, or why there is none."""
-    if run.status == RunStatus.FALLBACK:
-        return "fell back to PyTorch"
-    if has(run.backend, "onnx_stages") and not run.ort.get("exported"):
-        return "reused (no export)"
-    return summary.get("startup_s")
-
-
-def _process_label(run) -> str:
-    """The process figure, named as what it is (the accounted columns beside it count activations only)."""
-    return "peak CUDA allocated (MB)" if run.meta.get("device") == "cuda" else "peak resident set (MB)"
 
 
 def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -410,30 +397,9 @@ class BurstPanel(Background, W.VBox):
         return "<br>".join(parts)
 
     def _show_results(self, runs) -> None:
-        import pandas as pd
-
-        rows = []
-        for run in runs:
-            s = run.summary()
-            rows.append({"backend": run.backend, "status": RunStatus.STOPPED if run.status in STOPPED else run.status,
-                         "fixes": ", ".join(s.get("fixes") or []) or None,
-                         "steps": s.get("steps"),
-                         "final loss": s.get("final_loss"),
-                         "median step (ms)": None if run.status == RunStatus.FALLBACK or s.get("median_step_s") is None
-                         else s["median_step_s"] * 1000,
-                         _process_label(run): s.get("peak_mem_mb"),
-                         "kept for backward (MB)": s.get("saved_for_backward_mb"),
-                         "activation peak (MB)": s.get("activation_peak_mb"),
-                         "start-up (s)": _startup(run, s),
-                         **({"graph breaks": s.get("graph_breaks"), "recompiles": s.get("recompiles")}
-                            if "graph_breaks" in s else {}),
-                         **({"ranks": len(s["ranks"]), "in sync": s.get("in_sync"),
-                             "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical")}
-                            if s.get("ranks") else {})})
-        self.results_frame = pd.DataFrame(rows)
-        # one row per figure, one column per backend (as the CLI prints it): as narrow as the backends are few
-        shown = self.results_frame.set_index("backend").T if len(rows) else self.results_frame
-        self.results.value = table(shown, index=True)
+        """The runs' facts (ortlab.runs.facts): one row per fact, one column per backend, as the CLI prints them."""
+        self.results_frame = facts.frame([r.summary() for r in runs], [r.backend for r in runs])
+        self.results.value = table(self.results_frame, index=True)
         transitions = self.session.transitions
         shown = transitions[["run", "action", "reason", "ort_exported"]] if len(transitions) else transitions
         self.transitions.value = table(shown, headers={"ort_exported": "ORT exported"})
