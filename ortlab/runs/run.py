@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.common.enums import StrEnum
-from ortlab.errors import InputError, OrtlabError
+from ortlab.errors import OrtlabError
+from ortlab.runs.files import RunError, read_json, step_rows
 
 
 class RunStatus(StrEnum):
@@ -141,38 +142,22 @@ class RunWriter:
 def mark(path: str | Path, status: str, **extra: Any) -> None:
     """Finish a run from outside (the kernel side, after its worker was stopped or died)."""
     path = Path(path)
-    meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    meta = read_json(path / "meta.json")
     if meta.get("status") != RunStatus.RUNNING:
         return
     meta.update(extra, status=status, finished=_dt.datetime.now().isoformat(timespec="seconds"))
     write_json(path / "meta.json", meta)
 
 
-class RunError(InputError):
-    """A folder that is not an ortlab run."""
-
-
 def _read_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The step rows, and the line numbers that are not a step row (damaged: skipped, the later steps kept)."""
-    rows, damaged = [], []
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return rows, damaged
+        return [], []
     except OSError as e:
         raise RunError(f"{path}: cannot be read ({e.strerror})") from None
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict) and "step" in row and "loss" in row:
-            rows.append(row)
-        else:
-            damaged.append(number)
-    return rows, damaged
+    return step_rows(text)
 
 
 @dataclass
@@ -236,13 +221,7 @@ class Run:
 
     def read_json(self, name: str, default: Any = None) -> Any:
         """A JSON file of the run; a damaged one raises RunError naming it."""
-        path = self.path / name
-        if not path.exists():
-            return default
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise RunError(f"{path}: not readable as JSON ({e})") from None
+        return read_json(self.path / name, default)
 
     @property
     def ort(self) -> dict[str, Any]:
@@ -340,10 +319,7 @@ def load_run(path: str | Path) -> Run:
     meta_path = path / "meta.json"
     if not meta_path.is_file():
         raise RunError(f"{path} is not an ortlab run folder (no meta.json)")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunError(f"{meta_path}: not valid JSON ({e})") from None
+    meta = read_json(meta_path)
     if not isinstance(meta, dict):
         raise RunError(f"{meta_path}: not a run's meta (a JSON object is expected, found {type(meta).__name__})")
     return Run(path, meta)

@@ -4,8 +4,6 @@ each burst runs as ranks (ortlab.engine.launch) and the plot shows every rank's 
 from __future__ import annotations
 
 import html
-import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +14,7 @@ from ortlab.engine.backends import BACKENDS, REFERENCE, aliased, default_backend
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
-from ortlab.runs import facts
+from ortlab.runs import facts, files
 from ortlab.runs.run import RunStatus
 from ortlab.stacks.table import STACKS, Stack, this_stack
 from ortlab.widgets.background import Background, error_html
@@ -26,39 +24,6 @@ from ortlab.widgets.layout import STOPPED, checkbox, flexible, row, status_color
 
 PLOT_INTERVAL_S = 0.5
 GREYED = "<div style='opacity:0.45'><i>the previous burst's, until this one ends</i>{}</div>"
-
-
-def _rank_losses(folder: Path) -> dict[int, list[float]]:
-    """Each rank's losses so far, from its metrics.jsonl (complete lines only)."""
-    out = {}
-    ranks = folder / "ranks"
-    for p in sorted((p for p in ranks.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)) \
-            if ranks.is_dir() else []:
-        try:
-            lines = (p / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-        except OSError:
-            continue
-        losses = []
-        for line in lines:
-            try:
-                losses.append(json.loads(line)["loss"])
-            except (ValueError, KeyError, TypeError):
-                break
-        out[int(p.name)] = losses
-    return out
-
-
-def _running_ranks_run(out: Path, backend: str) -> Path | None:
-    """The folder of the distributed burst this process is running now (its launcher writes our pid)."""
-    for meta in sorted(out.glob("*/meta.json"), reverse=True):
-        try:
-            m = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if m.get("pid") == os.getpid() and m.get("status") == RunStatus.RUNNING and m.get("backend") == backend \
-                and "nproc" in m:
-            return meta.parent
-    return None
 
 
 def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -327,9 +292,9 @@ class BurstPanel(Background, W.VBox):
         if now - self._drawn >= PLOT_INTERVAL_S:
             if self.nproc.value > 1:  # the step rows are rank 0's: the other ranks' from their folders
                 if self._rank_runs.get(backend) is None:
-                    self._rank_runs[backend] = _running_ranks_run(Path(self.session.out).expanduser(), backend)
+                    self._rank_runs[backend] = files.running_distributed(Path(self.session.out).expanduser(), backend)
                 if self._rank_runs[backend] is not None:
-                    self._set_rank_curves(backend, _rank_losses(self._rank_runs[backend]))
+                    self._set_rank_curves(backend, files.rank_losses(self._rank_runs[backend]))
             self._draw()
             self._drawn = now
 
