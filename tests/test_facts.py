@@ -103,3 +103,36 @@ def test_a_fallback_run_shows_none_of_its_backends_figures(tmp_path):
     rows = {fact.title: cells[0] for fact, cells in facts.rows([summary])}
     assert rows["median step (ms)"] == MISSING and rows["start-up (s)"] == "fell back to PyTorch"
     assert rows["final loss"] == "2.0000"
+
+
+def test_which_runs_belong_together_is_answered_once(tmp_path):
+    """ortlab.runs.groups from run folders: the pairs of a comparison, the newest comparison, the newest run of a
+    backend; the report's sources and the Lab's tabs ask it."""
+    from ortlab.engine.backends import BACKENDS
+    from ortlab.reporting.sources import collect
+    from ortlab.runs import groups
+    from ortlab.runs.run import write_json
+    from ortlab.widgets.move import newest_pair
+    from ortlab.widgets.report import newest_comparison
+
+    def run(name: str, backend: str, started: str, steps: int = 3):
+        r = made(tmp_path / name, backend)
+        write_json(r.path / "meta.json", {**r.meta, "started": started, "config": {**r.meta["config"],
+                                                                                  "steps": steps}})
+        return load_run(r.path)
+
+    first = [run("a-pytorch", "pytorch", "2026-01-01T00:00:00"),
+             run("b-ortmodule", "ortmodule", "2026-01-01T00:00:01"), run("c-compile", "compile", "2026-01-01T00:00:02")]
+    other = run("d-pytorch", "pytorch", "2026-01-01T00:01:00", steps=5)  # another start: not their reference
+    second = [run("e-pytorch", "pytorch", "2026-01-01T00:02:00"),
+              run("f-ortmodule", "ortmodule", "2026-01-01T00:02:01")]
+    runs = [*first, other, *second]
+    names = lambda rs: [r.path.name for r in rs]  # noqa: E731
+    assert [names(p) for p in groups.pairs(runs, BACKENDS)] == [
+        ["a-pytorch", "b-ortmodule"], ["a-pytorch", "c-compile"], ["e-pytorch", "f-ortmodule"]]
+    assert names(groups.newest_comparison(runs, BACKENDS)) == ["e-pytorch", "f-ortmodule"] == names(
+        newest_comparison(runs))
+    assert names(newest_comparison(first)) == names(first)
+    assert names(newest_pair(runs)) == ["f-ortmodule", "c-compile"]
+    assert [names(p) for p in collect(tmp_path).pairs()] == [names(p) for p in groups.pairs(runs, BACKENDS)]
+    assert groups.reference_of(other, None, BACKENDS) is None  # PyTorch's own run

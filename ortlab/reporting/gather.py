@@ -10,7 +10,7 @@ from typing import Any
 
 from ortlab.reporting import views
 from ortlab.reporting.sources import Sources
-from ortlab.runs import facts
+from ortlab.runs import facts, groups
 from ortlab.runs.provenance import command, python_call, repro_script, what_ran
 from ortlab.runs.run import Run, RunStatus
 
@@ -73,11 +73,9 @@ def _recommendations(runs: list[Run], pairs: list[tuple[Run, Run]]) -> list[str]
     """Each comparison's recommendation (ortlab.comparison.summary.Comparison), as `ortlab compare` prints it."""
     from ortlab.comparison.summary import Comparison
 
-    groups: dict[str, dict[str, Run]] = {}
-    for reference, run in pairs:
-        groups.setdefault(reference.path.name, {reference.backend: reference})[run.backend] = run
     out = []
-    for members in groups.values():
+    for comparison_runs in groups.comparisons(pairs):
+        members = {r.backend: r for r in comparison_runs}
         try:
             comparison = Comparison(**members, backends=tuple(members))
             out.append(comparison.recommendation().line)
@@ -141,18 +139,11 @@ def _losses(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
 
 def _reproduce(runs: list[Run], pairs: list[tuple[Run, Run]], names: dict[str, str]) -> dict[str, Any]:
     """Per comparison (or lone run): the command that runs it again, each run's Python call, the repro script."""
-    groups: list[list[Run]] = []
-    placed: set[str] = set()
-    for reference, run in pairs:
-        group = next((g for g in groups if g[0] is reference), None)
-        if group is None:
-            group = [reference]
-            groups.append(group)
-        group.append(run)
-        placed |= {reference.path.name, run.path.name}
-    groups += [[r] for r in runs if r.path.name not in placed]
+    together = groups.comparisons(pairs)
+    placed = {r.path.name for group in together for r in group}
+    together += [[r] for r in runs if r.path.name not in placed]
     items = []
-    for group in groups:
+    for group in together:
         cwd = next((r.meta.get("cwd") for r in group if r.meta.get("cwd")), None)
         items.append({"runs": [names[r.path.name] for r in group], "command": command(group), "cwd": cwd,
                       "recorded": bool(group[0].meta.get("command")),
