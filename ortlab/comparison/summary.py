@@ -279,10 +279,6 @@ class Comparison:
         if not d["parity"]:
             lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ "
                          "(use --parity)")
-        for backend in backends:
-            if d[backend].get("busy"):  # ortlab.engine.machine
-                lines.append(f"busy machine during the {backend} burst ({d[backend]['busy']}): its timings are not "
-                             "representative")
         for problem in d.get("problems", []):
             lines.append(f"problem: {problem}")
         lines.append("runs: " + "\n      ".join(_shown(r.path) for r in self.runs))

@@ -52,7 +52,8 @@ class Fact:
     value; `applies`: whether the fact is one of this run's (a row is shown when it applies to one of the runs);
     `always`: shown even when every run lacks it (else only where one has it); `compared`: a figure of the backend
     itself, which a run that fell back to PyTorch cannot show; `instead`: the summary key whose words stand in
-    for a missing value (why there is none)."""
+    for a missing value (why there is none); `sentence`: its text is a sentence (a text table says it on a line
+    of its own under the rows)."""
 
     key: str
     label: str
@@ -63,6 +64,7 @@ class Fact:
     always: bool = False
     compared: bool = False
     instead: str | None = None
+    sentence: bool = False
 
     @property
     def title(self) -> str:
@@ -125,7 +127,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("imbalance", "load imbalance (max/mean)", spec=".3f", part="load"),  # ortlab.engine.balance
     Fact("imbalance", "ranks waited (of step)", spec=".1%", part="wait_share"),
     Fact("verdict", "verdict"),  # an ORTModule run judged against its PyTorch run
-    Fact("busy", "busy machine"),  # timings taken beside other work (ortlab.engine.machine)
+    Fact("busy", "busy machine", sentence=True),  # timings taken beside other work (ortlab.engine.machine)
     Fact("stack", "stack", spec=_stack),  # meta.json's "stack" (runs before it was recorded: missing)
 )
 
@@ -156,11 +158,15 @@ def title(key: str, summary: dict[str, Any] | None = None) -> str:
 
 
 def text_table(summaries: Sequence[dict[str, Any]], headers: Sequence[str]) -> list[str]:
-    """The rows as aligned text lines, a header line first (the CLI's table)."""
-    lines = [("", *headers)] + [(fact.title, *cells) for fact, cells in rows(summaries)]
+    """The rows as aligned text lines, a header line first (the CLI's table); a sentence's fact on a line of its own
+    after them, per run that has it: "busy machine (pytorch): it waited for a core 46% of the time"."""
+    found = rows(summaries)
+    lines = [("", *headers)] + [(fact.title, *cells) for fact, cells in found if not fact.sentence]
     width = max(len(r[0]) for r in lines)
     cells = [max(12, *(len(r[i]) for r in lines)) for i in range(1, len(lines[0]))]
-    return ["  ".join([f"{r[0]:<{width}}", *(f"{c:>{w}}" for c, w in zip(r[1:], cells, strict=True))]) for r in lines]
+    out = ["  ".join([f"{r[0]:<{width}}", *(f"{c:>{w}}" for c, w in zip(r[1:], cells, strict=True))]) for r in lines]
+    return out + [f"{fact.title}{f' ({header})' if len(headers) > 1 else ''}: {text}" for fact, texts in found
+                  if fact.sentence for header, text, s in zip(headers, texts, summaries, strict=True) if fact.held(s)]
 
 
 def frame(summaries: Sequence[dict[str, Any]], columns: Sequence[str]):
