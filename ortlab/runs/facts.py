@@ -171,10 +171,13 @@ def text_table(summaries: Sequence[dict[str, Any]], headers: Sequence[str]) -> l
 
 def frame(summaries: Sequence[dict[str, Any]], columns: Sequence[str]):
     """The rows as a DataFrame, one row per fact (its title as the index), one column per run: numbers as numbers
-    in the label's unit, the rest as their text (the Lab's results, their CSV)."""
+    in the label's unit, the rest as their text, None where a run lacks the fact (the Lab's results, their CSV)."""
     import pandas as pd
 
-    data = {fact.title: [fact.value(s) if fact.numeric() and fact.value(s) is not None else text
-                         for s, text in zip(summaries, texts, strict=True)]
+    def shown(fact: Fact, summary: dict[str, Any], text: str) -> Any:
+        value = fact.value(summary)
+        return value if fact.numeric() and value is not None else None if text == MISSING else text
+
+    data = {fact.title: [shown(fact, s, text) for s, text in zip(summaries, texts, strict=True)]
             for fact, texts in rows(summaries)}
     return pd.DataFrame.from_dict(data, orient="index", columns=list(columns)) if data else pd.DataFrame()

@@ -34,6 +34,15 @@ def read_json(path: str | Path, default: Any = None, strict: bool = True) -> Any
         raise RunError(f"{path}: not valid JSON ({e})") from None
 
 
+def text(path: str | Path) -> str:
+    """A run's text file (log.txt, torch.compile's generated code), undecodable bytes replaced; "" when it is not
+    there or cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def meta(folder: str | Path) -> dict[str, Any]:
     """A folder's meta.json as a dict; {} when it has none or it is damaged (a reader that only looks)."""
     data = read_json(Path(folder) / META, {}, strict=False)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ortlab.common.enums import StrEnum
 from ortlab.errors import OrtlabError
-from ortlab.runs.files import RunError, read_json, step_rows
+from ortlab.runs.files import RunError, read_json, step_rows, text
 
 
 class RunStatus(StrEnum):
@@ -216,8 +216,7 @@ class Run:
     @property
     def log(self) -> str:
         """Everything the burst printed (log.txt), or an empty string."""
-        path = self.path / "log.txt"
-        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        return text(self.path / "log.txt")
 
     def read_json(self, name: str, default: Any = None) -> Any:
         """A JSON file of the run; a damaged one raises RunError naming it."""
