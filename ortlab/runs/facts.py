@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from ortlab.runs.run import RunStatus
+
 MISSING = "—"  # a value that is not there, in every table ortlab shows (the CLI's, the report's, the Lab's)
-FALLBACK = "fallback"  # RunStatus.FALLBACK (run.py imports this module's neighbours, not the other way round)
 
 
 def _always(summary: dict[str, Any]) -> bool:
@@ -74,7 +75,7 @@ class Fact:
     def value(self, summary: dict[str, Any]) -> Any:
         """This fact of a run's summary in the label's unit (milliseconds for "ms"); None when the run does not
         have it, the fact is not one of this run's, or the run fell back and the figure is its backend's."""
-        if not self.applies(summary) or (self.compared and summary.get("status") == FALLBACK):
+        if not self.applies(summary) or (self.compared and summary.get("status") == RunStatus.FALLBACK):
             return None
         value = summary.get(self.key)
         if self.part is not None:
