@@ -136,3 +136,16 @@ def test_which_runs_belong_together_is_answered_once(tmp_path):
     assert names(newest_pair(runs)) == ["f-ortmodule", "c-compile"]
     assert [names(p) for p in collect(tmp_path).pairs()] == [names(p) for p in groups.pairs(runs, BACKENDS)]
     assert groups.reference_of(other, None, BACKENDS) is None  # PyTorch's own run
+
+
+def test_a_distributed_runs_ranks_are_facts(tmp_path):
+    from ortlab.runs.run import write_json
+
+    run = made(tmp_path / "20260101-000001-pytorch", "pytorch")
+    write_json(run.path / "meta.json", {**run.meta, "nproc": 2, "ranks": [0, 1], "in_sync": False,
+                                        "rank_graphs": {"identical": True},
+                                        "imbalance": {"load": 1.25, "wait_share": 0.125}})
+    rows = {fact.title: cells[0] for fact, cells in facts.rows([load_run(run.path).summary()])}
+    assert rows["ranks"] == "2" and rows["in sync"] == "no" and rows["same graphs on all ranks"] == "yes"
+    assert rows["load imbalance (max/mean)"] == "1.250" and rows["ranks waited (of step)"] == "12.5%"
+    assert "ranks" not in {fact.title for fact, _ in facts.rows([made(tmp_path / "one", "pytorch").summary()])}

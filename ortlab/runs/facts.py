@@ -101,9 +101,11 @@ class Fact:
             return str(why) if why else MISSING
         if callable(self.spec):
             return self.spec(value)
+        if isinstance(value, bool):
+            return "yes" if value else "no"
         if self.spec == "ms":
             return f"{value:.1f}"
-        if self.spec == "s" or isinstance(value, bool | str):
+        if self.spec == "s" or isinstance(value, str):
             return str(value)
         return format(value, self.spec)
 
