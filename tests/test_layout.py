@@ -126,3 +126,40 @@ def test_ortmodule_is_built_and_its_module_name_spelled_in_the_ort_adapter_only(
         if any("_original_module" in s and "ORTModule(" not in s for s in strings):
             spelled.append(relative)
     assert built == [] and spelled == []
+
+
+# The modules outside ortlab/runs/ that parse JSON of files that are not a run's (or of no file): why each may.
+NOT_RUN_FILES = {
+    "ortlab.verdict.debug_logs": "a DebugMode log or torchtitan dump the user names",
+    "ortlab.recompute.observer": "ORT's memory observer's own config file (ORT's, where ORT keeps it)",
+    "ortlab.cli.common": "an option's value on the command line (key=JSON)",
+    "ortlab.compat.opcheck": "the results a forked child sends through a pipe",
+    "ortlab.comparison.cross_stack": "the verdicts another stack's process prints on its stdout",
+    "ortlab.activations.table": "the header string stored inside stats.npz, which numpy reads (read_stats)",
+}
+
+
+def _json_reads(path: Path) -> list[int]:
+    """The lines where a module calls json.load or json.loads, other than on a DataFrame's own to_json()."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("load", "loads") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "json"):
+            continue
+        arg = node.args[0] if node.args else None
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "to_json":
+            continue  # a DataFrame made JSON-ready, no file
+        lines.append(node.lineno)
+    return lines
+
+
+def test_run_files_are_read_through_ortlab_runs_only():
+    """A run's files are read by Run (ortlab.runs.run) and the leaf ortlab.runs.files; a module elsewhere that
+    parses JSON itself reads a file that is not a run's, named with its reason in NOT_RUN_FILES."""
+    found = {name: lines for name, path in MODULES.items()
+             if not name.startswith("ortlab.runs.") and (lines := _json_reads(path))}
+    unexplained = {name: lines for name, lines in found.items() if name not in NOT_RUN_FILES}
+    assert not unexplained, ("read run files through ortlab.runs (Run.read_json, ortlab.runs.files), or add the "
+                             f"module to NOT_RUN_FILES with the reason: {unexplained}")
+    assert set(NOT_RUN_FILES) <= set(found), f"allowed but no longer parsing JSON: {set(NOT_RUN_FILES) - set(found)}"

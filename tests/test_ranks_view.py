@@ -208,7 +208,9 @@ def test_lab_runs_ranks_with_a_curve_and_a_log_per_rank_and_checks_their_graphs_
 def test_burst_panel_reads_every_ranks_curve_from_the_running_burst(tmp_path):
     import os
 
-    from ortlab.widgets.burst_panel import BurstPanel, _rank_losses, _running_ranks_run
+    from ortlab.runs.files import rank_losses as _rank_losses
+    from ortlab.runs.files import running_distributed as _running_ranks_run
+    from ortlab.widgets.burst_panel import BurstPanel
 
     run_dir = tmp_path / "20261123-101500-ortmodule"
     run_dir.mkdir()

@@ -20,6 +20,7 @@ from ortlab.activations.legacy import is_dump, read_dump
 from ortlab.activations.ranks import apply_rank_rules, rank_of, rank_pair
 from ortlab.activations.results import METRICS, ActivationDiff, Divergence, NonFinite, Tolerances
 from ortlab.activations.table import STATS_FILE, dims_text, read_stats
+from ortlab.runs import files
 from ortlab.runs.run import RunStatus
 
 
@@ -42,14 +43,8 @@ def load(source: Any, model: Any = None):
 def _not_a_fallback(path: Path) -> None:
     """A run whose ORTModule fell back to PyTorch recorded PyTorch's statistics under ORTModule's name: comparing
     them with PyTorch's would show agreement that ORT never earned."""
-    import json
-
-    meta_path = path / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
-    except (OSError, ValueError):
-        return  # read_stats names a damaged run
-    if isinstance(meta, dict) and meta.get("status") == RunStatus.FALLBACK:
+    meta = files.meta(path)  # {} when damaged: read_stats names a damaged run
+    if meta.get("status") == RunStatus.FALLBACK:
         why = meta.get("error") or "it fell back to PyTorch"
         raise ActivationsError(f"{path.name} did not run on ORTModule: {why}; its statistics are PyTorch's, so "
                                "there is nothing of ORT's to compare")
@@ -121,16 +116,11 @@ def compare(a: Any, b: Any = None, tolerances: Tolerances | float | dict | None 
 
 def _same_model(a: Any, b: Any) -> None:
     """Two ortlab runs of different models are not a divergence: say so (the model is in each run's meta)."""
-    import json
-
     models = []
     for source in (a, b):
         meta = getattr(source, "meta", None)
-        if meta is None and isinstance(source, str | Path) and (Path(source) / "meta.json").is_file():
-            try:
-                meta = json.loads((Path(source) / "meta.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                meta = None
+        if meta is None and isinstance(source, str | Path):
+            meta = files.meta(source)
         models.append((meta or {}).get("model") if isinstance(meta, dict) else None)
     ma, mb = models
     # parameters only: a recorded loop names its model otherwise than a factory does

@@ -9,7 +9,6 @@ all-reduce are one tensor that every rank receives, byte for byte, so they must 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 from ortlab.activations.errors import ActivationsError
 from ortlab.activations.results import METRICS
 from ortlab.activations.table import PARAM_GRAD
+from ortlab.runs import files
 
 DATA_PHASES = ("forward", "backward")  # depend on each rank's batch
 
@@ -25,11 +25,8 @@ DATA_PHASES = ("forward", "backward")  # depend on each rank's batch
 def rank_of(source: Any) -> int | None:
     """The rank a source is of (a rank's Run or folder, `<run>/ranks/<r>`), None for anything else."""
     meta = getattr(source, "meta", None)
-    if meta is None and isinstance(source, str | Path) and (Path(source) / "meta.json").is_file():
-        try:
-            meta = json.loads((Path(source) / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+    if meta is None and isinstance(source, str | Path):
+        meta = files.meta(source)
     if isinstance(meta, dict) and "world_size" in meta and isinstance(meta.get("rank"), int):
         return meta["rank"]
     return None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.cli.common import CliError, add_json_arg, print_json
+from ortlab.runs.facts import MISSING
 
 WIDTH = 100  # the terminal columns the table and the details fit
 # the table's columns: (summary field, heading, how a value is shown)
@@ -97,7 +98,7 @@ def details(row: dict[str, Any]) -> list[str]:
 def _cell(row: dict[str, Any], key: str, show) -> str:
     value = row.get(key)
     if _missing(value):
-        return "-"
+        return MISSING
     try:
         return show(value)
     except (TypeError, ValueError):

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from ortlab.engine.backends import BACKENDS, REFERENCE, has, registered
+from ortlab.runs import facts
 from ortlab.runs.run import Run, RunStatus
 
 OTHERS = tuple(b for b in BACKENDS if b != REFERENCE)  # what PyTorch is compared with, in this order
@@ -201,6 +202,7 @@ class Comparison:
 
         spreads = spreads_of(self.runs, earlier)
         base = spreads.get(REFERENCE)
+        where = {"device": self.reference.meta.get("device")}  # one device's labels for every column
         rows = []
         for backend in self.backends:
             run = self.run(backend)
@@ -222,9 +224,9 @@ class Comparison:
                          "median step after warm-up (ms)": None if mine is None or s.get("status") == RunStatus.FALLBACK
                          else mine.median_s * 1000,
                          "step time vs PyTorch (99% interval)": vs,
-                         "start-up (s)": s.get("startup_s"), "steps to break even": even,
-                         "kept for backward (MB)": s.get("saved_for_backward_mb"),
-                         "peak resident set (MB)": s.get("peak_mem_mb"),
+                         facts.title("startup_s"): s.get("startup_s"), "steps to break even": even,
+                         facts.title("saved_for_backward_mb"): s.get("saved_for_backward_mb"),
+                         facts.title("peak_mem_mb", where): s.get("peak_mem_mb"),
                          "numerics": "reference" if reference else
                          (verdict.headline if verdict is not None else "not judged"),
                          "failed": (run.error if run is not None and s.get("status") != RunStatus.OK else None)})
@@ -247,7 +249,7 @@ class Comparison:
         d = self.to_dict()
 
         def fmt(value, spec=".4f"):
-            return "-" if value is None else format(value, spec)
+            return facts.MISSING if value is None else format(value, spec)
 
         backends = list(self.backends)
         lines = table(d, backends, cuda=self.reference.meta.get("device") == "cuda",
@@ -277,10 +279,6 @@ class Comparison:
         if not d["parity"]:
             lines.append("not in parity mode: dropout and ORT's compute optimizer can make losses differ "
                          "(use --parity)")
-        for backend in backends:
-            if d[backend].get("busy"):  # ortlab.engine.machine
-                lines.append(f"busy machine during the {backend} burst ({d[backend]['busy']}): its timings are not "
-                             "representative")
         for problem in d.get("problems", []):
             lines.append(f"problem: {problem}")
         lines.append("runs: " + "\n      ".join(_shown(r.path) for r in self.runs))
@@ -295,43 +293,13 @@ def _diff_column(backend: str) -> str:
 
 def table(summaries: dict[str, dict[str, Any]], backends: list[str], cuda: bool = False,
           headers: list[str] | None = None) -> list[str]:
-    """The lines of the table every burst summary starts with: one labelled row per figure, one column per
-    backend (`summaries`: each backend's Run.summary()), for one backend or several alike. `headers`: the
-    columns' names when not the backends' (a comparison across stacks names each one's stack and torch)."""
-
-    def fmt(value, spec=".4f"):
-        return "-" if value is None else format(value, spec)
-
-    d = summaries
-    rows = [("", *(headers or backends))]
-    process = "peak CUDA allocated (MB)" if cuda else "peak resident set (MB)"
-    shown = [("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
-             ("median step (ms)", "median_step_s", "ms"), (process, "peak_mem_mb", ".0f"),
-             *([("peak CUDA reserved (MB)", "peak_reserved_mb", ".0f")] if cuda else []),
-             ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
-             ("activation peak (MB)", "activation_peak_mb", ".2f")]
-    compiles = any("compile_s" in (d.get(b) or {}) for b in backends)  # a torch.compile run (its compile.json)
-    if len(backends) > 2 or compiles:
-        shown.insert(4, ("start-up (s)", "startup_s", ".2f"))
-    if compiles:
-        shown += [("graph breaks", "graph_breaks", "d"), ("recompiles", "recompiles", "d")]
-    for label, key, spec in shown:
-        vals = []
-        for backend in backends:
-            v = d[backend].get(key)
-            vals.append("-" if v is None else f"{v * 1000:.1f}" if spec == "ms" else format(v, spec))
-        rows.append((label, *vals))
-    if any(d[b].get("fixes") for b in backends):  # ortlab.compat fixes applied
-        rows.insert(2, ("fixes", *(", ".join(d[b].get("fixes") or []) or "-" for b in backends)))
-    if any(d[b].get("nproc") for b in backends):  # a distributed burst
-        rows.append(("ranks", *(_ranks_cell(d[b]) for b in backends)))
-    if any(d[b].get("imbalance") for b in backends):  # ranks (ortlab.engine.balance)
-        for label, key, spec in (("load imbalance (max/mean)", "load", ".3f"),
-                                 ("ranks waited (of step)", "wait_share", ".1%")):
-            rows.append((label, *(fmt((d[b].get("imbalance") or {}).get(key), spec) for b in backends)))
-    width = max(len(r[0]) for r in rows)
-    cells = [max(12, *(len(r[i]) for r in rows)) for i in range(1, len(rows[0]))]
-    return ["  ".join([f"{r[0]:<{width}}", *(f"{c:>{w}}" for c, w in zip(r[1:], cells, strict=True))]) for r in rows]
+    """The lines of the table every burst summary starts with: one labelled row per fact (ortlab.runs.facts), one
+    column per backend (`summaries`: each backend's Run.summary()), for one backend or several alike. `cuda`: the
+    device of a summary that does not name its own. `headers`: the columns' names when not the backends' (a
+    comparison across stacks names each one's stack and torch)."""
+    device = "cuda" if cuda else "cpu"
+    shown = [{**summaries[b], "device": summaries[b].get("device") or device} for b in backends]
+    return facts.text_table(shown, headers or backends)
 
 
 def run_text(run: Run) -> str:
@@ -341,8 +309,6 @@ def run_text(run: Run) -> str:
     lines = table({run.backend: s}, [run.backend], cuda=run.meta.get("device") == "cuda")
     if s.get("ort_init_s") is not None:
         lines.append(f"ORT init overhead {s['ort_init_s']:.2f} s")
-    if s.get("verdict"):
-        lines.append(f"verdict: {s['verdict']}")
     if s.get("hazards"):
         lines.append(f"export hazards: {s['hazards']} (the exporter's warnings, in meta.json)")
     if s.get("damaged_metrics_lines"):
@@ -381,12 +347,3 @@ def _memory_lines(d: dict[str, Any], backends: list[str]) -> list[str]:
               f"{a['peak_reserved']:.1f} MB (everything its tensors held: parameters, gradients, optimizer state, "
               "activations, workspaces)" for b in backends if (a := d[b].get("cuda_allocator_mb"))]
     return lines
-
-
-def _ranks_cell(summary: dict[str, Any]) -> str:
-    """"2, in sync" / "2, NOT in sync" / "-": how many ranks and whether their parameters stayed equal."""
-    ranks = summary.get("ranks")
-    if not ranks:
-        return "-"
-    sync = {True: "in sync", False: "NOT in sync"}.get(summary.get("in_sync"), "sync unknown")
-    return f"{len(ranks)}, {sync}"

@@ -11,7 +11,6 @@ the agent's result and each rank's run onto the run: `status`, `error`, `ranks`,
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pickle
 import shutil
@@ -30,6 +29,7 @@ from ortlab.engine.config import BurstConfig, BurstError, resolve_device
 from ortlab.engine.machine import available_cores, load_average, warn_oversubscribed
 from ortlab.engine.orphan import on_parent_death
 from ortlab.options import Options
+from ortlab.runs.files import appended, read_json
 from ortlab.runs.run import Run, RunStatus, RunWriter, load_run, mark, new_run_dir, write_json
 from ortlab.stacks import table as stacks
 
@@ -193,27 +193,16 @@ def _end(proc: subprocess.Popen) -> None:
 
 def _forward(metrics: Path, offset: int, writer: RunWriter, on_step) -> int:
     """Copy the complete new lines of a rank's metrics into the run's metrics (and to `on_step`)."""
-    try:
-        with open(metrics, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return offset
-    end = data.rfind(b"\n") + 1
-    for line in data[:end].splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            row = json.loads(line)
-            writer.step(row)
-            if on_step:
-                on_step(row)
-    return offset + end
+    rows, offset = appended(metrics, offset)
+    for row in rows:
+        writer.step(row)
+        if on_step:
+            on_step(row)
+    return offset
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_json(path, strict=False)
 
 
 def _outcome(path: Path, result: dict[str, Any], stopped: str | None) -> tuple[str, dict[str, Any]]:
@@ -342,7 +331,7 @@ def main(spec_dir: str) -> int:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     folder = Path(spec_dir)
-    spec = json.loads((folder / "spec.json").read_text(encoding="utf-8"))
+    spec = read_json(folder / "spec.json")
     cfg = BurstConfig.from_dict(spec["config"])
     # the ortlab process that started this agent is gone: SIGTERM ends the agent, and the agent its ranks
     on_parent_death(lambda: os.kill(os.getpid(), signal.SIGTERM), "ortlab-parent-watch")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import faulthandler
-import json
 import math
 import os
 import pickle
@@ -28,6 +27,7 @@ from ortlab.engine.orphan import on_parent_death
 from ortlab.engine.sampling import Feed
 from ortlab.errors import InputError
 from ortlab.options import Options
+from ortlab.runs.files import read_json
 from ortlab.runs.run import RunStatus, RunWriter, load_run
 from ortlab.runs.snapshot import Snapshot
 from ortlab.stacks import table as stacks
@@ -215,7 +215,7 @@ def _failed_early(folder: Path, cfg: BurstConfig, rank: int, error: str, bad_inp
 
 def main(spec_path: str) -> int:
     spec_file = Path(spec_path)
-    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    spec = read_json(spec_file)
     rank = int(os.environ["RANK"])
     run = Path(spec["run"])
     folder = run / "ranks" / str(rank)

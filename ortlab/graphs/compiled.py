@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ortlab.runs import files
+
 
 def compiled_code(run: Any):
     """One row per generated file: its name, lines, the kernels and graph functions it defines."""
@@ -18,7 +20,7 @@ def compiled_code(run: Any):
         path = Path(run.path) / "compiled" / name
         if not path.is_file():
             continue
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = files.text(path)
         kernels = sorted({m for m in re.findall(r"\b(cpp_fused_\w+|triton_\w+)", text)})
         rows.append({"file": name, "lines": text.count("\n") + 1, "kernels": len(kernels),
                      "first kernels": ", ".join(kernels[:4]), "path": str(path)})

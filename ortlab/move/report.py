@@ -13,6 +13,7 @@ from typing import Any
 from ortlab.engine.backends import BACKENDS, has, label
 from ortlab.errors import InputError
 from ortlab.move.mapping import Fit, equivalent
+from ortlab.runs import facts
 from ortlab.runs.run import Run, RunStatus, load_run
 
 # The figures compared side by side: (key in a side's dict, label, unit, format)
@@ -20,7 +21,7 @@ FIGURES = (("median_step_s", "median step after start-up", "ms", 1000.0),
            ("startup_s", "start-up (ORT's export and session / torch.compile's compile)", "s", 1.0),
            ("saved_for_backward_mb", "kept for backward", "MB", 1.0),
            ("activation_peak_mb", "activation peak (ORT's graph)", "MB", 1.0),
-           ("peak_mem_mb", "peak resident set", "MB", 1.0))
+           ("peak_mem_mb", "peak resident set", "MB", 1.0))  # on CUDA: the allocator's (ortlab.runs.facts)
 # What a run that fell back to PyTorch cannot show of its backend (its figures would be PyTorch's under its name).
 _PYTORCHS = ("median_step_s", "startup_s", "saved_for_backward_mb", "activation_peak_mb")
 
@@ -85,7 +86,8 @@ class MoveReport:
 
     def table(self) -> list[dict[str, Any]]:
         """The measured figures, one row per figure, one column per side (None: not recorded)."""
-        return [{"figure": f"{label} ({unit})", "ORTModule": _scaled(self.ortmodule.figures.get(key), scale),
+        return [{"figure": facts.title(key, {"device": self.ortmodule.device}) if key == "peak_mem_mb"
+                 else f"{label} ({unit})", "ORTModule": _scaled(self.ortmodule.figures.get(key), scale),
                  "torch.compile": _scaled(self.target.figures.get(key), scale)}
                 for key, label, unit, scale in FIGURES]
 

@@ -10,17 +10,13 @@ from typing import Any
 
 from ortlab.reporting import views
 from ortlab.reporting.sources import Sources
+from ortlab.runs import facts, groups
 from ortlab.runs.provenance import command, python_call, repro_script, what_ran
 from ortlab.runs.run import Run, RunStatus
 
 SECTIONS = ("what was run", "summary", "verdict", "the move", "loss curves", "where the time goes",
             "what changed in the time", "memory", "first divergence", "exported graphs", "recompute plans", "tuning",
             "how to reproduce")
-_ROWS = (("status", "status", "s"), ("steps", "steps", "d"), ("final loss", "final_loss", ".4f"),
-         ("median step (ms)", "median_step_s", "ms"), ("start-up (s)", "startup_s", ".2f"),
-         ("peak resident set (MB)", "peak_mem_mb", ".0f"), ("kept for backward (MB)", "saved_for_backward_mb", ".2f"),
-         ("activation peak (MB)", "activation_peak_mb", ".2f"), ("verdict", "verdict", "s"),
-         ("busy machine", "busy", "s"))
 
 
 def labels(runs: list[Run]) -> dict[str, str]:
@@ -53,25 +49,11 @@ def gather(sources: Sources) -> dict[str, Any]:
             "how to reproduce": _reproduce(runs, pairs, names)}
 
 
-def _cell(value: Any, spec: str) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if spec == "ms":
-        return f"{value * 1000:.1f}"
-    if spec == "s":
-        return str(value)
-    return format(value, spec)
-
-
 def _summary(runs: list[Run], names: dict[str, str], pairs: list[tuple[Run, Run]]) -> dict[str, Any]:
     """The labelled rows every summary starts with, one column per run; each compared run against PyTorch; and
     each comparison's recommendation."""
     summaries = {r.path.name: r.summary() for r in runs}
-    rows = []
-    for label, key, spec in _ROWS:
-        cells = [_cell(summaries[r.path.name].get(key), spec) for r in runs]
-        if any(c != "-" for c in cells):
-            rows.append([label, *cells])
+    rows = [[fact.title, *cells] for fact, cells in facts.rows([summaries[r.path.name] for r in runs])]
     versus = []
     for reference, run in pairs:
         a, b = summaries[reference.path.name], summaries[run.path.name]
@@ -91,11 +73,9 @@ def _recommendations(runs: list[Run], pairs: list[tuple[Run, Run]]) -> list[str]
     """Each comparison's recommendation (ortlab.comparison.summary.Comparison), as `ortlab compare` prints it."""
     from ortlab.comparison.summary import Comparison
 
-    groups: dict[str, dict[str, Run]] = {}
-    for reference, run in pairs:
-        groups.setdefault(reference.path.name, {reference.backend: reference})[run.backend] = run
     out = []
-    for members in groups.values():
+    for comparison_runs in groups.comparisons(pairs):
+        members = {r.backend: r for r in comparison_runs}
         try:
             comparison = Comparison(**members, backends=tuple(members))
             out.append(comparison.recommendation().line)
@@ -159,18 +139,11 @@ def _losses(runs: list[Run], names: dict[str, str]) -> dict[str, Any]:
 
 def _reproduce(runs: list[Run], pairs: list[tuple[Run, Run]], names: dict[str, str]) -> dict[str, Any]:
     """Per comparison (or lone run): the command that runs it again, each run's Python call, the repro script."""
-    groups: list[list[Run]] = []
-    placed: set[str] = set()
-    for reference, run in pairs:
-        group = next((g for g in groups if g[0] is reference), None)
-        if group is None:
-            group = [reference]
-            groups.append(group)
-        group.append(run)
-        placed |= {reference.path.name, run.path.name}
-    groups += [[r] for r in runs if r.path.name not in placed]
+    together = groups.comparisons(pairs)
+    placed = {r.path.name for group in together for r in group}
+    together += [[r] for r in runs if r.path.name not in placed]
     items = []
-    for group in groups:
+    for group in together:
         cwd = next((r.meta.get("cwd") for r in group if r.meta.get("cwd")), None)
         items.append({"runs": [names[r.path.name] for r in group], "command": command(group), "cwd": cwd,
                       "recorded": bool(group[0].meta.get("command")),

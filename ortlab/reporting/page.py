@@ -9,6 +9,8 @@ from typing import Any
 
 from ortlab.reporting import figures
 from ortlab.reporting.gather import SECTIONS
+from ortlab.runs import facts
+from ortlab.runs.facts import MISSING
 
 STYLE = """
 body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0 auto;max-width:1100px;
@@ -35,6 +37,8 @@ def _anchor(title: str) -> str:
 
 
 def _cell(value: Any) -> str:
+    if value is None:
+        return f"<td class='missing'>{MISSING}</td>"
     if isinstance(value, float):
         text = f"{value:.4g}" if abs(value) < 1e-3 or abs(value) >= 1e5 else f"{value:.3f}".rstrip("0").rstrip(".")
         return f'<td class="n">{text}</td>'
@@ -84,7 +88,7 @@ def _what_was_run(items: list[dict[str, Any]]) -> str:
         out.append(f"<h3>{_e(r['run'])}: {_e(r['backend'])}, {_e(r['status'])}</h3>{how}"
                    + table([{"model": r["model"], "parameters": r["parameters"], "batch": r["batch_size"],
                              "steps": r["steps"], "parity": r["parity"], "collected": r["collect"],
-                             "optimizer": r["optimizer"], "fixes": r["fixes"] or "-"}])
+                             "optimizer": r["optimizer"], "fixes": r["fixes"] or MISSING}])
                    + f"<p>options: <code>{_e(options)}</code><br>stack: {_e(versions)}<br>machine: "
                      f"{_e(r['device'])}{' ' + _e(r['gpu']) if r.get('gpu') else ''}, {_e(machine)}<br>"
                      f"started {_e(r['started'])}, finished {_e(r['finished'])}; folder <code>{_e(r['path'])}"
@@ -96,7 +100,7 @@ def _summary(s: dict[str, Any]) -> str:
     out = _grid(s["columns"], s["rows"])
     if s["versus"]:
         out += table([{"run": v["run"], "against": v["against"], "max |loss difference|": v["max_loss_diff"],
-                       "step time ratio": v["step_time_ratio"], "not compared": v["not_compared"] or "-"}
+                       "step time ratio": v["step_time_ratio"], "not compared": v["not_compared"]}
                       for v in s["versus"]])
     return out + "".join(f"<p><b>{_e(line)}</b></p>" for line in s["recommendations"])
 
@@ -135,7 +139,7 @@ def _move_body(m: dict[str, Any]) -> list[str]:
     out = []
     sides = [(n, m[k]) for n, k in (("ORTModule", "from"), ("torch.compile", "to"))]
     out.append(table([{"": n, "torch": d["torch"], "stack": d["stack"], "verdict": d["verdict"] or "not judged",
-                       **{label: d["figures"].get(key) for key, label in _MOVE_FIGURES}} for n, d in sides]))
+                       **{title(key, d): d["figures"].get(key) for key in _MOVE_FIGURES}} for n, d in sides]))
     rows = "".join(f"<tr><td><code>{_e(o['option'])}{'' if o['value'] is None else _e('=' + str(o['value']))}"
                    f"</code></td><td>{_e(o['becomes'])}<br><span class='muted'>{_e(o['why'])}</span>"
                    f"{'<pre>' + _e(o['snippet']) + '</pre>' if o['snippet'] else ''}</td><td>{_e(o['fit'])}</td>"
@@ -152,8 +156,12 @@ def _move_body(m: dict[str, Any]) -> list[str]:
     return out
 
 
-_MOVE_FIGURES = (("median_step_s", "median step after start-up (s)"), ("startup_s", "start-up (s)"),
-                 ("saved_for_backward_mb", "kept for backward (MB)"), ("peak_mem_mb", "peak resident set (MB)"))
+_MOVE_FIGURES = ("median_step_s", "startup_s", "saved_for_backward_mb", "peak_mem_mb")
+
+
+def title(key: str, side: dict[str, Any]) -> str:
+    """A move figure's label: the fact's (ortlab.runs.facts), in seconds (the move report's unit) for the step."""
+    return "median step after start-up (s)" if key == "median_step_s" else facts.title(key, side)
 
 
 def _losses(s: dict[str, Any]) -> str:

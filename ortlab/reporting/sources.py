@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.errors import InputError
-from ortlab.runs.run import Run, RunError, load_run
+from ortlab.runs import groups
+from ortlab.runs.run import Run, load_run
 
 
 class ReportError(InputError):
@@ -26,12 +27,9 @@ class Sources:
 
     def pairs(self) -> list[tuple[Run, Run]]:
         """(PyTorch's run, another backend's run) for each run compared with a PyTorch run among these."""
-        out = []
-        for run in self.runs:
-            reference = reference_of(run, self.runs)
-            if reference is not None:
-                out.append((reference, run))
-        return out
+        from ortlab.engine.backends import BACKENDS
+
+        return groups.pairs(self.runs, BACKENDS)
 
 
 def collect(*sources: Any) -> Sources:
@@ -58,7 +56,7 @@ def collect(*sources: Any) -> Sources:
             elif (path / TUNE_FILE).is_file():
                 found, tunings = [], [*tunings, path]  # its runs are measurements: the page shows its table
             elif path.is_dir():
-                found = _folder(path)
+                found = groups.in_folder(path)
                 tunings += sorted(p.parent for p in path.glob(f"*/{TUNE_FILE}"))
                 if not found and not tunings:
                     raise ReportError(f"{path} holds no ortlab run (no */meta.json) and no tuning (*/{TUNE_FILE})")
@@ -74,44 +72,13 @@ def _order(run: Run) -> tuple:
     """Oldest first; within one second (meta's resolution) PyTorch's run first: a comparison starts with it."""
     from ortlab.engine.backends import has
 
-    reference = run.backend in _backends() and has(run.backend, "reference")
+    reference = has(run.backend, "reference")
     return run.meta.get("started") or "", not reference, run.path.name
 
 
-def _folder(path: Path) -> list[Run]:
-    found = []
-    for meta in sorted(path.glob("*/meta.json")):
-        try:
-            found.append(load_run(meta.parent))
-        except RunError:  # a damaged run does not hide the others
-            continue
-    return found
-
-
 def reference_of(run: Run, among: list[Run] | None = None) -> Run | None:
-    """The PyTorch run a run of another backend was compared with: the latest reference run of the same model, steps
-    and parity started no later than it (a comparison runs PyTorch first, from the same snapshot), among `among`
+    """The PyTorch run a run of another backend was compared with (ortlab.runs.groups.reference_of), among `among`
     (default: the runs in the same folder). None for a PyTorch run or when there is none."""
-    from ortlab.engine.backends import has
-
-    if run.backend not in _backends() or has(run.backend, "reference"):
-        return None
-    if among is None:
-        among = _folder(run.path.parent)
-    key = _same(run)
-    started = run.meta.get("started") or ""
-    candidates = [r for r in among if r.backend in _backends() and has(r.backend, "reference")
-                  and _same(r) == key and (r.meta.get("started") or "") <= started and r.path != run.path]
-    return max(candidates, key=lambda r: (r.meta.get("started") or "", r.path.name)) if candidates else None
-
-
-def _backends() -> tuple[str, ...]:
     from ortlab.engine.backends import BACKENDS
 
-    return tuple(BACKENDS)
-
-
-def _same(run: Run) -> tuple:
-    config = run.meta.get("config") or {}
-    model = (run.meta.get("model") or {}).get("factory")
-    return model, config.get("steps"), bool(config.get("parity")), config.get("seed")
+    return groups.reference_of(run, among, BACKENDS)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ortlab.runs.files import RunError, read_json
 from ortlab.runs.run import Run
 
 TOP = 10
@@ -171,8 +172,10 @@ def tunings(folders: list[Path]) -> dict[str, Any]:
     items = []
     for folder in folders:
         try:
-            data = json.loads((folder / FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+            data = read_json(folder / FILE)
+            if data is None:
+                raise FileNotFoundError(f"no {FILE} in {folder}")
+        except (OSError, RunError) as e:
             items.append({"folder": str(folder), "error": _why(e)})
             continue
         cols = ("candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",

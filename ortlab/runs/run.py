@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.common.enums import StrEnum
-from ortlab.errors import InputError, OrtlabError
+from ortlab.errors import OrtlabError
+from ortlab.runs.files import RunError, read_json, step_rows, text
 
 
 class RunStatus(StrEnum):
@@ -141,38 +142,22 @@ class RunWriter:
 def mark(path: str | Path, status: str, **extra: Any) -> None:
     """Finish a run from outside (the kernel side, after its worker was stopped or died)."""
     path = Path(path)
-    meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    meta = read_json(path / "meta.json")
     if meta.get("status") != RunStatus.RUNNING:
         return
     meta.update(extra, status=status, finished=_dt.datetime.now().isoformat(timespec="seconds"))
     write_json(path / "meta.json", meta)
 
 
-class RunError(InputError):
-    """A folder that is not an ortlab run."""
-
-
 def _read_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The step rows, and the line numbers that are not a step row (damaged: skipped, the later steps kept)."""
-    rows, damaged = [], []
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return rows, damaged
+        return [], []
     except OSError as e:
         raise RunError(f"{path}: cannot be read ({e.strerror})") from None
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict) and "step" in row and "loss" in row:
-            rows.append(row)
-        else:
-            damaged.append(number)
-    return rows, damaged
+    return step_rows(text)
 
 
 @dataclass
@@ -231,18 +216,11 @@ class Run:
     @property
     def log(self) -> str:
         """Everything the burst printed (log.txt), or an empty string."""
-        path = self.path / "log.txt"
-        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        return text(self.path / "log.txt")
 
     def read_json(self, name: str, default: Any = None) -> Any:
         """A JSON file of the run; a damaged one raises RunError naming it."""
-        path = self.path / name
-        if not path.exists():
-            return default
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise RunError(f"{path}: not readable as JSON ({e})") from None
+        return read_json(self.path / name, default)
 
     @property
     def ort(self) -> dict[str, Any]:
@@ -272,7 +250,8 @@ class Run:
         """The figures a person compares first, as a dict: status, steps, final loss, median step, peak memory, ORT's
         start-up, the memory account's rows, fixes, verdict, ranks."""
         m = self.metrics
-        out = {"run": self.path.name, "backend": self.backend, "status": self.status, "steps": len(m)}
+        out = {"run": self.path.name, "backend": self.backend, "status": self.status, "steps": len(m),
+               "device": self.meta.get("device")}
         if len(m):
             out["final_loss"] = _number(m["loss"].iloc[-1])
             if "step_time_s" in m:
@@ -288,9 +267,14 @@ class Run:
                     out[key] = _number(m[key].max())
         if self.damaged_lines:
             out["damaged_metrics_lines"] = self.damaged_lines
-        overhead = (self.ort or {}).get("overhead") or {}
+        ort = self.ort or {}
+        overhead = ort.get("overhead") or {}
         if overhead:
             out["ort_init_s"] = out["startup_s"] = overhead.get("end to end")
+        if self.status == RunStatus.FALLBACK:  # why a start-up is not the backend's (facts.py shows the words)
+            out["startup_note"] = "fell back to PyTorch"
+        elif ort and not ort.get("exported"):
+            out["startup_note"] = "reused (no export)"
         compiled = self.read_json("compile.json")
         if compiled:  # a torch.compile burst (ortlab.engine.backends.compiled)
             out.update(compile_s=compiled.get("compile_s"), startup_s=compiled.get("compile_s"),
@@ -312,6 +296,8 @@ class Run:
         for key in DISTRIBUTED_KEYS:  # a distributed burst (ortlab.engine.launch)
             if key in self.meta:
                 out[key] = self.meta[key]
+        if isinstance(self.meta.get("stack"), dict):  # the stack it was made on (older runs: not recorded)
+            out["stack"] = self.meta["stack"]
         return out
 
     def __repr__(self) -> str:
@@ -332,10 +318,7 @@ def load_run(path: str | Path) -> Run:
     meta_path = path / "meta.json"
     if not meta_path.is_file():
         raise RunError(f"{path} is not an ortlab run folder (no meta.json)")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunError(f"{meta_path}: not valid JSON ({e})") from None
+    meta = read_json(meta_path)
     if not isinstance(meta, dict):
         raise RunError(f"{meta_path}: not a run's meta (a JSON object is expected, found {type(meta).__name__})")
     return Run(path, meta)

@@ -13,10 +13,10 @@ as ORTModule creates its session at step 0 (ortlab._ort.profile_sessions) and en
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from ortlab.runs.files import json_lines, read_json
 from ortlab.timing.collector import TRACE
 
 ORT_PREFIX = "ort_profile"  # ORT writes <prefix>_<time>.json; read into time.json and trace.json, then removed
@@ -129,7 +129,7 @@ class TorchProfiler(TimeSource):
         compiled = not self.module_ranges
         steps = self.c.steps
         self._stopped.export_chrome_trace(str(run_dir / TRACE))
-        events = json.loads((run_dir / TRACE).read_text()).get("traceEvents", [])
+        events = read_json(run_dir / TRACE, {}).get("traceEvents", [])
         walls = {s: _phases(self.c._marks[s]) for s in steps}
         if any(e.get("cat") in profile.KERNELS for e in events):  # CUDA: the GPU's time, by what launched it
             rows, kernels = profile.cuda_rows(events, compiled=compiled)
@@ -206,7 +206,7 @@ class OrtProfiler(TimeSource):
                              "ORTModule's first step)"}
         steps, marks = self.c.steps, self.c._marks
         windows = {s: _windows(m, 1) for s, m in marks.items()}
-        rows, trace = profile.ort_rows(json.loads(path.read_text()), start_ns, windows, self.c._modules)
+        rows, trace = profile.ort_rows(read_json(path, {}), start_ns, windows, self.c._modules)
         write_json(run_dir / TRACE, trace)
         return {**profile.breakdown(rows, {s: _phases(marks[s]) for s in steps}, kernels="ORT's kernels",
                                     outside="outside ORT's kernels (ORTModule's Python, input/output handling, "
@@ -220,8 +220,7 @@ class OrtProfiler(TimeSource):
 def _waits(run_dir: Path, steps: list[int]) -> dict[int, float] | None:
     """A rank's wait for the slowest rank in each profiled step (its metrics' wait_s, ortlab.engine.balance); None
     for a single process."""
-    path = run_dir / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    rows = [r for r in json_lines(run_dir / "metrics.jsonl") if isinstance(r, dict)]
     waits = {r["step"]: r["wait_s"] for r in rows if r.get("step") in steps and r.get("wait_s") is not None}
     return waits or None
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortlab.runs.files import RunError, read_json
 from ortlab.timing.collector import FILE
 from ortlab.timing.errors import TimeError
 from ortlab.timing.profile import TAPS
@@ -102,9 +103,9 @@ def load(run: Any) -> list[tuple[str, dict[str, Any]]]:
         if not path.is_file():
             raise TimeError(f"{run.path} has no time data ({FILE}): {HOW}")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TimeError(f"{path}: not valid JSON ({e})") from None
+            data = read_json(path)
+        except RunError as e:
+            raise TimeError(str(e)) from None
         if data.get("error"):
             raise TimeError(f"{path}: no profiled steps: {data['error']}")
         out.append((label, {**data, "_path": str(r.path)}))
@@ -113,10 +114,8 @@ def load(run: Any) -> list[tuple[str, dict[str, Any]]]:
 
 def node_times(run: Any) -> dict[str, list[dict[str, Any]]]:
     """A profiled ORTModule run's top nodes: node name -> [{phase, op, ms}] ({} for a run without time data)."""
-    path = Path(getattr(run, "path", run)) / FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    data = read_json(Path(getattr(run, "path", run)) / FILE, {}, strict=False)
+    if not isinstance(data, dict):
         return {}
     out: dict[str, list[dict[str, Any]]] = {}
     for n in data.get("nodes", []):

@@ -374,10 +374,7 @@ def _whole_error(run) -> str | None:
     if found is None:
         return run.error
     start = f"{found['type']}: {found['message']}"
-    try:
-        lines = (run.path / "log.txt").read_text(errors="replace").splitlines()
-    except OSError:
-        return run.error
+    lines = run.log.splitlines()
     first = max((i for i, line in enumerate(lines) if line.startswith(start)), default=None)
     if first is None:
         return run.error

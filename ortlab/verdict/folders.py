@@ -82,7 +82,10 @@ def judge_runs(first: str | Path | Run, second: str | Path | Run, reference: str
 def pairs(runs: list[Run], reference: Run | None) -> list[tuple[Run, Run]]:
     """(PyTorch run, other run) to judge: the non-PyTorch run against the PyTorch one, or both against the
     reference."""
-    pytorch = [r for r in runs if has(r.backend, "reference")]
+    from ortlab.engine.backends import BACKENDS
+    from ortlab.runs.groups import references
+
+    pytorch = references(runs, BACKENDS)
     if reference is not None and not has(reference.backend, "reference"):
         raise JudgeError(f"--reference {reference.path.name} is a {_label(reference)} run: the reference is a "
                          "PyTorch run of the same start")

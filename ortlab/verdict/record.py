@@ -25,24 +25,18 @@ batches once per burst.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 # written by the engine as a parity burst ends (ortlab.runs.evidence); named here for the verdict's readers
 from ortlab.runs.evidence import FORMAT, GRADIENTS, SNAPSHOT, SUMMARY, batch_hashes, snapshot_hash  # noqa: F401
 from ortlab.runs.evidence import RECORD_FILE as FILE
+from ortlab.runs.files import read_json
 
 
 def read(run: Any) -> dict[str, Any] | None:
     """The run's judge.json, or None when the burst did not record one (not in parity mode, an older ortlab)."""
-    path = Path(run.path) / FILE
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = read_json(Path(run.path) / FILE, strict=False)
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 

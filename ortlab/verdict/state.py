@@ -18,7 +18,6 @@ are named."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -27,17 +26,14 @@ from typing import Any
 from ortlab.runs.evidence import FROZEN, summarize  # noqa: F401
 from ortlab.runs.evidence import STATE_FILE as FILE
 from ortlab.runs.evidence import write_state as write  # noqa: F401
+from ortlab.runs.files import read_json
 
 NOISE_FACTOR = 10.0  # a float tensor differs when it is this many times further off than the noise pair
 FLOOR = 1e-6  # ... and further than this (relative), whatever the noise
 
 
 def read(run_dir: Path) -> dict[str, dict[str, Any]] | None:
-    path = Path(run_dir) / FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
+    return read_json(Path(run_dir) / FILE, strict=False)
 
 
 def distance(a: dict[str, Any], b: dict[str, Any]) -> float:

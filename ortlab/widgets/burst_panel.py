@@ -4,8 +4,6 @@ each burst runs as ranks (ortlab.engine.launch) and the plot shows every rank's 
 from __future__ import annotations
 
 import html
-import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +14,7 @@ from ortlab.engine.backends import BACKENDS, REFERENCE, aliased, default_backend
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
+from ortlab.runs import facts, files
 from ortlab.runs.run import RunStatus
 from ortlab.stacks.table import STACKS, Stack, this_stack
 from ortlab.widgets.background import Background, error_html
@@ -25,53 +24,6 @@ from ortlab.widgets.layout import STOPPED, checkbox, flexible, row, status_color
 
 PLOT_INTERVAL_S = 0.5
 GREYED = "<div style='opacity:0.45'><i>the previous burst's, until this one ends</i>{}</div>"
-
-
-def _rank_losses(folder: Path) -> dict[int, list[float]]:
-    """Each rank's losses so far, from its metrics.jsonl (complete lines only)."""
-    out = {}
-    ranks = folder / "ranks"
-    for p in sorted((p for p in ranks.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)) \
-            if ranks.is_dir() else []:
-        try:
-            lines = (p / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-        except OSError:
-            continue
-        losses = []
-        for line in lines:
-            try:
-                losses.append(json.loads(line)["loss"])
-            except (ValueError, KeyError, TypeError):
-                break
-        out[int(p.name)] = losses
-    return out
-
-
-def _running_ranks_run(out: Path, backend: str) -> Path | None:
-    """The folder of the distributed burst this process is running now (its launcher writes our pid)."""
-    for meta in sorted(out.glob("*/meta.json"), reverse=True):
-        try:
-            m = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if m.get("pid") == os.getpid() and m.get("status") == RunStatus.RUNNING and m.get("backend") == backend \
-                and "nproc" in m:
-            return meta.parent
-    return None
-
-
-def _startup(run, summary: dict):
-    """A run's start-up: ORT's init overhead when it exported, torch.compile's compile time, or why there is none."""
-    if run.status == RunStatus.FALLBACK:
-        return "fell back to PyTorch"
-    if has(run.backend, "onnx_stages") and not run.ort.get("exported"):
-        return "reused (no export)"
-    return summary.get("startup_s")
-
-
-def _process_label(run) -> str:
-    """The process figure, named as what it is (the accounted columns beside it count activations only)."""
-    return "peak CUDA allocated (MB)" if run.meta.get("device") == "cuda" else "peak resident set (MB)"
 
 
 def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -343,9 +295,9 @@ class BurstPanel(Background, W.VBox):
         if now - self._drawn >= PLOT_INTERVAL_S:
             if self.nproc.value > 1:  # the step rows are rank 0's: the other ranks' from their folders
                 if self._rank_runs.get(backend) is None:
-                    self._rank_runs[backend] = _running_ranks_run(Path(self.session.out).expanduser(), backend)
+                    self._rank_runs[backend] = files.running_distributed(Path(self.session.out).expanduser(), backend)
                 if self._rank_runs[backend] is not None:
-                    self._set_rank_curves(backend, _rank_losses(self._rank_runs[backend]))
+                    self._set_rank_curves(backend, files.rank_losses(self._rank_runs[backend]))
             self._draw()
             self._drawn = now
 
@@ -413,30 +365,9 @@ class BurstPanel(Background, W.VBox):
         return "<br>".join(parts)
 
     def _show_results(self, runs) -> None:
-        import pandas as pd
-
-        rows = []
-        for run in runs:
-            s = run.summary()
-            rows.append({"backend": run.backend, "status": RunStatus.STOPPED if run.status in STOPPED else run.status,
-                         "fixes": ", ".join(s.get("fixes") or []) or None,
-                         "steps": s.get("steps"),
-                         "final loss": s.get("final_loss"),
-                         "median step (ms)": None if run.status == RunStatus.FALLBACK or s.get("median_step_s") is None
-                         else s["median_step_s"] * 1000,
-                         _process_label(run): s.get("peak_mem_mb"),
-                         "kept for backward (MB)": s.get("saved_for_backward_mb"),
-                         "activation peak (MB)": s.get("activation_peak_mb"),
-                         "start-up (s)": _startup(run, s),
-                         **({"graph breaks": s.get("graph_breaks"), "recompiles": s.get("recompiles")}
-                            if "graph_breaks" in s else {}),
-                         **({"ranks": len(s["ranks"]), "in sync": s.get("in_sync"),
-                             "same graphs on all ranks": (s.get("rank_graphs") or {}).get("identical")}
-                            if s.get("ranks") else {})})
-        self.results_frame = pd.DataFrame(rows)
-        # one row per figure, one column per backend (as the CLI prints it): as narrow as the backends are few
-        shown = self.results_frame.set_index("backend").T if len(rows) else self.results_frame
-        self.results.value = table(shown, index=True)
+        """The runs' facts (ortlab.runs.facts): one row per fact, one column per backend, as the CLI prints them."""
+        self.results_frame = facts.frame([r.summary() for r in runs], [r.backend for r in runs])
+        self.results.value = table(self.results_frame, index=True)
         transitions = self.session.transitions
         shown = transitions[["run", "action", "reason", "ort_exported"]] if len(transitions) else transitions
         self.transitions.value = table(shown, headers={"ort_exported": "ORT exported"})

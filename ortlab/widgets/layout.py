@@ -12,9 +12,9 @@ from typing import Any
 
 import ipywidgets as W
 
+from ortlab.runs.facts import MISSING  # a value that is not there, in every table of the Lab (and ortlab's)
 from ortlab.runs.run import ENDED_EARLY, RunStatus
 
-MISSING = "—"  # a value that is not there, in every table of the Lab
 LONG = 40  # characters beyond which a table cell's text wraps in a column of its own width
 MB = 2**20  # ortlab's MB (memory.md): what the memory account and the process figures count in
 STOPPED = ENDED_EARLY  # a user's Stop (interrupted, stopped)

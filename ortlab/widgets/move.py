@@ -14,12 +14,11 @@ from ortlab.widgets.layout import row, table
 
 def newest_pair(runs: list) -> tuple:
     """The newest ORTModule run and the newest torch.compile run among `runs` (oldest first); None for one missing."""
-    from ortlab.engine.backends import has
+    from ortlab.engine.backends import BACKENDS
+    from ortlab.runs.groups import newest
 
-    ort = next((r for r in reversed(runs) if has(r.backend, "onnx_stages")), None)  # ORTModule's
-    comp = next((r for r in reversed(runs) if not has(r.backend, "onnx_stages") and not has(r.backend, "reference")
-                 ), None)  # torch.compile's: neither ORTModule's nor the reference
-    return ort, comp
+    # ORTModule's; torch.compile's: neither ORTModule's nor the reference
+    return newest(runs, BACKENDS, "onnx_stages"), newest(runs, BACKENDS, None)
 
 
 class MovePanel(W.VBox):

@@ -13,14 +13,10 @@ import ipywidgets as W
 def newest_comparison(runs: list) -> list:
     """The runs of the newest comparison among `runs` (oldest first): the last run with the PyTorch run it was
     compared with and that run's other partners; a lone run alone; [] without runs."""
-    from ortlab.reporting.sources import reference_of
+    from ortlab.engine.backends import BACKENDS
+    from ortlab.runs.groups import newest_comparison as newest
 
-    if not runs:
-        return []
-    last = runs[-1]
-    reference = reference_of(last, runs) or last
-    partners = [r for r in runs if r is not reference and reference_of(r, runs) is reference]
-    return [reference, *partners]
+    return newest(runs, BACKENDS)
 
 
 class ReportPanel(W.VBox):

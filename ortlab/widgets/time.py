@@ -27,13 +27,10 @@ HOW = ("burst with 'profile where the time goes' on (the Burst tab; in code coll
 
 def latest(runs: list) -> list:
     """The newest run with time data of each backend, PyTorch first (what the tab compares)."""
-    found: dict[str, Any] = {}
-    for run in reversed(runs):
-        has = (run.path / FILE).is_file() or any((r.path / FILE).is_file() for r in run.ranks)
-        if has and run.backend not in found:
-            found[run.backend] = run
-    order = {name: i for i, name in enumerate(BACKENDS)}  # the registry's order: PyTorch first
-    return sorted(found.values(), key=lambda r: order.get(r.backend, len(order)))
+    from ortlab.runs.groups import newest_each
+
+    return newest_each(runs, lambda run: (run.path / FILE).is_file() or any((r.path / FILE).is_file()
+                                                                               for r in run.ranks), BACKENDS)
 
 
 class TimePanel(W.VBox):

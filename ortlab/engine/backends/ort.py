@@ -21,6 +21,7 @@ from ortlab.engine.backends import Alone, Backend
 from ortlab.engine.collectors import graph_key
 from ortlab.engine.types import Burst, Engine, Transition
 from ortlab.engine.wrapper import Wrapper, input_schema
+from ortlab.runs import files
 from ortlab.runs.run import RunStatus
 from ortlab.workload import call_model
 
@@ -297,7 +298,7 @@ class OrtBackend(Backend):
 
     def write(self, engine: Engine, b: Burst) -> None:
         info = b.state.info
-        info["features"] = parse_feature_table((b.path / "log.txt").read_text(encoding="utf-8", errors="replace"))
+        info["features"] = parse_feature_table(files.text(b.path / "log.txt"))
         b.writer.write("ort.json", info)
         b.writer.write("transitions.json", [t.to_dict() for t in b.transitions])
 
