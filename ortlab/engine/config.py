@@ -151,7 +151,7 @@ class BurstConfig:
         """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute); the
         memory account of a backend's execution graph reads the graph ORT saves (save_onnx on)."""
         options = self.options.replace(enable_compute_optimizer=False) if self.parity else self.options
-        graph = registered(self.backend).adapter("memory").saves_graphs
+        graph = registered(self.backend).memory.resolve().saves_graphs
         if graph and "memory" in self.collect and not options["save_onnx"]:
             options = options.replace(save_onnx=True)
         return options
