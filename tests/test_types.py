@@ -67,7 +67,8 @@ def _stub(references, extra: str = "") -> str:
     field's `Ref[T]` alone, and the named class or function is passed where a T is wanted."""
     head = ["from collections.abc import Callable", "from typing import TypeVar", "",
             "from ortlab.engine.backends import BACKENDS", "from ortlab.engine.collectors import COLLECTORS", ""]
-    body = ['T = TypeVar("T")', "", "", "def expect(resolve: Callable[[], T]) -> Callable[[T], None]:", "    return lambda value: None", ""]
+    body = ['T = TypeVar("T")', "", "", "def expect(resolve: Callable[[], T]) -> Callable[[T], None]:",
+            "    return lambda value: None", ""]
     for n, (where, index, ref) in enumerate(references):
         head.append(f"from {ref.module} import {ref.attribute} as _{n}")
         item = "" if index is None else f"[{index}]"
@@ -80,7 +81,6 @@ def test_every_registered_reference_resolves():
     so that the engine imports nothing above it, is there; no field still names code by a plain string."""
     from ortlab.engine.backends import BACKENDS
     from ortlab.engine.collectors import COLLECTORS
-    from ortlab.engine.refs import RefError
 
     found = list(_references())
     assert len(found) >= 3 * len(BACKENDS) + len(COLLECTORS)
