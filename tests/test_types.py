@@ -64,11 +64,15 @@ def _references():
 
 def _stub(references, extra: str = "") -> str:
     """A module in which mypy holds each reference to its field's type: `expect(ref.resolve)` takes T from the
-    field's `Ref[T]` alone, and the named class or function is passed where a T is wanted."""
+    field's `Ref[T]` alone, and the named class or function is passed where a T is wanted. The verdict's procedure,
+    which ortlab.judging imports by name (PROCEDURE), is held to the judging's Protocol the same way."""
+    from ortlab.judging import PROCEDURE
+
     head = ["from collections.abc import Callable", "from typing import TypeVar", "",
-            "from ortlab.engine.backends import BACKENDS", "from ortlab.engine.collectors import COLLECTORS", ""]
+            "from ortlab.engine.backends import BACKENDS", "from ortlab.engine.collectors import COLLECTORS",
+            "from ortlab.judging import Verdicts", f"import {PROCEDURE} as _procedure", ""]
     body = ['T = TypeVar("T")', "", "", "def expect(resolve: Callable[[], T]) -> Callable[[T], None]:",
-            "    return lambda value: None", ""]
+            "    return lambda value: None", "", "", "_verdicts: Verdicts = _procedure"]
     for n, (where, index, ref) in enumerate(references):
         head.append(f"from {ref.module} import {ref.attribute} as _{n}")
         item = "" if index is None else f"[{index}]"
@@ -106,7 +110,7 @@ def test_a_reference_that_points_nowhere_is_named():
 
 def test_every_registered_reference_meets_its_contract(mypy_folder, tmp_path):
     """mypy holds every reference of every registry entry to its field's type (the adapter Protocols of
-    ortlab.engine.types, the checks' signatures); the stub is written from the registries now, so an entry added
+    ortlab.engine.types, the checks' signatures), and the verdict's procedure to ortlab.judging.Verdicts; the stub is written from the registries now, so an entry added
     to them is checked with no other edit. It can fail: a time source where a memory account is wanted is named."""
     references = list(_references())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([mypy_folder, str(ROOT)])}
