@@ -110,8 +110,9 @@ def test_a_reference_that_points_nowhere_is_named():
 
 def test_every_registered_reference_meets_its_contract(mypy_folder, tmp_path):
     """mypy holds every reference of every registry entry to its field's type (the adapter Protocols of
-    ortlab.engine.types, the checks' signatures), and the verdict's procedure to ortlab.judging.Verdicts; the stub is written from the registries now, so an entry added
-    to them is checked with no other edit. It can fail: a time source where a memory account is wanted is named."""
+    ortlab.engine.types, the checks' signatures), and the verdict's procedure to ortlab.judging.Verdicts; the stub
+    is written from the registries now, so an entry added to them is checked with no other edit. It can fail: a time
+    source where a memory account is wanted is named."""
     references = list(_references())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([mypy_folder, str(ROOT)])}
     wrong = next(n for n, (where, _, _) in enumerate(references) if where.endswith(".time_source"))

@@ -113,6 +113,15 @@ class BurstConfig:
         self._check_ranks()
         if not _ELSEWHERE.get():
             check_available(self.backend)  # ORTModule on the current stack: why not, and where it runs, in one line
+            self._check_precision()
+
+    def _check_precision(self) -> None:
+        """A precision this device or backend cannot train in, refused as the config is made: the one check, which
+        a comparison, a launch of ranks and the worker's burst all rely on (fp32 trains anywhere: no torch import)."""
+        if self.precision is not Precision.FP32:
+            from ortlab.engine import precision
+
+            precision.check(self.precision, resolve_device(self.device), self.backend)
 
     @property
     def world_size(self) -> int:

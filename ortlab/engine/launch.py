@@ -110,15 +110,13 @@ def _check_graphs(local: list[Path], extra: dict[str, Any]) -> None:
 
 
 def _check_devices(cfg: BurstConfig) -> None:
-    """What every rank would refuse, refused once before anything starts (one GPU per rank on CUDA)."""
-    if cfg.device == "cpu" and cfg.precision == "fp32":
+    """What every rank would refuse, refused once before anything starts: one GPU per rank on CUDA (the precision
+    and the device: BurstConfig checked them)."""
+    if cfg.device == "cpu":
         return
     import torch
 
-    from ortlab.engine import precision
-
     device = resolve_device(cfg.device)
-    precision.check(cfg.precision, device, cfg.backend)
     if device.type == "cuda" and cfg.nproc > torch.cuda.device_count():
         raise BurstError(f"nproc {cfg.nproc} is more than this machine's {torch.cuda.device_count()} GPUs (one rank "
                          "per GPU with NCCL); use fewer ranks or device='cpu'")

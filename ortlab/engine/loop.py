@@ -177,8 +177,7 @@ class Engine:
         wanted = registered(cfg.backend).imports(options)
         if wanted is not None:
             self.check_import_options(wanted)
-        device = resolve_device(cfg.device)
-        precision.check(cfg.precision, device, cfg.backend)
+        device = resolve_device(cfg.device)  # the precision fits it and the backend: BurstConfig checked
         unfit = refuse_unfit(self.model, str(cfg.optimizer), device, self.ref.describe())
         if unfit:  # said before the burst starts, not found out by the kernel's OOM killer mid-step
             raise BurstError(unfit)

@@ -16,7 +16,7 @@ module and one line here, with the adapters it declares.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ class Registered:
     memory: Ref[type[MemoryAdapter]] = Ref("ortlab.account.sources:Autograd")
     stats_taps: Ref[type[TapsAdapter]] = Ref("ortlab.activations.taps:Hooks")
     # (a BurstConfig field of its own, the function checking it: given -> checked, defaults filled in)
-    settings: tuple[str, Ref[Callable[[dict[str, Any]], dict[str, Any]]]] | None = None
+    settings: tuple[str, Ref[Callable[[dict[str, Any]], Mapping[str, object]]]] | None = None
     # why it cannot run in this process (None: it can), asked before a burst starts
     unavailable: Ref[Callable[[], str | None]] | None = None
     # what it needs on this machine (`ortlab doctor`): an ortlab.engine.diagnosis.Machine -> its BackendStatus (Any
