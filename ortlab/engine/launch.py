@@ -97,8 +97,7 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
 
 def _check_graphs(local: list[Path], extra: dict[str, Any]) -> None:
     """Whether every rank that finished exported the same graphs (save_onnx): `rank_graphs` in the run's meta."""
-    from ortlab.graphs.collection import run_stage_folders
-    from ortlab.graphs.ranks import check
+    from ortlab.runs.stages import check, run_stage_folders
 
     runs = [load_run(p) for p in local if (p / "meta.json").is_file()]
     info = check({int(r.path.name): run_stage_folders(r) for r in runs
