@@ -15,7 +15,7 @@ from ortlab.engine.collectors import check as check_collectors
 from ortlab.engine.types import BurstError, Choice, Device, Evidence, Optimizer, Precision, Sampler
 from ortlab.options import Options
 
-__all__ = ["BurstConfig", "BurstError", "make_optimizer", "resolve_device"]
+__all__ = ["BurstConfig", "BurstError", "make_optimizer", "optimizer_for", "resolve_device"]
 
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
 CHOICES: dict[str, type[Choice]] = {"optimizer": Optimizer, "precision": Precision, "device": Device,
@@ -185,6 +185,15 @@ def resolve_device(requested: Device | str):
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)
+
+
+def optimizer_for(workload: Any, model: Any, name: Optimizer | str, lr: float, device: Any) -> tuple[Any, Any]:
+    """The optimizer and scheduler a burst trains `model` with: the workload's own (`Workload.optimizer`) for
+    `name` "auto" when it brings one, else ortlab's `name` (make_optimizer) without a scheduler."""
+    if workload.optimizer is not None and name == "auto":
+        made = workload.optimizer(model)
+        return made if isinstance(made, tuple) else (made, None)
+    return make_optimizer(name, model.parameters(), lr, device), None
 
 
 def make_optimizer(name: Optimizer | str, params, lr: float, device):

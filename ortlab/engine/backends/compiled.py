@@ -248,7 +248,7 @@ class Compiled(Backend):
         if "Unsupported" in type(error).__name__ or "graph break" in text.lower() or "fullgraph" in text:
             frames = _USER_FRAME.findall(text)
             if frames:
-                from ortlab.compat.blockers import short_path
+                from ortlab.common.readable import short_path
 
                 file, line, func = frames[-1]
                 from ortlab._dynamo import break_reason
@@ -264,7 +264,7 @@ class Compiled(Backend):
 
     def finish(self, engine: Engine, b: Burst) -> None:
         from ortlab import _dynamo
-        from ortlab.compat.blockers import short_path
+        from ortlab.common.readable import short_path
 
         observed = b.state.observer.observed
         breaks: dict[tuple, dict[str, Any]] = {}
