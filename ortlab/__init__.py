@@ -1,21 +1,11 @@
 """ortlab: explore ONNX Runtime's ORTModule interactively: options, bursts beside PyTorch, runs on disk."""
 
-from ortlab import judging as _judging
 from ortlab.common import quiet as _quiet
 from ortlab.common.lazy import lazy as _lazy
 
 __version__ = "0.1.0"
 _quiet.install()  # third-party warnings that say nothing about a run (ortlab/common/quiet.py)
 
-
-def _verdict_procedure():
-    """What answers Session.judge, gradient_check and localize (ortlab/judging.py): the engine names no verdict."""
-    from ortlab.verdict import procedure
-
-    return procedure
-
-
-_judging.serve(_verdict_procedure)
 
 # name -> "module" or "module:attribute"; loaded on first use, so that `import ortlab` imports neither torch nor
 # onnxruntime.

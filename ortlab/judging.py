@@ -1,14 +1,16 @@
 """The way from the floors below up to the verdict. `Session.judge`, `gradient_check` and `localize`
 (ortlab.engine.session) are the verdict's procedure run on the session, and `check` (ortlab.compat.check) judges its
 ORTModule training step's gradients as the verdict judges a first step; the verdict (ortlab.verdict.procedure)
-stands floors above both. So neither names it: the package (`ortlab/__init__.py`, which Python runs before any of its
-modules) registers the procedure here as it loads, and they ask for it when they need it. A leaf: it imports
-nothing of ortlab."""
+stands floors above both. So neither names it: they ask `verdicts()` here, which imports the procedure's module
+(PROCEDURE) when first asked, typed as the `Verdicts` Protocol it must satisfy; mypy holds the module to it
+(tests/test_types.py), as it holds the registries' references. A leaf: it imports nothing of ortlab."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+import importlib
+from typing import Any, Protocol, cast
+
+PROCEDURE = "ortlab.verdict.procedure"  # the module that answers the Session's verdict methods and check's judgement
 
 
 class Verdicts(Protocol):
@@ -39,17 +41,6 @@ class Verdicts(Protocol):
         ...
 
 
-_provider: Callable[[], Verdicts] | None = None
-
-
-def serve(provider: Callable[[], Verdicts]) -> None:
-    """Register what answers the Session's verdict methods (called once, by the package as it loads)."""
-    global _provider
-    _provider = provider
-
-
 def verdicts() -> Verdicts:
-    """The registered procedure (loaded on first use)."""
-    if _provider is None:  # only where ortlab's package did not load: a broken install
-        raise RuntimeError("no verdict procedure is registered: import ortlab (its package registers it)")
-    return _provider()
+    """The verdict's procedure (its module imported on first use: it imports torch)."""
+    return cast(Verdicts, importlib.import_module(PROCEDURE))

@@ -35,7 +35,7 @@ class FactoryError(WorkloadError):
         """`what` ("model factory x.py:make") raised `e`: the error, with the traceback and the CLI's pointer to it."""
         import traceback
 
-        from ortlab.compat.errors import sentence
+        from ortlab.common.readable import sentence
 
         frames = [f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in reversed(traceback.extract_tb(
             e.__traceback__)) if _users(f.filename)]
@@ -62,7 +62,7 @@ def _users(filename: str) -> bool:
 
 
 def _short(filename: str) -> str:
-    from ortlab.compat.blockers import short_path
+    from ortlab.common.readable import short_path
 
     return short_path(filename)
 
@@ -186,16 +186,6 @@ class Workload:
             loss.backward()
             total += float(loss.detach())
         return total
-
-    def make_optimizer(self, model: Any, name: str, lr: float, device: Any) -> tuple[Any, Any]:
-        """The optimizer and scheduler a burst trains `model` with: the workload's own for `name` "auto" when
-        it brings one, else ortlab's `name` (ortlab.engine.config.make_optimizer) without a scheduler."""
-        if self.optimizer is not None and name == "auto":
-            made = self.optimizer(model)
-            return made if isinstance(made, tuple) else (made, None)
-        from ortlab.engine.config import make_optimizer
-
-        return make_optimizer(name, model.parameters(), lr, device), None
 
     def optimizer_step(self, model: Any, optimizer: Any, scheduler: Any, scaler: Any = None) -> None:
         """After a step's backward: clip (`clip_grad_norm`), the optimizer's step, the scheduler's, gradients

@@ -413,8 +413,7 @@ def test_taps_run_in_orts_unsafe_mode_and_still_report(tmp_path):
     around each call); the statistics they report are the PyTorch burst's."""
     import onnx
 
-    from ortlab.graphs.collection import run_stage_folders
-    from ortlab.graphs.files import find_stage_files
+    from ortlab.runs.stages import find_stage_files, run_stage_folders
 
     with Session(model_kwargs={"n_layer": 1}, out=tmp_path, in_process=True) as s:
         ort = s.burst("ortmodule", 2, {"save_onnx": True}, parity=True, progress=False, collect=STATS)

@@ -10,6 +10,7 @@ import pytest
 
 from ortlab import BurstError
 from ortlab.engine.backends import BACKENDS, BackendName, Registered, has, registered
+from ortlab.engine.refs import Ref
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ortlab"
@@ -213,8 +214,8 @@ def test_every_backend_declares_an_adapter_of_each_kind():
 def toy(monkeypatch):
     """The fourth backend's one registry line, with the adapters it declares."""
     monkeypatch.setitem(BACKENDS, "toy", Registered(
-        "toy", "tests.factories.toy_backend:Toy", "toy", time_source="tests.factories.toy_backend:ToyTime",
-        memory="tests.factories.toy_backend:ToyAccount", stats_taps="tests.factories.toy_backend:ToyTaps"))
+        "toy", Ref("tests.factories.toy_backend:Toy"), "toy", time_source=Ref("tests.factories.toy_backend:ToyTime"),
+        memory=Ref("tests.factories.toy_backend:ToyAccount"), stats_taps=Ref("tests.factories.toy_backend:ToyTaps")))
     return "toy"
 
 

@@ -392,7 +392,7 @@ def test_bisect_checks_its_candidates_before_any_burst(tmp_path):
 
 
 def test_graphs_of_one_stage_file_and_of_a_zero_byte_one(tmp_path):
-    from ortlab.graphs.files import find_stage_files
+    from ortlab.runs.stages import find_stage_files
 
     source = tmp_path / "onnx"
     source.mkdir()

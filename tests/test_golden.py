@@ -66,8 +66,9 @@ def test_a_comparison_holds_any_registered_backend_by_name(tmp_path, monkeypatch
     from ortlab import BurstError
     from ortlab.comparison.summary import Comparison
     from ortlab.engine.backends import BACKENDS, Registered
+    from ortlab.engine.refs import Ref
 
-    monkeypatch.setitem(BACKENDS, "toy", Registered("toy", "tests.factories.toy_backend:Toy", "toy"))
+    monkeypatch.setitem(BACKENDS, "toy", Registered("toy", Ref("tests.factories.toy_backend:Toy"), "toy"))
     pt = load_run(fake_run(tmp_path / "20260101-000000-pytorch", "pytorch", [2.5, 2.25, 2.0], 0.010))
     toy = load_run(fake_run(tmp_path / "20260101-000001-toy", "toy", [2.5, 2.25, 2.125], 0.005))
     c = Comparison(pytorch=pt, toy=toy)

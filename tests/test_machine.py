@@ -11,7 +11,8 @@ import pytest
 
 from ortlab.engine import grace as grace_module
 from ortlab.engine.grace import StopGrace, session_cpu_seconds
-from ortlab.engine.machine import BUSY_WAIT, Contention, available_cores, busy, cpu_wait_seconds
+from ortlab.engine.machine import Contention, available_cores, cpu_wait_seconds
+from ortlab.runs.busy import BUSY_WAIT, busy
 
 
 class FakeClock:

@@ -11,23 +11,28 @@ import pytest
 
 from ortlab import Session
 from ortlab.engine import precision
-from ortlab.engine.config import BurstConfig, BurstError, resolve_device
+from ortlab.engine.config import BurstConfig, BurstError, made_elsewhere, resolve_device
+from ortlab.engine.types import Precision
 
 CPU = resolve_device("cpu")
 
 
 def test_each_precision_is_checked_against_the_device_and_backend():
-    assert BurstConfig(backend="pytorch", precision="bf16").precision == "bf16"
+    """Once, as the config is made: a precision this device or backend cannot train in is refused in one line."""
+    assert BurstConfig(backend="pytorch", precision="bf16").precision is Precision.BF16
     with pytest.raises(BurstError, match="precision 'fp8' is not allowed; allowed: fp32, fp16, bf16"):
         BurstConfig(backend="pytorch", precision="fp8")
     with pytest.raises(BurstError, match=r"precision 'fp16' needs CUDA .*use fp32 or bf16 on the CPU"):
-        precision.check("fp16", CPU, "pytorch")
+        BurstConfig(backend="pytorch", precision="fp16", device="cpu")
     with pytest.raises(BurstError, match=r"precision 'bf16' does not run on ORTModule on the CPU: ORT 1\.19\.2's CPU "
                                          r"kernels have no bfloat16 MatMul"):
-        precision.check("bf16", CPU, "ortmodule")
+        precision.check(Precision.BF16, CPU, "ortmodule")
     for backend in ("pytorch", "compile"):
-        precision.check("bf16", CPU, backend)
-    assert precision.scaler("bf16") is None and precision.note("fp32") is None
+        assert BurstConfig(backend=backend, precision="bf16", device="cpu").precision is Precision.BF16
+    with made_elsewhere():  # a run's config read back on a machine it was not made on: no error while reading it
+        assert BurstConfig(backend="pytorch", precision="fp16", device="cpu").precision is Precision.FP16
+    assert precision.scaler(Precision.BF16) is None and precision.note(Precision.FP32) is None
+    assert precision.note(Precision.BF16).startswith("judged in bf16 (torch.autocast bfloat16")
 
 
 @pytest.mark.ort

@@ -14,8 +14,9 @@ from ortlab.activations import StatsCollector, compare
 from ortlab.cli import main as cli
 from ortlab.errors import InputError
 from ortlab.graphs import load as load_graphs
-from ortlab.graphs.ranks import check, describe
+from ortlab.graphs.ranks import describe
 from ortlab.runs.run import load_run, write_json
+from ortlab.runs.stages import check
 from ortlab.widgets.log_panel import LogPanel
 
 

@@ -30,13 +30,13 @@ class MemoryCollector(Collector):
         self._data: dict[str, Any] | None = None
 
     def start(self, engine, cfg, run_dir: Path) -> None:
-        self._data = registered(cfg.backend).adapter("memory")().before(engine, cfg)
+        self._data = registered(cfg.backend).memory.resolve()().before(engine, cfg)
 
     def finish(self, engine, cfg, run_dir: Path, status: str) -> None:
         from ortlab.runs.run import write_json
 
         allocator = _allocator(cfg)  # before the account below runs a step of its own
-        after = registered(cfg.backend).adapter("memory")().after(engine, cfg, run_dir, status)
+        after = registered(cfg.backend).memory.resolve()().after(engine, cfg, run_dir, status)
         if after is not None:
             self._data = after
         elif self._data is None:

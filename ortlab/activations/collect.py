@@ -175,7 +175,7 @@ class StatsCollector(Collector):
     def start(self, engine, cfg, run_dir: Path) -> None:
         if pythonop.active() not in (None, self):
             raise StatsError("another stats collector is active in this process (a burst inside a burst?)")
-        self._taps = taps = registered(cfg.backend).adapter("stats_taps")()
+        self._taps = taps = registered(cfg.backend).stats_taps.resolve()()
         self._graph = taps.in_graph
         self._summarize.device.always_copy = taps.copy_observed
         taps.prepare()

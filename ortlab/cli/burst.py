@@ -71,6 +71,7 @@ def _time_hint(runs, kwargs) -> None:
 
 def burst_kwargs(args) -> tuple[dict, object]:
     """Session.burst's keywords and the options from `ortlab burst`'s (and `ortlab compare`'s) arguments."""
+    from ortlab.engine.types import Precision
     from ortlab.options import Options
 
     options = Options.parse(args.option)
@@ -80,7 +81,8 @@ def burst_kwargs(args) -> tuple[dict, object]:
     compile_settings = {"mode": args.compile_mode, "fullgraph": args.compile_fullgraph,
                         "backend": args.compile_backend, "memory_budget": args.compile_memory_budget,
                         "dynamic": {"auto": None, "true": True, "false": False}[args.compile_dynamic]}
-    return dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=args.precision, device=args.device,
+    return dict(optimizer=args.optimizer, lr=args.lr, seed=args.seed, precision=Precision(args.precision),
+                device=args.device,
                 parity=args.parity, progress=not args.json and sys.stderr.isatty(), collect=collect,
                 nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
                 save_checkpoint=args.save_checkpoint, sampler=args.sampler, fixes=args.fix,
@@ -255,10 +257,18 @@ def add_compile_args(p) -> None:
 
 
 def memory_budget(text: str) -> float:
-    """--compile-memory-budget's value: a number in (0, 1]."""
-    import math
+    """--compile-memory-budget's value: a number, which the compiled backend's rule (the one BurstConfig applies)
+    takes or refuses."""
+    import argparse
 
-    from ortlab.cli.common import _number
+    from ortlab.engine.backends.compiled import memory_budget as checked
+    from ortlab.engine.types import BurstError
 
-    return _number(float, text, lambda v: math.isfinite(v) and 0 < v <= 1, "a number in (0, 1] (the share of "
-                   "activations kept for backward)")
+    try:
+        value = checked(float(text))
+    except (ValueError, BurstError):  # not a number, or outside the rule
+        value = None
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in (0, 1] (the share of activations kept for "
+                                         "backward)")
+    return value

@@ -3,13 +3,12 @@ that produced it, and the fixes that remove it."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ortlab._ort import ORIGINAL_MODULE
+from ortlab.common.readable import short_path
 
 # What kind of blocker, in the order ORTModule meets them.
 UNSUPPORTED_OP = "unsupported operator"  # the exporter has no ONNX symbolic for an ATen operator at this opset
@@ -99,20 +98,6 @@ def model_line(stack: list[str]) -> str | None:
         if m and not any(part in m["file"].replace("\\", "/") for part in _LIBRARY):
             return f"{short_path(m['file'])}:{m['line']} in {m['func']}"
     return None
-
-
-def short_path(file: str) -> str:
-    """A source file as a person reads it: from its top-level package ("transformers/models/bert/modeling_bert.py"),
-    else relative to the working folder when inside it, else as it is."""
-    path = Path(file)
-    top = path.parent
-    while (top / "__init__.py").is_file():
-        top = top.parent
-    if top != path.parent:
-        return path.relative_to(top).as_posix()
-    with contextlib.suppress(ValueError):
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    return file
 
 
 def module_path(node_name: str) -> str | None:

@@ -13,6 +13,7 @@ import traceback
 from dataclasses import dataclass
 
 from ortlab import _ort
+from ortlab.common.readable import sentence
 
 _LOCATION = re.compile(r"/onnxruntime_src/(?P<file>[\w/.\-]+\.(?:cc|h|cpp)):(?P<line>\d+)")
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*(?P<code>[A-Z_]+)\s*:\s*(?P<rest>.*)", re.S)
@@ -146,21 +147,6 @@ def root_message(exc: BaseException | None) -> str:
 
 
 _EXPLANATION = re.compile(r"^\s+Explanation: (.+)$", re.M)
-_CLAUSE = re.compile(r"(?:,\s+but|,|;|\s+-)\s+[^,;()]*$")
-
-
-def sentence(text: str) -> str:
-    """A message's first line as a whole statement: a line that ends with ':' introduces what the next lines list
-    (torch's "zeros() received an invalid combination of arguments - got (...), but expected one of:"), so it ends
-    at its last complete clause instead; without one, the list is joined onto it (the whole message)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or [""]
-    first = lines[0]
-    if not first.endswith(":") or len(lines) == 1:
-        return first
-    cut = _CLAUSE.sub("", first[:-1])
-    return cut if cut != first[:-1] else f"{first} {'; '.join(lines[1:])}"
-
-
 _PYTORCH_PLEA = re.compile(r"\s*Please feel free to request support or submit a pull request on PyTorch GitHub:?\s*\S*")
 _QUOTED_ERROR = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception)): (?P<message>.+)$")
 

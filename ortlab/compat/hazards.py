@@ -51,7 +51,7 @@ def record(message: str, filename: str | None, lineno: int | None, module: str |
     """A hazard as data. `filename` None: no frame of the user's code was on the stack (the module names the place);
     `in_torch`: torch's own code warned (a check inside torch.nn, such as F.batch_norm's batch size); such a hazard
     is `harmless`: not the user's to rewrite."""
-    from ortlab.compat.blockers import short_path
+    from ortlab.common.readable import short_path
 
     kind, advice = classify(message)
     file = short_path(filename) if filename else None

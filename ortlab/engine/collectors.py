@@ -3,10 +3,11 @@ registry. The contract, `Collector`, is in ortlab.engine.types."""
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ortlab.engine.refs import Ref
 from ortlab.engine.types import BurstError, Collector, Config
 from ortlab.errors import did_you_mean
 
@@ -19,23 +20,24 @@ class Registered:
     keyword arguments given in BurstConfig.collect[name]), which backends it serves and how its settings are
     checked before anything starts."""
 
-    target: str  # "module:Class"
+    target: Ref[Callable[..., Collector]]  # its class, in its own package (above the engine: ortlab.engine.refs)
     serves: str | None = None  # the backend registry's flag it needs (ortlab.engine.backends.Registered); None: all
     why: str = ""  # said when a backend without it is refused
-    settings: str | None = None  # "module:function(settings, burst steps)" raising on bad settings
+    settings: Ref[Callable[[dict[str, Any], int], object]] | None = None  # (settings, burst steps): raises on bad
 
-    def load(self) -> type:
-        module, _, attr = self.target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+    def load(self) -> Callable[..., Collector]:
+        return self.target.resolve()
 
 
 COLLECTORS: dict[str, Registered] = {
-    "memory": Registered("ortlab.account.collector:MemoryCollector"),  # the activation-memory account (memory.json)
-    "plans": Registered("ortlab.recompute.collector:PlanCollector", serves="onnx_stages",
+    # the activation-memory account (memory.json)
+    "memory": Registered(Ref("ortlab.account.collector:MemoryCollector")),
+    "plans": Registered(Ref("ortlab.recompute.collector:PlanCollector"), serves="onnx_stages",
                         why="it reads ORT's recompute plans"),  # the memory optimizer's recompute plans
-    "stats": Registered("ortlab.activations.collect:StatsCollector"),  # per-step activation and gradient statistics
-    "time": Registered("ortlab.timing.collector:TimeCollector",  # where a step's time goes: profiled steps
-                       settings="ortlab.timing.collector:profiled_steps"),
+    # per-step activation and gradient statistics
+    "stats": Registered(Ref("ortlab.activations.collect:StatsCollector")),
+    "time": Registered(Ref("ortlab.timing.collector:TimeCollector"),  # where a step's time goes: profiled steps
+                       settings=Ref("ortlab.timing.collector:profiled_steps")),
 }
 
 
@@ -55,8 +57,7 @@ def check(cfg: Config) -> None:
             raise BurstError(f"collector {name!r} is not allowed on backend {cfg.backend!r} ({entry.why}); allowed "
                              f"on: {served}")
         if entry.settings is not None:
-            module, _, attr = entry.settings.partition(":")
-            getattr(importlib.import_module(module), attr)(settings, cfg.steps)
+            entry.settings.resolve()(settings, cfg.steps)
 
 
 def make_collectors(collect: dict[str, dict[str, Any]]) -> dict[str, Collector]:

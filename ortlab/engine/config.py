@@ -15,7 +15,7 @@ from ortlab.engine.collectors import check as check_collectors
 from ortlab.engine.types import BurstError, Choice, Device, Evidence, Optimizer, Precision, Sampler
 from ortlab.options import Options
 
-__all__ = ["BurstConfig", "BurstError", "make_optimizer", "resolve_device"]
+__all__ = ["BurstConfig", "BurstError", "make_optimizer", "optimizer_for", "resolve_device"]
 
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
 CHOICES: dict[str, type[Choice]] = {"optimizer": Optimizer, "precision": Precision, "device": Device,
@@ -113,6 +113,15 @@ class BurstConfig:
         self._check_ranks()
         if not _ELSEWHERE.get():
             check_available(self.backend)  # ORTModule on the current stack: why not, and where it runs, in one line
+            self._check_precision()
+
+    def _check_precision(self) -> None:
+        """A precision this device or backend cannot train in, refused as the config is made: the one check, which
+        a comparison, a launch of ranks and the worker's burst all rely on (fp32 trains anywhere: no torch import)."""
+        if self.precision is not Precision.FP32:
+            from ortlab.engine import precision
+
+            precision.check(self.precision, resolve_device(self.device), self.backend)
 
     @property
     def world_size(self) -> int:
@@ -151,7 +160,7 @@ class BurstConfig:
         """The options ORT runs with: parity mode turns the compute optimizer off (exact PyTorch compute); the
         memory account of a backend's execution graph reads the graph ORT saves (save_onnx on)."""
         options = self.options.replace(enable_compute_optimizer=False) if self.parity else self.options
-        graph = registered(self.backend).adapter("memory").saves_graphs
+        graph = registered(self.backend).memory.resolve().saves_graphs
         if graph and "memory" in self.collect and not options["save_onnx"]:
             options = options.replace(save_onnx=True)
         return options
@@ -176,6 +185,15 @@ def resolve_device(requested: Device | str):
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)
+
+
+def optimizer_for(workload: Any, model: Any, name: Optimizer | str, lr: float, device: Any) -> tuple[Any, Any]:
+    """The optimizer and scheduler a burst trains `model` with: the workload's own (`Workload.optimizer`) for
+    `name` "auto" when it brings one, else ortlab's `name` (make_optimizer) without a scheduler."""
+    if workload.optimizer is not None and name == "auto":
+        made = workload.optimizer(model)
+        return made if isinstance(made, tuple) else (made, None)
+    return make_optimizer(name, model.parameters(), lr, device), None
 
 
 def make_optimizer(name: Optimizer | str, params, lr: float, device):

@@ -197,8 +197,7 @@ def _health(name: str, m: Machine) -> BackendStatus:
 
     health = BACKENDS[name].health
     assert health is not None, f"{name} has no health check"  # _health is asked only of backends that name one
-    module, _, attr = health.partition(":")
-    return getattr(importlib.import_module(module), attr)(m)
+    return health.resolve()(m)
 
 
 def doctor() -> Report:

@@ -97,8 +97,7 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
 
 def _check_graphs(local: list[Path], extra: dict[str, Any]) -> None:
     """Whether every rank that finished exported the same graphs (save_onnx): `rank_graphs` in the run's meta."""
-    from ortlab.graphs.collection import run_stage_folders
-    from ortlab.graphs.ranks import check
+    from ortlab.runs.stages import check, run_stage_folders
 
     runs = [load_run(p) for p in local if (p / "meta.json").is_file()]
     info = check({int(r.path.name): run_stage_folders(r) for r in runs
@@ -110,15 +109,13 @@ def _check_graphs(local: list[Path], extra: dict[str, Any]) -> None:
 
 
 def _check_devices(cfg: BurstConfig) -> None:
-    """What every rank would refuse, refused once before anything starts (one GPU per rank on CUDA)."""
-    if cfg.device == "cpu" and cfg.precision == "fp32":
+    """What every rank would refuse, refused once before anything starts: one GPU per rank on CUDA (the precision
+    and the device: BurstConfig checked them)."""
+    if cfg.device == "cpu":
         return
     import torch
 
-    from ortlab.engine import precision
-
     device = resolve_device(cfg.device)
-    precision.check(cfg.precision, device, cfg.backend)
     if device.type == "cuda" and cfg.nproc > torch.cuda.device_count():
         raise BurstError(f"nproc {cfg.nproc} is more than this machine's {torch.cuda.device_count()} GPUs (one rank "
                          "per GPU with NCCL); use fewer ranks or device='cpu'")

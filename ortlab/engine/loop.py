@@ -26,7 +26,7 @@ from ortlab.compat.errors import root_message
 from ortlab.engine import precision
 from ortlab.engine.backends import Backend, make, registered
 from ortlab.engine.collectors import Collector, make_collectors
-from ortlab.engine.config import BurstConfig, resolve_device
+from ortlab.engine.config import BurstConfig, optimizer_for, resolve_device
 from ortlab.engine.headroom import refuse_unfit
 from ortlab.engine.machine import Contention, fit_threads
 from ortlab.engine.peak import PeakMemory
@@ -177,8 +177,7 @@ class Engine:
         wanted = registered(cfg.backend).imports(options)
         if wanted is not None:
             self.check_import_options(wanted)
-        device = resolve_device(cfg.device)
-        precision.check(cfg.precision, device, cfg.backend)
+        device = resolve_device(cfg.device)  # the precision fits it and the backend: BurstConfig checked
         unfit = refuse_unfit(self.model, str(cfg.optimizer), device, self.ref.describe())
         if unfit:  # said before the burst starts, not found out by the kernel's OOM killer mid-step
             raise BurstError(unfit)
@@ -193,7 +192,7 @@ class Engine:
         if cfg.distributed and self.workload.own_step:
             raise BurstError("a workload that brings its own training step (a Trainer's loss, optimizer, "
                              "accumulation or clipping) runs in one process: use nproc=1 and nnodes=1")
-        optimizer, scheduler = self.workload.make_optimizer(self.model, cfg.optimizer, cfg.lr, device)
+        optimizer, scheduler = optimizer_for(self.workload, self.model, cfg.optimizer, cfg.lr, device)
         if self.initial.optimizer is not None and cfg.optimizer in ("adamw", "sgd", "auto"):
             with contextlib.suppress(ValueError, KeyError):
                 optimizer.load_state_dict(self.initial.optimizer)

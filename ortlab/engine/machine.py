@@ -1,5 +1,6 @@
 """The machine a burst runs on, as far as its timings go: the cores this process actually gets (its CPU affinity and
-a container's CPU quota, not the host's count), torch's threads fitted to them, and whether the machine was busy.
+a container's CPU quota, not the host's count), torch's threads fitted to them, and what a run records of the
+machine (whether it was busy is read from that record by ortlab.runs.busy).
 Threads beyond the cores spin against each other (torch's and ORT's pools, other jobs' threads) and a step can
 take 10-50x as long; a summary that does not say so compares noise.
 """
@@ -14,9 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.errors import OrtlabWarning
-
-BUSY_WAIT = 0.10  # the share of a burst's time spent waiting for a core above which other work competed for them
-BUSY_LOAD = 1.0  # (runs that did not measure the wait) the load average before a burst, per core
 
 
 class OversubscribedWarning(OrtlabWarning):
@@ -79,19 +77,6 @@ def cpu_wait_seconds() -> float | None:
         return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
-
-
-def busy(machine: dict[str, Any] | None) -> str | None:
-    """Why a burst's timings are not representative, or None: the share of its time it waited for a core
-    (`cpu_wait`, measured over the burst), or, for runs without it, the load average before it began."""
-    machine = machine or {}
-    wait = machine.get("cpu_wait")
-    if wait is not None:
-        return f"it waited for a core {wait:.0%} of the time" if wait > BUSY_WAIT else None
-    cores, load = machine.get("cores"), machine.get("load")
-    if cores and load is not None and load > BUSY_LOAD * cores:
-        return f"load average {load:.1f} on {cores} core{'s' if cores > 1 else ''} before it began"
-    return None
 
 
 _warned: set[int] = set()

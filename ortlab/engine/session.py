@@ -161,15 +161,12 @@ class Session:
         agree or diverged, the evidence and the causes). A Stop (or Ctrl-C) ends the comparison: the bursts after
         it do not start."""
         from ortlab.comparison.summary import Comparison
+        from ortlab.engine.config import BurstConfig
 
         chosen = parse_backends(backends)
-        if kwargs.get("precision", "fp32") != "fp32":  # a precision one backend cannot train in: said before any burst
-            from ortlab.engine import precision
-            from ortlab.engine.config import resolve_device
-
-            device = resolve_device(kwargs.get("device", "auto"))
-            for backend in chosen:
-                precision.check(kwargs["precision"], device, backend)
+        for backend in chosen:  # a precision one backend cannot train in (BurstConfig's check): said before any burst
+            BurstConfig(backend=backend, precision=Precision(kwargs.get("precision", Precision.FP32)),
+                        device=Device(kwargs.get("device", Device.AUTO)))
         runs: dict[str, Run] = {}
         for backend in chosen:
             runs[backend] = self.burst(backend, steps, options, **kwargs)

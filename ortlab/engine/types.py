@@ -8,6 +8,7 @@ is asked with, which widgets and the CLI read instead of retyping (their values 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,3 +251,51 @@ class Collector:
 
     def finish(self, engine: Engine, cfg: Config, run_dir: Path, status: str) -> None:
         """Always called (also after a failure): write results into run_dir and undo any global change."""
+
+
+# The adapters a backend's registry entry names for the collectors (ortlab.engine.backends.Registered): what each
+# collector asks of them. Their implementations live with their collectors (ortlab.timing.sources,
+# ortlab.account.sources, ortlab.activations.taps), above the engine; the entries reach them by typed reference
+# (ortlab.engine.refs.Ref), which the type checker holds to these.
+
+
+class TimeAdapter(Protocol):
+    """How collector "time" profiles a backend's steps (ortlab.timing.sources.TimeSource); one per burst."""
+
+    def start(self, collector: Any, run_dir: Path) -> None: ...
+
+    def step_begin(self, step: int) -> None: ...
+
+    def phase(self, step: int, name: str) -> None: ...
+
+    def step_end(self, step: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def result(self, run_dir: Path) -> dict[str, Any]: ...
+
+    def discard(self, run_dir: Path) -> None: ...
+
+
+class MemoryAdapter(Protocol):
+    """What collector "memory" accounts of a backend (ortlab.account.sources.Account): memory.json's data."""
+
+    saves_graphs: bool  # it reads the graphs ORT saves: a burst with collector "memory" saves them (save_onnx)
+
+    def before(self, engine: Any, cfg: Any) -> dict[str, Any] | None: ...
+
+    def after(self, engine: Any, cfg: Any, run_dir: Path, status: str) -> dict[str, Any] | None: ...
+
+
+class TapsAdapter(Protocol):
+    """How collector "stats" observes a backend's tensors (ortlab.activations.taps.Hooks)."""
+
+    in_graph: bool
+    hooks_stay: bool
+    copy_observed: bool
+
+    def prepare(self) -> None: ...
+
+    def hook(self, fn: Callable[..., Any]) -> Callable[..., Any]: ...

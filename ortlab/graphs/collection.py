@@ -10,9 +10,9 @@ from typing import Any
 
 from ortlab.graphs.diff import StageDiff, diff_stages
 from ortlab.graphs.errors import GraphsError
-from ortlab.graphs.files import MODES, STAGES, StageFile, find_stage_files
 from ortlab.graphs.neighbourhood import Neighbourhood
 from ortlab.graphs.stage import Stage
+from ortlab.runs.stages import MODES, STAGES, StageFile, find_stage_files, run_stage_folders
 
 
 @dataclass
@@ -114,7 +114,7 @@ class Graphs:
 
     @property
     def rank_graphs(self) -> dict[str, Any] | None:
-        """Of a distributed run: whether every rank exported the same stage files (see ortlab.graphs.ranks)."""
+        """Of a distributed run: whether every rank exported the same stage files (ortlab.runs.stages.check)."""
         return self.run.meta.get("rank_graphs") if self.run is not None else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,16 +126,6 @@ class Graphs:
     def __repr__(self) -> str:
         per_mode = ", ".join(f"{m}: {len(self.stages(m))} stages" for m in self.modes)
         return f"Graphs(prefix={self.prefix!r}, {per_mode})"
-
-
-def run_stage_folders(run) -> list[Path]:
-    """Where a run's stage files may be, first choice first: its save_onnx_path, its onnx/ folder, its lowest
-    rank's onnx/ folder (a distributed run: every rank exports; ranks/<r>/onnx), itself."""
-    saved = (run.meta.get("effective_options") or {}).get("save_onnx_path")
-    ranks = run.path / "ranks"
-    lowest = sorted((p for p in ranks.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)) \
-        if ranks.is_dir() else []
-    return [*([Path(saved)] if saved else []), run.path / "onnx", *[p / "onnx" for p in lowest[:1]], run.path]
 
 
 def stage_file_of(path: Path) -> StageFile:

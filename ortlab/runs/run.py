@@ -257,10 +257,10 @@ class Run:
             if "step_time_s" in m:
                 timed = m["step_time_s"].iloc[1:] if len(m) > 1 else m["step_time_s"]
                 out["median_step_s"] = _number(timed.median())
-                from ortlab.engine.machine import busy
+                from ortlab.runs.busy import busy
 
                 why = busy(self.meta.get("machine"))
-                if why:  # timings taken beside other work (ortlab.engine.machine)
+                if why:  # timings taken beside other work (ortlab.runs.busy)
                     out["busy"] = why
             for key in ("peak_mem_mb", "peak_reserved_mb"):  # reserved: the CUDA allocator's
                 if key in m:

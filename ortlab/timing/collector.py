@@ -69,7 +69,7 @@ class TimeCollector(Collector):
     def start(self, engine, cfg, run_dir: Path) -> None:
         self.steps = profiled_steps({} if self._asked is None else {"steps": self._asked}, cfg.steps)
         self._profiled = frozenset(self.steps)
-        self._source, self._engine = registered(cfg.backend).adapter("time_source")(), engine
+        self._source, self._engine = registered(cfg.backend).time_source.resolve()(), engine
         self._modules = {name for name, _ in engine.model.named_modules() if name}
         self.graph_key = f"time (ORT's profiler, {run_dir.name})"  # each burst its own session
         self._source.start(self, run_dir)

@@ -125,6 +125,7 @@ def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, st
     import torch
 
     from ortlab.common.parity import parity
+    from ortlab.engine.config import optimizer_for
     from ortlab.verdict import state
     from ortlab.verdict.gradients import Step
     from ortlab.workload import to_device
@@ -135,7 +136,7 @@ def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, st
     if nudge is not None:
         nudged(model, nudge, ulps)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    opt, scheduler = workload.make_optimizer(model, optimizer, lr, device)
+    opt, scheduler = optimizer_for(workload, model, optimizer, lr, device)
     if initial.optimizer is not None:
         with contextlib.suppress(ValueError, KeyError):
             opt.load_state_dict(initial.optimizer)  # floating state is cast to the parameters' dtype

@@ -7,20 +7,22 @@ ORTModule's and torch.compile's imports cost seconds) and what is data rather th
 it exports ONNX stages or reads options at import, its settings' check). What the collectors do differently for
 it is in its adapters, as treescope registers them: where collector "time" reads its step time
 (ortlab.timing.sources), what collector "memory" accounts (ortlab.account.sources) and how collector "stats" taps
-it (ortlab.activations.taps), each named "module:Class" and loaded on first use (`Registered.adapter`). A fourth
-backend is one module and one line here, with the adapters it declares.
+it (ortlab.activations.taps). Each is a typed reference (`ortlab.engine.refs.Ref`): "module:Class" loaded on first
+use, which the engine names without importing (those packages import the engine), and whose contract (the adapter
+Protocols of ortlab.engine.types) the type checker holds it to (tests/test_types.py). A fourth backend is one
+module and one line here, with the adapters it declares.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ortlab.common.enums import StrEnum
-from ortlab.engine.types import Burst, BurstError, Config, Engine
+from ortlab.engine.refs import Ref
+from ortlab.engine.types import Burst, BurstError, Config, Engine, MemoryAdapter, TapsAdapter, TimeAdapter
 from ortlab.errors import did_you_mean
 from ortlab.stacks.table import STACKS, Stack, StackError, parse_stack, running
 
@@ -30,20 +32,23 @@ class Registered:
     """One backend in the registry."""
 
     name: str  # what a burst, a run's meta.json and the CLI call it
-    target: str  # "module:Class", imported on first use
+    target: Ref[Callable[[Any], Backend]]  # its class (a Backend below), built with the engine's model
     label: str  # what views show
     reference: bool = False  # the backend every other one is compared with (PyTorch)
     onnx_stages: bool = False  # it exports ONNX graphs through an ORT wrap (`.wrapper`): graphs, recompute plans
     import_options: bool = False  # it reads some options once per process, at import: a worker per set of them
     compat: bool = False  # ortlab check, its fixes and repro serve it (they export again through ORTModule)
-    # its adapters, "module:Class": collector "time"'s source, collector "memory"'s account, collector "stats"'s taps
-    time_source: str = "ortlab.timing.sources:TorchProfiler"
-    memory: str = "ortlab.account.sources:Autograd"
-    stats_taps: str = "ortlab.activations.taps:Hooks"
-    settings: tuple[str, str] | None = None  # (a BurstConfig field of its own, "module:function" checking it)
-    # "module:function" saying why it cannot run in this process (None: it can), asked before a burst starts
-    unavailable: str | None = None
-    health: str | None = None  # "module:function" checking what it needs on this machine (`ortlab doctor`)
+    # its adapters: collector "time"'s source, collector "memory"'s account, collector "stats"'s taps
+    time_source: Ref[type[TimeAdapter]] = Ref("ortlab.timing.sources:TorchProfiler")
+    memory: Ref[type[MemoryAdapter]] = Ref("ortlab.account.sources:Autograd")
+    stats_taps: Ref[type[TapsAdapter]] = Ref("ortlab.activations.taps:Hooks")
+    # (a BurstConfig field of its own, the function checking it: given -> checked, defaults filled in)
+    settings: tuple[str, Ref[Callable[[dict[str, Any]], Mapping[str, object]]]] | None = None
+    # why it cannot run in this process (None: it can), asked before a burst starts
+    unavailable: Ref[Callable[[], str | None]] | None = None
+    # what it needs on this machine (`ortlab doctor`): an ortlab.engine.diagnosis.Machine -> its BackendStatus (Any
+    # here: diagnosis reads this registry, and naming its types would close a circle)
+    health: Ref[Callable[[Any], Any]] | None = None
     autocast_cpu: bool = True  # it trains under torch.autocast bfloat16 on the CPU (ORT 1.19.2: no bf16 CPU MatMul)
 
     def imports(self, options: Any) -> Any:
@@ -54,36 +59,31 @@ class Registered:
         return Options(options.with_read_at(ReadAt.IMPORT)) if self.import_options else None
 
     def adapter(self, concern: str) -> Any:
-        """The class of this backend's adapter for `concern` ("time_source", "memory", "stats_taps"): what the
-        collector of that concern asks instead of asking what kind of backend it serves."""
+        """The class of this backend's adapter for `concern` ("time_source", "memory", "stats_taps"), by name;
+        typed code reads the field itself (`entry.memory.resolve()`)."""
         if concern not in ADAPTERS:
             raise BurstError(f"adapter {concern!r} is not known; known: {', '.join(ADAPTERS)}"
                              f"{did_you_mean(concern, ADAPTERS)}")
-        return _load(getattr(self, concern))
+        return getattr(self, concern).resolve()
 
 
 ADAPTERS = ("time_source", "memory", "stats_taps")  # the concerns a backend declares an adapter for
 
 
-def _load(target: str) -> Any:
-    """What "module:attribute" names, its module imported on first use."""
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 BACKENDS: dict[str, Registered] = {r.name: r for r in (
-    Registered("pytorch", "ortlab.engine.backends.eager:Eager", "PyTorch", reference=True,
-               health="ortlab.engine.diagnosis:pytorch_health"),
-    Registered("ortmodule", "ortlab.engine.backends.ort:OrtBackend", "ORTModule", onnx_stages=True, compat=True,
-               import_options=True, time_source="ortlab.timing.sources:OrtProfiler",
-               memory="ortlab.account.sources:Graph", stats_taps="ortlab.activations.taps:GraphTaps",
-               unavailable="ortlab.stacks.table:ortmodule_line",
-               health="ortlab.engine.diagnosis:ortmodule_health", autocast_cpu=False),
-    Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
-               time_source="ortlab.timing.sources:TorchProfilerFused",
-               memory="ortlab.account.sources:AutogradRunner", stats_taps="ortlab.activations.taps:CompiledHooks",
-               settings=("compile", "ortlab.engine.backends.compiled:settings"),
-               health="ortlab.engine.diagnosis:compile_health"),
+    Registered("pytorch", Ref("ortlab.engine.backends.eager:Eager"), "PyTorch", reference=True,
+               health=Ref("ortlab.engine.diagnosis:pytorch_health")),
+    Registered("ortmodule", Ref("ortlab.engine.backends.ort:OrtBackend"), "ORTModule", onnx_stages=True,
+               compat=True, import_options=True, time_source=Ref("ortlab.timing.sources:OrtProfiler"),
+               memory=Ref("ortlab.account.sources:Graph"), stats_taps=Ref("ortlab.activations.taps:GraphTaps"),
+               unavailable=Ref("ortlab.stacks.table:ortmodule_line"),
+               health=Ref("ortlab.engine.diagnosis:ortmodule_health"), autocast_cpu=False),
+    Registered("compile", Ref("ortlab.engine.backends.compiled:Compiled"), "torch.compile",
+               time_source=Ref("ortlab.timing.sources:TorchProfilerFused"),
+               memory=Ref("ortlab.account.sources:AutogradRunner"),
+               stats_taps=Ref("ortlab.activations.taps:CompiledHooks"),
+               settings=("compile", Ref("ortlab.engine.backends.compiled:settings")),
+               health=Ref("ortlab.engine.diagnosis:compile_health")),
 )}
 REFERENCE = next(r.name for r in BACKENDS.values() if r.reference)  # "pytorch"
 # The registered backends as a closed set of names (a str Enum: widgets and the CLI list it, runs keep the strings)
@@ -108,10 +108,8 @@ class BackendUnavailable(BurstError):
 
 def unavailable(name: str) -> str | None:
     """Why the registered backend `name` cannot run in this process, in one line with where it can (None: it can)."""
-    target = registered(name).unavailable
-    if target is None:
-        return None
-    return _load(target)()
+    check = registered(name).unavailable
+    return None if check is None else check.resolve()()
 
 
 def check_available(name: str) -> None:
@@ -144,8 +142,8 @@ def checked_settings(cfg: Config) -> dict[str, Any]:
     out = {}
     for entry in BACKENDS.values():
         if entry.settings is not None:
-            field, target = entry.settings
-            out[field] = _load(target)(getattr(cfg, field))
+            field, check = entry.settings
+            out[field] = check.resolve()(getattr(cfg, field))
     return out
 
 
@@ -309,4 +307,4 @@ class Backend:
 
 def make(name: str, model: Any) -> Backend:
     """The backend `name` for the engine's model (one per Engine)."""
-    return _load(registered(name).target)(model)
+    return registered(name).target.resolve()(model)

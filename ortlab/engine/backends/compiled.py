@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from ortlab.engine.backends import Alone, Backend
 from ortlab.engine.types import Burst, BurstError, Engine, Transition
@@ -36,7 +36,22 @@ FILE = "compile.json"
 _USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 
-def settings(given: dict[str, Any] | None) -> dict[str, Any]:
+class Settings(TypedDict):
+    """A compile burst's settings as `settings` checked them: what BurstConfig.compile holds (the backend's registry
+    entry names `settings` as the check of that field), read here without checking again."""
+
+    mode: str
+    dynamic: bool | None
+    fullgraph: bool
+    backend: str
+    memory_budget: float | None
+
+
+# What an activation memory budget may be, in the words of every message that refuses one (BurstConfig's, the CLI's)
+BUDGET_ALLOWED = "a number in (0, 1] (the share of activations torch.compile keeps for backward; 1: torch's default)"
+
+
+def settings(given: dict[str, Any] | None) -> Settings:
     """The compile settings with defaults filled in; a bad one raises naming it and what is allowed."""
     given = dict(given or {})
     unknown = sorted(set(given) - set(KNOWN))
@@ -54,7 +69,7 @@ def settings(given: dict[str, Any] | None) -> dict[str, Any]:
     if out[BUDGET] is not None and out["backend"] == "eager":  # no AOTAutograd: nothing partitions by the budget
         raise BurstError("compile memory_budget needs backend 'inductor' or 'aot_eager': AOTAutograd's partitioner "
                          "reads it, and backend 'eager' runs dynamo's graphs without AOTAutograd")
-    return out
+    return cast(Settings, out)
 
 
 def memory_budget(value: Any) -> float | None:
@@ -63,11 +78,16 @@ def memory_budget(value: Any) -> float | None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1:
         return float(value)
-    raise BurstError(f"compile memory_budget {value!r} is not allowed; allowed: a number in (0, 1] (the share of "
-                     "activations torch.compile keeps for backward; 1: torch's default) or None")
+    raise BurstError(f"compile memory_budget {value!r} is not allowed; allowed: {BUDGET_ALLOWED} or None")
 
 
-def compiled(model: Any, chosen: dict[str, Any]) -> Any:
+def _chosen(cfg: Any) -> Settings:
+    """The burst's settings, which BurstConfig checked as it was made (its field compile holds `settings`'s
+    result)."""
+    return cast(Settings, cfg.compile)
+
+
+def compiled(model: Any, chosen: Settings) -> Any:
     """torch.compile(model) with the settings; a memory budget is in effect on every call of the compiled module:
     AOTAutograd reads it when it partitions the joint graph, which happens at the first call (and at a re-compile),
     not inside torch.compile itself."""
@@ -75,7 +95,7 @@ def compiled(model: Any, chosen: dict[str, Any]) -> Any:
 
     from ortlab import _dynamo
 
-    budget = chosen.get(BUDGET)
+    budget = chosen["memory_budget"]
     if _COMPILED_UNDER and _COMPILED_UNDER[0] != budget:  # dynamo's guards do not see the budget: a graph of the
         _dynamo.reset()  # same code cached under another one (another session's model, in this process) is reused
     _COMPILED_UNDER[:] = [budget]
@@ -118,7 +138,7 @@ class Compiled(Backend):
     def gradient_runner(self, engine: Engine, cfg: Any, fixes: tuple[str, ...],
                         batch: tuple[Any, Any]) -> tuple[Any, bool]:
         """The compiled module for the burst's settings: the last burst's when they match, else a new one."""
-        chosen = settings(cfg.compile)
+        chosen = _chosen(cfg)
         if self._module is not None and tuple(sorted(chosen.items())) == self._key:
             return self._module, False
         return compiled(engine.model, chosen), False
@@ -128,7 +148,7 @@ class Compiled(Backend):
         the user's run allowed it; a module dynamo compiled no graph of did not run on torch.compile)."""
         from ortlab import _dynamo
 
-        chosen, graphs = settings(cfg.compile), [0]
+        chosen, graphs = _chosen(cfg), [0]
 
         def wrap(module: Any) -> Any:
             _dynamo.reset()
@@ -180,12 +200,12 @@ class Compiled(Backend):
 
     def wrap(self, engine: Engine, b: Burst, inputs: Any) -> Any:
         from ortlab import _dynamo
-        chosen = settings(b.cfg.compile)
+        chosen = _chosen(b.cfg)
         key = tuple(sorted(chosen.items()))
         if self._module is None or key != self._key:
             first = self._module is None
-            changes = {} if first else {k: {"old": old, "new": chosen[k]} for k, old in self._key or ()
-                                        if chosen[k] != old}
+            changes = {} if first else {k: {"old": old, "new": new} for (k, old), (_, new)
+                                        in zip(self._key or (), key, strict=True) if new != old}
             if not first:
                 _dynamo.reset()
             self._module = compiled(engine.model, chosen)
@@ -228,7 +248,7 @@ class Compiled(Backend):
         if "Unsupported" in type(error).__name__ or "graph break" in text.lower() or "fullgraph" in text:
             frames = _USER_FRAME.findall(text)
             if frames:
-                from ortlab.compat.blockers import short_path
+                from ortlab.common.readable import short_path
 
                 file, line, func = frames[-1]
                 from ortlab._dynamo import break_reason
@@ -244,7 +264,7 @@ class Compiled(Backend):
 
     def finish(self, engine: Engine, b: Burst) -> None:
         from ortlab import _dynamo
-        from ortlab.compat.blockers import short_path
+        from ortlab.common.readable import short_path
 
         observed = b.state.observer.observed
         breaks: dict[tuple, dict[str, Any]] = {}
@@ -255,7 +275,7 @@ class Compiled(Backend):
             breaks[key]["count"] += 1
         code = self._keep_code(observed.code_files, b.path / "compiled")
         b.state.info = {
-            "settings": settings(b.cfg.compile), "compile_s": round(sum(s["seconds"] for s in b.state.steps), 4),
+            "settings": _chosen(b.cfg), "compile_s": round(sum(s["seconds"] for s in b.state.steps), 4),
             "compiled_steps": b.state.steps, "graph_breaks": list(breaks.values()),
             "recompiles": [{**r, "file": short_path(r["file"])} for r in observed.recompiles],
             "unique_graphs": _dynamo.unique_graphs(), "generated_code": code,
