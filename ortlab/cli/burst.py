@@ -84,6 +84,8 @@ def burst_kwargs(args) -> tuple[dict, object]:
                 parity=args.parity, progress=not args.json and sys.stderr.isatty(), collect=collect,
                 nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
                 save_checkpoint=args.save_checkpoint, sampler=args.sampler, fixes=args.fix,
+                strategy=args.strategy, reshard_after_forward=args.reshard_after_forward,
+                sync_batchnorm=args.sync_batchnorm,
                 compile=compile_settings, evidence=args.evidence), options
 
 
@@ -155,7 +157,7 @@ def add_burst_args(b) -> None:
 
     from ortlab.compat.registry import FIXES
     from ortlab.engine.collectors import COLLECTORS
-    from ortlab.engine.types import Device, Evidence, Optimizer, Precision, Sampler
+    from ortlab.engine.types import Device, Evidence, Optimizer, Precision, Sampler, Strategy
 
     add_model_args(b)
     b.add_argument("--steps", type=positive_int, default=20, help="training steps per backend")
@@ -199,6 +201,16 @@ def add_burst_args(b) -> None:
     b.add_argument("--stats-no-grads", action="store_true", help="with --collect stats: no gradient statistics")
     d = b.add_argument_group("several processes and machines (ranks started by torch's elastic launcher)")
     d.add_argument("--nproc", type=positive_int, default=1, help="ranks on this machine (1: one process)")
+    d.add_argument("--strategy", choices=[str(s) for s in Strategy],
+                   help="how the ranks share the model: single (one process), ddp (DistributedDataParallel), zero1 "
+                   "(DDP with AdamW's state sharded: the same as --optimizer zero1), fsdp2 (fully_shard per block; "
+                   "not ORTModule) (default: single for one process, ddp for several); a parity burst of several "
+                   "ranks is judged against one process of the same global batch")
+    d.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True,
+                   help="fsdp2: free each block's gathered parameters after its forward (gathered again for backward)")
+    d.add_argument("--sync-batchnorm", action="store_true",
+                   help="BatchNorm normalizes over every rank's samples (SyncBatchNorm), as one process of the "
+                   "global batch does")
     d.add_argument("--nnodes", type=positive_int, default=1, help="machines in the job (start the same command "
                    "on each, with its --node-rank)")
     d.add_argument("--node-rank", type=non_negative_int, default=0, help="this machine's index, 0 to nnodes - 1")

@@ -115,12 +115,12 @@ def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
     session's engine; a failure is a skipped check with its reason, never a lost verdict (nor an agreement); killed
     for memory, the reason says what the float64 burst needs (`model`: the run's description, its parameter
     counts) and the verdict that fits."""
-    from ortlab.engine.types import Optimizer
+    from ortlab.engine.types import Optimizer, Strategy
 
     try:
         if config.distributed:  # one process: the model as a rank would start it
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
-                             save_checkpoint=False, sampler=None)
+                             save_checkpoint=False, sampler=None, strategy=Strategy.SINGLE)
         return session.evidence(tasks.GRADIENT_CHECK, config, "comparing first-step gradients", fixes=fixes,
                                 burst=burst, float64=str(session.float64), peak=peak)
     except Exception as e:
@@ -150,12 +150,12 @@ def ensemble_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
                       ) -> dict[str, Any]:
     """fp32 runs of the burst's steps whose rounding differs (ortlab.verdict.ensemble), from the session's engine
     (`given`: ensemble.hints); a failure is an ensemble not run, with its reason."""
-    from ortlab.engine.types import Optimizer
+    from ortlab.engine.types import Optimizer, Strategy
 
     try:
         if config.distributed:
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
-                             save_checkpoint=False, sampler=None)
+                             save_checkpoint=False, sampler=None, strategy=Strategy.SINGLE)
         return session.evidence(tasks.ENSEMBLE, config, "running fp32's spread", fixes=fixes, hints=given)
     except Exception as e:
         from ortlab.compat.errors import root_message
@@ -265,7 +265,7 @@ def _localized(session: Driver, pt_config: BurstConfig, config: BurstConfig) -> 
     from ortlab.activations import compare
 
     stats: dict[str, Any] = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1,
-                             "node_rank": 0, "rdzv_endpoint": None, "save_checkpoint": False}
+                             "node_rank": 0, "rdzv_endpoint": None, "save_checkpoint": False, "strategy": "single"}
     try:
         pt = session.evidence_burst(replace(pt_config, name="localize-pytorch", **stats))
         other = session.evidence_burst(replace(config, name=f"localize-{config.backend}", **stats))

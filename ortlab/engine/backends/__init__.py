@@ -44,6 +44,9 @@ class Registered:
     unavailable: str | None = None
     health: str | None = None  # "module:function" checking what it needs on this machine (`ortlab doctor`)
     autocast_cpu: bool = True  # it trains under torch.autocast bfloat16 on the CPU (ORT 1.19.2: no bf16 CPU MatMul)
+    # how its ranks may share the model (engine.types.Strategy); ORTModule: what ORT's guidelines support (DDP, ZeRO-1
+    # around it), not FSDP2
+    strategies: tuple[str, ...] = ("single", "ddp", "zero1", "fsdp2")
 
     def imports(self, options: Any) -> Any:
         """The import-time options a process must have been started with to run this backend with `options`
@@ -77,7 +80,8 @@ BACKENDS: dict[str, Registered] = {r.name: r for r in (
                import_options=True, time_source="ortlab.timing.sources:OrtProfiler",
                memory="ortlab.account.sources:Graph", stats_taps="ortlab.activations.taps:GraphTaps",
                unavailable="ortlab.stacks.table:ortmodule_line",
-               health="ortlab.engine.diagnosis:ortmodule_health", autocast_cpu=False),
+               health="ortlab.engine.diagnosis:ortmodule_health", autocast_cpu=False,
+               strategies=("single", "ddp", "zero1")),
     Registered("compile", "ortlab.engine.backends.compiled:Compiled", "torch.compile",
                time_source="ortlab.timing.sources:TorchProfilerFused",
                memory="ortlab.account.sources:AutogradRunner", stats_taps="ortlab.activations.taps:CompiledHooks",
