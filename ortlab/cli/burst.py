@@ -22,7 +22,7 @@ from ortlab.runs.run import ENDED_EARLY, RunStatus
 
 
 def cmd_burst(args) -> int:
-    from ortlab.engine.backends import BACKENDS, check_available
+    from ortlab.engine.backends import BACKENDS, check_available, has
     from ortlab.engine.session import Session
 
     kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
@@ -36,17 +36,40 @@ def cmd_burst(args) -> int:
         if len(backends) > 1:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)
             print_json(comparison.to_dict()) if args.json else print(comparison)
+            if not args.json:  # PyTorch's own ranks: the comparison shows the others' verdicts
+                print_distributed([r for r in comparison.runs if has(r.backend, "reference")])
             _time_hint(comparison.runs, kwargs)
             return outcome(comparison.runs, comparison, args.allow_fallback)
         run = session.burst(backends[0], args.steps, options, **kwargs)
         if args.json:
-            print_json({**run.summary(), "path": str(run.path), "error": run.error})
+            verdict = distributed_verdict(run)
+            print_json({**run.summary(), "path": str(run.path), "error": run.error,
+                        **({"verdict": verdict.to_dict()} if verdict else {})})
         else:
             from ortlab.comparison.summary import run_text
 
             print(run_text(run))
+            print_distributed([run])
         _time_hint([run], kwargs)
     return outcome([run], None, args.allow_fallback)
+
+
+def distributed_verdict(run):
+    """The verdict on a distributed parity run against one process of the same global batch (Session.burst wrote
+    it to the run's folder), or None."""
+    from ortlab.verdict.judge import FILE, Verdict
+    from ortlab.verdict.sharded import AGAINST
+
+    data = run.read_json(FILE)
+    return Verdict.from_dict(data) if data and AGAINST in data.get("headline", "") else None
+
+
+def print_distributed(runs) -> None:
+    """Each distributed run's verdict against one process of the same global batch, where no comparison shows it."""
+    for run in runs:
+        verdict = distributed_verdict(run)
+        if verdict is not None:
+            print(f"{run.backend} ({run.path.name}): " + "\n  ".join(verdict.lines()))
 
 
 def chosen_backends(value: str | None) -> tuple[str, ...]:
@@ -100,6 +123,7 @@ def outcome(runs, comparison, allow_fallback: bool) -> int:
         return 130
     verdicts = [v for v in (comparison.verdict_of(b) for b in comparison.others) if v is not None] \
         if comparison is not None else []
+    verdicts += [v for r in runs if (v := distributed_verdict(r)) is not None and v not in verdicts]
     diverged = [v for v in verdicts if v.diverged or _unjudged(v, runs)]
     for verdict in diverged:
         print(f"ortlab burst: {verdict.headline}", file=sys.stderr)

@@ -23,7 +23,7 @@ from ortlab.engine.progress import Bar, chain
 from ortlab.engine.types import Device, Evidence, Float64, Optimizer, Precision, Sampler, Strategy
 from ortlab.judging import verdicts
 from ortlab.options import Options
-from ortlab.runs.run import ENDED_EARLY, Run, load_run
+from ortlab.runs.run import ENDED_EARLY, Run, RunStatus, load_run
 
 if TYPE_CHECKING:
     from ortlab.comparison.summary import Comparison
@@ -126,6 +126,8 @@ class Session:
         run = self._burst(cfg, on_step, progress)
         self.runs.append(run)
         self.transition_rows.extend(run.read_json("transitions.json", []))
+        if cfg.distributed and cfg.parity and run.status == RunStatus.OK:  # its verdict.json, said by summaries
+            self._judged(lambda: verdicts().judge_distributed(self, run))
         return run
 
     def _burst(self, cfg: BurstConfig, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
@@ -215,9 +217,13 @@ class Session:
         PyTorch beside PyTorch fp32's; when they diverge, the causes `check` names (ORTModule) or else one step of
         statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs are not
         added to `runs`. Ctrl-C ends it (KeyboardInterrupt: no verdict); a Stop from another thread does not."""
+        return self._judged(lambda: verdicts().judge(self, pytorch, ortmodule))
+
+    def _judged(self, reach: Callable[[], Any]) -> Any:
+        """A verdict reached on this session: Ctrl-C ends it (KeyboardInterrupt: no verdict)."""
         self._interrupted, self._judging = False, True
         try:
-            verdict = verdicts().judge(self, pytorch, ortmodule)
+            verdict = reach()
         finally:
             self._judging = False
         if self._interrupted:  # a Ctrl-C the evidence swallowed (e.g. a failed request): no verdict

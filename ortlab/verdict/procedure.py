@@ -41,6 +41,8 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
 
     if pytorch.status != RunStatus.OK or other.status != RunStatus.OK or session is None:
         return written(decide(pytorch, other), other)
+    if (other.meta.get("config") or {}).get("nproc", 1) * (other.meta.get("config") or {}).get("nnodes", 1) > 1:
+        return judge_distributed(session, other)  # its ranks against one process of the same global batch
     pt_config = BurstConfig.from_dict(pytorch.meta["config"])
     config = BurstConfig.from_dict(other.meta["config"])
     fixes = tuple((other.meta.get("fixes") or {}).get("applied") or ())
@@ -79,6 +81,18 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
             what = "a script that shows it" if inside else "shrink it to the smallest module and a script that shows it"
             verdict.notes.append(f"{what}: ortlab repro {other.path}")
     return written(verdict, other)
+
+
+def judge_distributed(session: Driver, run: Run) -> Verdict:
+    """The Verdict on a distributed parity run against one process of the same global batch
+    (ortlab.verdict.sharded), written to its folder (verdict.json); once judged, read back from there."""
+    from ortlab.verdict.judge import FILE, Verdict
+    from ortlab.verdict.sharded import AGAINST, judge
+
+    kept = run.read_json(FILE)
+    if kept and AGAINST in kept.get("headline", ""):
+        return Verdict.from_dict(kept)
+    return written(judge(session, run), run)
 
 
 def gradient_check(session: Driver, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0
