@@ -43,12 +43,12 @@ def test_a_strategy_that_cannot_run_is_refused_in_one_line(kwargs, words):
 
 
 def test_fsdp2_is_refused_for_ortmodule_and_where_torch_cannot_run_it():
-    with pytest.raises(BurstError, match="strategy 'fsdp2' cannot run backend 'ortmodule'.*single, ddp, zero1"):
+    with pytest.raises(BurstError, match=r"strategy 'fsdp2' cannot run backend 'ortmodule'.*single, ddp, zero1"):
         BurstConfig(backend="ortmodule", nproc=2, strategy="fsdp2")  # before whether ORTModule runs here
     with pytest.raises(BurstError, match="save_checkpoint with strategy 'fsdp2'"):
         BurstConfig(backend="pytorch", nproc=2, strategy="fsdp2", save_checkpoint=True)
     if fully_shard_missing() or fsdp2_cpu_missing():
-        with pytest.raises(BurstError, match="strategy 'fsdp2' .*torch"):
+        with pytest.raises(BurstError, match=r"strategy 'fsdp2' .*torch"):
             BurstConfig(backend="pytorch", nproc=2, strategy="fsdp2", device="cpu")
     else:
         assert BurstConfig(backend="pytorch", nproc=2, strategy="fsdp2", device="cpu").strategy == "fsdp2"
@@ -82,7 +82,7 @@ def test_fsdp2_shards_each_block_a_container_s_items_and_leaves_tied_weights_to_
     model.head.weight = model.tok.weight  # tied: neither is a block of its own
     assert blocks(model) == ["blocks.0", "blocks.1", "ln_f"]
     assert blocks(model, ["blocks.1"]) == ["blocks.1"]
-    with pytest.raises(BurstError, match="'nope'.*named_modules"):
+    with pytest.raises(BurstError, match=r"'nope'.*named_modules"):
         blocks(model, ["nope"])
 
 
@@ -94,7 +94,8 @@ def test_the_global_batch_is_every_rank_s_batch_in_rank_order():
     inputs, target = GlobalFeed(w, None, 2, 0).batch(3)
     assert torch.equal(inputs, torch.cat([w.batch(6)[0], w.batch(7)[0]]))
     assert torch.equal(target, torch.cat([w.batch(6)[1], w.batch(7)[1]]))
-    joined = concatenated([({"x": torch.ones(2), "n": 3}, torch.zeros(2)), ({"x": torch.ones(1), "n": 3}, torch.zeros(1))])
+    joined = concatenated([({"x": torch.ones(2), "n": 3}, torch.zeros(2)),
+                           ({"x": torch.ones(1), "n": 3}, torch.zeros(1))])
     assert joined[0]["x"].shape == (3,) and joined[0]["n"] == 3
     with pytest.raises(ValueError, match="different int"):
         concatenated([{"n": 3}, {"n": 4}])
