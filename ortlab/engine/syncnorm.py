@@ -27,7 +27,7 @@ def convert(model: torch.nn.Module, device: torch.device) -> list[str]:
         return names
     for name in names:
         module = model.get_submodule(name)
-        module.forward = _synced(module)  # type: ignore[method-assign]
+        module.forward = _synced(module)
     return names
 
 

@@ -86,13 +86,21 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
 def judge_distributed(session: Driver, run: Run) -> Verdict:
     """The Verdict on a distributed parity run against one process of the same global batch
     (ortlab.verdict.sharded), written to its folder (verdict.json); once judged, read back from there."""
-    from ortlab.verdict.judge import FILE, Verdict
+    from ortlab.verdict.judge import FILE, NOT_JUDGED, Verdict
     from ortlab.verdict.sharded import AGAINST, judge
 
     kept = run.read_json(FILE)
     if kept and AGAINST in kept.get("headline", ""):
         return Verdict.from_dict(kept)
-    return written(judge(session, run), run)
+    try:
+        verdict = judge(session, run)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # the evidence could not be gathered: said, never the run lost (nor an agreement)
+        from ortlab.compat.errors import root_message
+
+        verdict = Verdict(NOT_JUDGED, f"not judged {AGAINST}: {root_message(e)}")
+    return written(verdict, run)
 
 
 def gradient_check(session: Driver, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0

@@ -238,7 +238,7 @@ def _causes(run: Run, cfg: Any, ranks: list[Run], kept: dict[str, Any], verdict:
     other data or ranks out of sync are wrong even where the numbers happen to agree)."""
     from ortlab.verdict import state
 
-    out = []
+    out: list[dict[str, Any]] = []
     for seen in kept.get("other_data") or []:
         out.append({"kind": KIND, "cause": "other data", "text": f"rank {seen['rank']} saw other data than its "
                     f"share of the global batch from step {seen['step']} (its batch's SHA-256 {seen['saw']}, its "
