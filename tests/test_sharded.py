@@ -114,12 +114,13 @@ def _judged(tmp_path, model, kwargs, steps=3, **burst):
 
 
 @pytest.mark.slow
-def test_the_demo_under_ddp_agrees_with_one_process_of_the_global_batch(tmp_path):
-    run, verdict = _judged(tmp_path, None, TINY)
+@pytest.mark.parametrize("strategy", ["ddp", "zero1"])
+def test_the_demo_under_ddp_and_zero1_agrees_with_one_process_of_the_global_batch(tmp_path, strategy):
+    run, verdict = _judged(tmp_path, None, TINY, strategy=strategy)
     assert verdict.status == "agree", verdict
-    assert "against one process of the same global batch, 2 ranks, ddp" in verdict.headline
+    assert f"against one process of the same global batch, 2 ranks, {strategy}" in verdict.headline
     assert verdict.losses["judged"] and verdict.state["count"] == 0 and verdict.gradients["agree"]
-    assert run.meta["strategy"] == "ddp" and all(r.meta["strategy"] == "ddp" for r in run.ranks)
+    assert run.meta["strategy"] == strategy and all(r.meta["strategy"] == strategy for r in run.ranks)
     assert (run.path / "one-process" / "final_state.json").is_file()
 
 

@@ -126,7 +126,9 @@ class Session:
         run = self._burst(cfg, on_step, progress)
         self.runs.append(run)
         self.transition_rows.extend(run.read_json("transitions.json", []))
-        if cfg.distributed and cfg.parity and run.status == RunStatus.OK:  # its verdict.json, said by summaries
+        # against one process of the same global batch (its verdict.json, said by summaries): where every rank's
+        # folder is here (a job on several machines keeps each machine's ranks on it)
+        if cfg.distributed and cfg.parity and cfg.nnodes == 1 and run.status == RunStatus.OK:
             self._judged(lambda: verdicts().judge_distributed(self, run))
         return run
 
