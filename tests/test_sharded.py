@@ -101,6 +101,59 @@ def test_the_global_batch_is_every_rank_s_batch_in_rank_order():
         concatenated([{"n": 3}, {"n": 4}])
 
 
+# -- ranks simulated in one process (torch's LocalTensorMode, the current stack)
+
+
+def _simulated_ddp_step(workload, world=2):
+    """The first step of `world` DDP ranks simulated in this process: each rank's batch (ortlab's share), its
+    backward, the gradients all-reduced and averaged as DDP does; rank 0's Step and the global loss."""
+    import torch.distributed as dist
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from ortlab.engine.sampling import Feed
+    from ortlab.verdict.gradients import Step
+
+    shares = [Feed(workload, None, world, r).batch(0) for r in range(world)]
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        with LocalTensorMode(world) as mode:
+            inputs = mode.rank_map(lambda r: shares[r][0])
+            target = mode.rank_map(lambda r: shares[r][1])
+            loss = workload.forward_loss(workload.model, inputs, target)
+            loss.backward()
+            grads = {}
+            for name, p in workload.model.named_parameters():
+                dist.all_reduce(p.grad)
+                grads[name] = (p.grad / world)._local_tensors[0]
+            losses = [float(loss._local_tensors[r]) for r in range(world)]
+    finally:
+        dist.destroy_process_group()
+    for p in workload.model.parameters():
+        p.grad = None
+    return Step(sum(losses) / world, grads)
+
+
+@pytest.mark.parametrize(("factory", "kwargs", "agree"), [
+    ("plain_cnn", {}, True),
+    ("plain_cnn", {"sum_loss": True}, False),  # each rank's gradient of its half's sum, averaged: 1/2
+    ("batch_norm_cnn", {}, False),  # each rank normalizes its own half
+])
+def test_simulated_ddp_ranks_are_judged_against_one_process_of_the_global_batch(factory, kwargs, agree):
+    pytest.importorskip("torch.distributed._local_tensor", reason="LocalTensorMode is not in this torch")
+    from ortlab.verdict.gradients import judged_steps, step
+    from ortlab.verdict.sharded import GlobalFeed
+    from ortlab.workload import ModelRef
+
+    torch.manual_seed(0)
+    workload = ModelRef.of(f"{RANKS}:{factory}", **kwargs).build()
+    ranks = _simulated_ddp_step(workload)
+    batches = workload.micro_batches(GlobalFeed(workload, None, 2, 0).batch, 0)
+    one = step(workload, batches)
+    check = judged_steps(workload, batches, 0, (), one, ranks)
+    assert check.agree is agree, check.rows[:2]
+
+
 # -- real ranks: 2 processes over gloo on the CPU
 
 
