@@ -69,13 +69,14 @@ def concatenated(parts: list[Any]) -> Any:
 
 def reference(engine: Any, cfg: Any, ranks: list[str], loss0: float | None = None, float64: str = "auto"
               ) -> dict[str, Any]:
-    """The task run where the model is (Engine.task): one fp32 process and the float64 arbiter on the global batch of
-    `cfg`'s ranks from the engine's snapshot, rank 0's recorded first step judged against them (its loss: the
-    global `loss0`), with what names a distributed cause: each rank's recorded batches against its share, the
-    loss's reduction, the model's BatchNorm modules."""
+    """The task run where the model is (Engine.task): one fp32 process (in the ranks' precision, on the CPU, where the
+    ranks' records are) and the float64 arbiter on the global batch of `cfg`'s ranks from the engine's snapshot,
+    rank 0's recorded first step judged against them (its loss: the global `loss0`), with what names a distributed
+    cause: each rank's recorded batches against its share, the loss's reduction, the model's BatchNorm modules."""
     import torch
     from torch.nn.modules.batchnorm import _BatchNorm
 
+    from ortlab.engine import precision
     from ortlab.verdict import record
     from ortlab.verdict import reference as ref
     from ortlab.verdict.gradients import Step, judged_steps
@@ -90,7 +91,9 @@ def reference(engine: Any, cfg: Any, ranks: list[str], loss0: float | None = Non
                            "reduction": _reduction(engine, feed),
                            "batch_norms": [n for n, m in engine.model.named_modules()
                                            if isinstance(m, _BatchNorm) and not isinstance(m, torch.nn.SyncBatchNorm)]}
-    fp32, first = ref.replay(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed, float64=False)
+    with precision.autocast(cfg.precision, torch.device("cpu")):  # the ranks' precision (none at all in fp32)
+        fp32, first = ref.replay(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed,
+                                 float64=False)
     out["fp32"] = fp32
     first64: Any = True
     fits, error = float64_burst_fits(engine, cfg, float64, None)
@@ -111,6 +114,8 @@ def reference(engine: Any, cfg: Any, ranks: list[str], loss0: float | None = Non
     rank = Step(loss0 if loss0 is not None else recorded.loss, recorded.grads)
     check = judged_steps(workload, batches, cfg.seed, (), first, rank, exact=first64)
     out["gradients"] = {**check.to_dict(), "exported": 0}
+    if precision.note(cfg.precision):
+        out["gradients"]["notes"] = [*out["gradients"].get("notes", []), precision.note(cfg.precision)]
     return out
 
 
