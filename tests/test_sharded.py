@@ -73,6 +73,16 @@ def test_cli_strategy_is_a_burst_and_compare_argument():
         build_parser().parse_args(["burst", "--strategy", "zero3"])
 
 
+def test_judging_one_folder_that_is_no_distributed_run_is_refused_in_one_line(tmp_path, capsys):
+    from ortlab.cli import main
+
+    folder = tmp_path / "20261128-000000-pytorch"
+    folder.mkdir()
+    (folder / "meta.json").write_text('{"backend": "pytorch", "status": "ok", "config": {}}')
+    assert main(["judge", str(folder)]) == 2
+    assert "is not a distributed run (no ranks/ folder)" in capsys.readouterr().err
+
+
 def test_fsdp2_shards_each_block_a_container_s_items_and_leaves_tied_weights_to_the_root():
     from ortlab.demo import gpt
     from ortlab.engine.sharding import blocks
@@ -175,6 +185,10 @@ def test_the_demo_under_ddp_and_zero1_agrees_with_one_process_of_the_global_batc
     assert verdict.losses["judged"] and verdict.state["count"] == 0 and verdict.gradients["agree"]
     assert run.meta["strategy"] == strategy and all(r.meta["strategy"] == strategy for r in run.ranks)
     assert (run.path / "one-process" / "final_state.json").is_file()
+    if strategy == "ddp":  # its folder judged again, by another process
+        from ortlab.cli import main
+
+        assert main(["judge", str(run.path), "--json"]) == 0
 
 
 @pytest.mark.slow
