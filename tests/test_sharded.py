@@ -216,3 +216,17 @@ def test_fsdp2_on_the_demo_agrees_with_one_process_of_the_global_batch(tmp_path)
     assert verdict.status == "agree", verdict
     assert "fsdp2" in verdict.headline
     assert [r.meta["fsdp2_units"] for r in run.ranks] == [["tok", "blocks.0", "ln_f", "head"]] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_ortmodule_under_ddp_is_judged_against_one_pytorch_process_of_the_global_batch(tmp_path):
+    with Session(None, TINY, out=tmp_path / "runs") as s:
+        run = s.burst("ortmodule", 2, nproc=2, parity=True, device="cpu", progress=False)
+    from ortlab.verdict.judge import Verdict
+
+    assert run.status == "ok", run.error
+    verdict = Verdict.from_dict(run.read_json("verdict.json"))
+    assert verdict.status == "agree", verdict
+    assert verdict.headline.endswith("(against one process of the same global batch, 2 ranks, ddp)")
+    assert verdict.gradients["agree"] and verdict.losses["judged"] and verdict.state["count"] == 0
