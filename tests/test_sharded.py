@@ -230,3 +230,14 @@ def test_ortmodule_under_ddp_is_judged_against_one_pytorch_process_of_the_global
     assert verdict.status == "agree", verdict
     assert verdict.headline.endswith("(against one process of the same global batch, 2 ranks, ddp)")
     assert verdict.gradients["agree"] and verdict.losses["judged"] and verdict.state["count"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("factory", "cause", "words"), [
+    ("other_data", "other data", "rank 1 saw other data than its share of the global batch from step 0"),
+    ("drifts", "out of sync", "parameters out of sync: the ranks hold different values (from step 2, head.weight"),
+])
+def test_a_rank_that_saw_other_data_or_drifted_is_named(tmp_path, factory, cause, words):
+    _, verdict = _judged(tmp_path, f"{RANKS}:{factory}", TINY)
+    named = [c for c in verdict.causes if c.get("cause") == cause]
+    assert named and words in named[0]["text"], verdict

@@ -91,3 +91,15 @@ def plain_cnn(batch_size: int = 8, sum_loss: bool = False):
     reduction = "sum" if sum_loss else "mean"
     return Workload(model, batch, lambda out, y: nn.functional.cross_entropy(out, y, reduction=reduction),
                     name="plain-cnn", batch_size=batch_size)
+
+
+def other_data(rank: int = 1, **kwargs):
+    """Rank `rank` trains on other batches than its share of the global batch (its data depends on the process)."""
+    w = gpt(**kwargs)
+    inner = w.batch
+
+    def batch(i):
+        return inner(i + 1000 if int(os.environ.get("RANK", 0)) == rank else i)
+
+    w.batch = batch
+    return w
