@@ -20,6 +20,10 @@ class Verdicts(Protocol):
         """The Verdict on `other` against `pytorch`, two runs of `session` (Session.judge)."""
         ...
 
+    def judge_distributed(self, session: Any, run: Any) -> Any:
+        """The Verdict on a distributed run against one process of the same global batch (Session.burst)."""
+        ...
+
     def gradient_check(self, session: Any, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0
                        ) -> dict[str, Any]:
         """The first batch's gradients judged (Session.gradient_check)."""

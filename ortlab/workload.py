@@ -119,6 +119,9 @@ class Workload:
     optimizer: Callable[[Any], tuple[Any, Any]] | None = None
     accumulation: int = 1
     clip_grad_norm: float | None = None
+    # the modules strategy fsdp2 shards one by one, by name (None: each direct child holding parameters, a
+    # container's items in its place: ortlab.engine.sharding)
+    blocks: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if not isinstance(self.accumulation, int) or isinstance(self.accumulation, bool) or self.accumulation < 1:

@@ -22,7 +22,7 @@ from ortlab.runs.run import ENDED_EARLY, RunStatus
 
 
 def cmd_burst(args) -> int:
-    from ortlab.engine.backends import BACKENDS, check_available
+    from ortlab.engine.backends import BACKENDS, check_available, has
     from ortlab.engine.session import Session
 
     kwargs, options = burst_kwargs(args)  # bad flags first, then what cannot run here
@@ -36,17 +36,40 @@ def cmd_burst(args) -> int:
         if len(backends) > 1:
             comparison = session.compare(args.steps, options, backends=backends, **kwargs)
             print_json(comparison.to_dict()) if args.json else print(comparison)
+            if not args.json:  # PyTorch's own ranks: the comparison shows the others' verdicts
+                print_distributed([r for r in comparison.runs if has(r.backend, "reference")])
             _time_hint(comparison.runs, kwargs)
             return outcome(comparison.runs, comparison, args.allow_fallback)
         run = session.burst(backends[0], args.steps, options, **kwargs)
         if args.json:
-            print_json({**run.summary(), "path": str(run.path), "error": run.error})
+            verdict = distributed_verdict(run)
+            print_json({**run.summary(), "path": str(run.path), "error": run.error,
+                        **({"verdict": verdict.to_dict()} if verdict else {})})
         else:
             from ortlab.comparison.summary import run_text
 
             print(run_text(run))
+            print_distributed([run])
         _time_hint([run], kwargs)
     return outcome([run], None, args.allow_fallback)
+
+
+def distributed_verdict(run):
+    """The verdict on a distributed parity run against one process of the same global batch (Session.burst wrote
+    it to the run's folder), or None."""
+    from ortlab.verdict.judge import FILE, Verdict
+    from ortlab.verdict.sharded import AGAINST
+
+    data = run.read_json(FILE)
+    return Verdict.from_dict(data) if data and AGAINST in data.get("headline", "") else None
+
+
+def print_distributed(runs) -> None:
+    """Each distributed run's verdict against one process of the same global batch, where no comparison shows it."""
+    for run in runs:
+        verdict = distributed_verdict(run)
+        if verdict is not None:
+            print(f"{run.backend} ({run.path.name}): " + "\n  ".join(verdict.lines()))
 
 
 def chosen_backends(value: str | None) -> tuple[str, ...]:
@@ -86,6 +109,8 @@ def burst_kwargs(args) -> tuple[dict, object]:
                 parity=args.parity, progress=not args.json and sys.stderr.isatty(), collect=collect,
                 nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
                 save_checkpoint=args.save_checkpoint, sampler=args.sampler, fixes=args.fix,
+                strategy=args.strategy, reshard_after_forward=args.reshard_after_forward,
+                sync_batchnorm=args.sync_batchnorm,
                 compile=compile_settings, evidence=args.evidence), options
 
 
@@ -100,6 +125,7 @@ def outcome(runs, comparison, allow_fallback: bool) -> int:
         return 130
     verdicts = [v for v in (comparison.verdict_of(b) for b in comparison.others) if v is not None] \
         if comparison is not None else []
+    verdicts += [v for r in runs if (v := distributed_verdict(r)) is not None and v not in verdicts]
     diverged = [v for v in verdicts if v.diverged or _unjudged(v, runs)]
     for verdict in diverged:
         print(f"ortlab burst: {verdict.headline}", file=sys.stderr)
@@ -157,7 +183,7 @@ def add_burst_args(b) -> None:
 
     from ortlab.compat.registry import FIXES
     from ortlab.engine.collectors import COLLECTORS
-    from ortlab.engine.types import Device, Evidence, Optimizer, Precision, Sampler
+    from ortlab.engine.types import Device, Evidence, Optimizer, Precision, Sampler, Strategy
 
     add_model_args(b)
     b.add_argument("--steps", type=positive_int, default=20, help="training steps per backend")
@@ -201,6 +227,16 @@ def add_burst_args(b) -> None:
     b.add_argument("--stats-no-grads", action="store_true", help="with --collect stats: no gradient statistics")
     d = b.add_argument_group("several processes and machines (ranks started by torch's elastic launcher)")
     d.add_argument("--nproc", type=positive_int, default=1, help="ranks on this machine (1: one process)")
+    d.add_argument("--strategy", choices=[str(s) for s in Strategy],
+                   help="how the ranks share the model: single (one process), ddp (DistributedDataParallel), zero1 "
+                   "(DDP with AdamW's state sharded: the same as --optimizer zero1), fsdp2 (fully_shard per block; "
+                   "not ORTModule) (default: single for one process, ddp for several); a parity burst of several "
+                   "ranks is judged against one process of the same global batch")
+    d.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True,
+                   help="fsdp2: free each block's gathered parameters after its forward (gathered again for backward)")
+    d.add_argument("--sync-batchnorm", action="store_true",
+                   help="BatchNorm normalizes over every rank's samples (SyncBatchNorm), as one process of the "
+                   "global batch does")
     d.add_argument("--nnodes", type=positive_int, default=1, help="machines in the job (start the same command "
                    "on each, with its --node-rank)")
     d.add_argument("--node-rank", type=non_negative_int, default=0, help="this machine's index, 0 to nnodes - 1")

@@ -1,5 +1,6 @@
 """`ortlab judge RUN RUN [--reference RUN]`: the verdict on two run folders made by separate processes, stacks or
-machines (ortlab.verdict.folders), as `ortlab compare` gives it in one process; `ortlab judge LOG LOG`: two
+machines (ortlab.verdict.folders), as `ortlab compare` gives it in one process; `ortlab judge RUN`: a distributed
+run's folder against one process of the same global batch (ortlab.verdict.sharded); `ortlab judge LOG LOG`: two
 DebugMode logs (or torchtitan numerics dumps) op by op (ortlab.verdict.debug_logs)."""
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ def cmd_judge(args) -> int:
     from ortlab.verdict.folders import judge_runs
     from ortlab.verdict.judge import AGREE
 
+    if args.second is None:  # one distributed run's folder, against one process of the same global batch
+        from ortlab.verdict.sharded import judge_folder
+
+        verdict = judge_folder(args.first, args.float64)
+        print_json(verdict.to_dict()) if args.json else print(f"{args.first}:\n  " + "\n  ".join(verdict.lines()))
+        return 0 if verdict.status == AGREE else 1
     if Path(args.first).is_file() or Path(args.second).is_file():  # two DebugMode logs
         return _judge_logs(args)
     if args.float64_log is not None:
@@ -54,7 +61,9 @@ def register(sub) -> None:
                        "each against float64 computed here from the recorded snapshot and batches. Neither run "
                        "PyTorch's: each is judged against --reference. Refused in one line (exit 2) when the runs "
                        "did not start from the same snapshot, batches or settings. Exit 0 when every verdict "
-                       "agrees, 1 when one diverged or could not be judged. Given two DebugMode logs instead "
+                       "agrees, 1 when one diverged or could not be judged. Given one distributed parity run's "
+                       "folder: its ranks judged against one process of the same global batch (docs/distributed.md). "
+                       "Given two DebugMode logs instead "
                        "(torch's DebugMode.save_logs after DebugMode.log_tensor_hashes, from any two processes; or "
                        "two numerics dumps of torchtitan, numerics/rank_N_activations.log): "
                        "the ops in order, each output's norm judged against its dtype's rounding (or against "
@@ -62,8 +71,10 @@ def register(sub) -> None:
                        "that inherited it; exit 1 when an op differs.")
     j.add_argument("first", metavar="RUN", help="a run folder: PyTorch's, ORTModule's or torch.compile's; or a "
                    "DebugMode log (.json)")
-    j.add_argument("second", metavar="RUN", help="the other run folder (one of the two PyTorch's, or use "
-                   "--reference); or the other DebugMode log")
+    j.add_argument("second", metavar="RUN", nargs="?", default=None,
+                   help="the other run folder (one of the two PyTorch's, or use --reference); or the other "
+                   "DebugMode log; none: RUN is a distributed parity run, judged against one process of the same "
+                   "global batch")
     j.add_argument("--float64-log", metavar="LOG", default=None,
                    help="with two DebugMode logs: a log of the same job in float64, the yardstick (the second "
                    "log's distance to it against the first's)")

@@ -56,6 +56,7 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
     writer = RunWriter(path, {
         "backend": cfg.backend, "config": cfg.to_dict(), "effective_options": cfg.effective_options().to_dict(),
         "model": {"factory": ref.describe()}, "nproc": cfg.nproc, "nnodes": cfg.nnodes, "node_rank": cfg.node_rank,
+        "strategy": str(cfg.strategy),
         "world_size": cfg.world_size, "pid": os.getpid(), "stack": stacks.recorded(),
         "machine": {"cores": available_cores(), "ranks": cfg.nproc, "load": load_average()},
     })

@@ -259,7 +259,7 @@ class Engine:
         started = time.perf_counter()
         for j in range(work.accumulation):
             total += self._micro(b, step, j, first if j == 0 else self._batch(b, step, j))
-        if step == 0 and b.cfg.parity and not b.cfg.distributed:  # before the optimizer moves the gradients
+        if step == 0 and b.cfg.parity:  # before the optimizer moves the gradients (a rank's: after their reduction)
             b.first = evidence.gradients(self.model, total, b.scaler, full=b.cfg.evidence == Evidence.FULL)
         for c in b.timers:
             c.phase(step, "optimizer")

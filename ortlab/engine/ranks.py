@@ -13,18 +13,20 @@ import os
 import pickle
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from ortlab.engine import balance
-from ortlab.engine.config import BurstConfig, resolve_device
+from ortlab.engine import balance, sharding, syncnorm
+from ortlab.engine.config import BurstConfig, optimizer_for, resolve_device
 from ortlab.engine.exchange import Checksums, Exchange, Table
 from ortlab.engine.loop import Engine, _Burst
 from ortlab.engine.orphan import on_parent_death
 from ortlab.engine.sampling import Feed
+from ortlab.engine.types import Strategy
 from ortlab.errors import InputError
 from ortlab.options import Options
 from ortlab.runs.files import read_json
@@ -64,7 +66,8 @@ class RankEngine(Engine):
         self.names = [name for name, _ in self.model.named_parameters()]
         self.first_step_at = 0.0  # perf_counter as the burst's first step began: rows' started_s count from it
         self.exchange = Exchange(self.rank, self.world, len(self.names), 1 + len(balance.GATHERED))
-        self.checksums: Checksums | None = None  # of the parameters where the burst trains them (_prepare)
+        # the parameters' checksums where the burst trains them (_prepare): Checksums, or zeros under FSDP2
+        self.checksums: Callable[[], list[int]] | None = None
         self._sums: list[int] = []  # the step's checksums and Stop flag, taken as it began
         self._stop = False
 
@@ -85,10 +88,18 @@ class RankEngine(Engine):
     def _prepare(self, cfg: BurstConfig) -> _Burst:
         b = super()._prepare(cfg)
         b.writer.meta.update(rank=self.rank, world_size=self.world, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
-                             host=os.uname().nodename)
+                             host=os.uname().nodename, strategy=str(cfg.strategy))
         b.writer.write("meta.json", b.writer.meta)
-        b.extra["in_sync"] = True
-        self.checksums = Checksums(list(self.model.parameters()))  # after the model moved to the burst's device
+        if cfg.sync_batchnorm:
+            b.extra["sync_batchnorm"] = syncnorm.convert(self.model, b.device)
+        if cfg.strategy == Strategy.FSDP2:  # each parameter held once, sharded: no checksums to compare
+            b.extra["fsdp2_units"] = sharding.shard(self.model, b.device, self.world, cfg.reshard_after_forward,
+                                                    self.workload.blocks)
+            b.optimizer, b.scheduler = optimizer_for(self.workload, self.model, cfg.optimizer, cfg.lr, b.device)
+            self.checksums = lambda: [0] * len(self.names)
+        else:
+            b.extra["in_sync"] = True
+            self.checksums = Checksums(list(self.model.parameters()))  # after the model moved to the burst's device
         on_grads = getattr(b.collectors.get("stats"), "on_parameter_grads", None)  # collector "stats"'s
         if on_grads is not None:  # the gradients every rank must agree on: after the all-reduce, before the update
             b.optimizer.register_step_pre_hook(lambda *_: on_grads(self.model.named_parameters()))
@@ -101,6 +112,8 @@ class RankEngine(Engine):
         return DistributedDataParallel(self.exchange.carrier(module, b.device), device_ids=ids)
 
     def _runner(self, b: _Burst, runner: Any) -> Any:
+        if b.cfg.strategy == Strategy.FSDP2:  # sharded in _prepare; the exchange is all-gathered (no DDP to ride)
+            return runner
         return self._ddp(runner, b)  # DDP(model), DDP(ORTModule(model)), DDP(compiled model)
 
     def _train(self, b: _Burst, on_step, should_stop) -> None:
@@ -142,7 +155,7 @@ class RankEngine(Engine):
         load = b.feed.load(step) or {}
         self.exchange.post(self._sums, self._stop,
                            [b.forward_s, *(float(load.get(k, math.nan)) for k in balance.GATHERED)])
-        return self.exchange.ride(loss)
+        return loss if b.cfg.strategy == Strategy.FSDP2 else self.exchange.ride(loss)
 
     def _last_check(self, b: _Burst) -> None:
         """The parameters after the last update (no step begins with them): an all-gather of its own."""

@@ -20,10 +20,10 @@ from ortlab.engine import messages as m
 from ortlab.engine.backends import parse_backends
 from ortlab.engine.client import Client, WorkerError
 from ortlab.engine.progress import Bar, chain
-from ortlab.engine.types import Device, Evidence, Float64, Optimizer, Precision, Sampler
+from ortlab.engine.types import Device, Evidence, Float64, Optimizer, Precision, Sampler, Strategy
 from ortlab.judging import verdicts
 from ortlab.options import Options
-from ortlab.runs.run import ENDED_EARLY, Run, load_run
+from ortlab.runs.run import ENDED_EARLY, Run, RunStatus, load_run
 
 if TYPE_CHECKING:
     from ortlab.comparison.summary import Comparison
@@ -91,13 +91,19 @@ class Session:
               on_step: Callable[[dict], None] | None = None, collect: dict[str, dict] | None = None,
               nproc: int = 1, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
               save_checkpoint: bool = False, sampler: Sampler | str | None = None, fixes: Any = (),
-              perturb: float = 0.0, compile: dict[str, Any] | None = None, evidence: Evidence | str = "summary") -> Run:
+              perturb: float = 0.0, compile: dict[str, Any] | None = None, evidence: Evidence | str = "summary",
+              strategy: Strategy | str | None = None, reshard_after_forward: bool = True,
+              sync_batchnorm: bool = False) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
         nproc per machine, nnodes machines meeting at rdzv_endpoint HOST:PORT, this one being node_rank.
         `sampler` ("distributed" or "load_balancing", for a workload with a dataset) chooses how the dataset is
         shared among the ranks (ortlab.engine.sampling); ortlab.engine.balance reports how evenly they were loaded.
+        `strategy` (single, ddp, zero1, fsdp2; None: single for one process, ddp for several) is how the ranks share
+        the model (ortlab.engine.ranks; FSDP2 `reshard_after_forward` or not); `sync_batchnorm` normalizes
+        BatchNorm over every rank's samples. A distributed parity burst is judged against one process of the same
+        global batch (ortlab.verdict.sharded: its verdict.json).
         `fixes` ("auto", fix names, or none) are ortlab's compatibility fixes for an ORTModule burst
         (ortlab.compat.registry; `Session.check` says which the model needs); the run records which it applied.
         A burst whose ORTModule fell back to PyTorch ends with status "fallback", never "ok". `compile`: the
@@ -114,10 +120,16 @@ class Session:
                           out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                           save_checkpoint=save_checkpoint, sampler=None if sampler is None else Sampler(sampler),
-                          fixes=fixes, perturb=perturb, compile=compile or {}, evidence=Evidence(evidence))
+                          fixes=fixes, perturb=perturb, compile=compile or {}, evidence=Evidence(evidence),
+                          strategy=None if strategy is None else Strategy(strategy),
+                          reshard_after_forward=reshard_after_forward, sync_batchnorm=sync_batchnorm)
         run = self._burst(cfg, on_step, progress)
         self.runs.append(run)
         self.transition_rows.extend(run.read_json("transitions.json", []))
+        # against one process of the same global batch (its verdict.json, said by summaries): where every rank's
+        # folder is here (a job on several machines keeps each machine's ranks on it)
+        if cfg.distributed and cfg.parity and cfg.nnodes == 1 and run.status == RunStatus.OK:
+            self._judged(lambda: verdicts().judge_distributed(self, run))
         return run
 
     def _burst(self, cfg: BurstConfig, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
@@ -204,9 +216,13 @@ class Session:
         PyTorch beside PyTorch fp32's; when they diverge, the causes `check` names (ORTModule) or else one step of
         statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs are not
         added to `runs`. Ctrl-C ends it (KeyboardInterrupt: no verdict); a Stop from another thread does not."""
+        return self._judged(lambda: verdicts().judge(self, pytorch, ortmodule))
+
+    def _judged(self, reach: Callable[[], Any]) -> Any:
+        """A verdict reached on this session: Ctrl-C ends it (KeyboardInterrupt: no verdict)."""
         self._interrupted, self._judging = False, True
         try:
-            verdict = verdicts().judge(self, pytorch, ortmodule)
+            verdict = reach()
         finally:
             self._judging = False
         if self._interrupted:  # a Ctrl-C the evidence swallowed (e.g. a failed request): no verdict

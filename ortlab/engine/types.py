@@ -49,6 +49,16 @@ class Optimizer(Choice):
     ZERO1 = "zero1"  # AdamW sharded across ranks
 
 
+class Strategy(Choice):
+    """How the ranks of a burst share the model (ortlab.engine.ranks); what each is judged against:
+    docs/distributed.md."""
+
+    SINGLE = "single"  # one process
+    DDP = "ddp"  # every rank holds the model; DistributedDataParallel averages the gradients
+    ZERO1 = "zero1"  # DDP with AdamW's state sharded over the ranks (torch's ZeroRedundancyOptimizer)
+    FSDP2 = "fsdp2"  # torch.distributed.fsdp.fully_shard per block, then the root: parameters sharded
+
+
 class Precision(Choice):
     FP32 = "fp32"
     FP16 = "fp16"  # CUDA only: torch.autocast float16 + GradScaler

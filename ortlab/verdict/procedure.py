@@ -41,6 +41,8 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
 
     if pytorch.status != RunStatus.OK or other.status != RunStatus.OK or session is None:
         return written(decide(pytorch, other), other)
+    if (other.meta.get("config") or {}).get("nproc", 1) * (other.meta.get("config") or {}).get("nnodes", 1) > 1:
+        return judge_distributed(session, other)  # its ranks against one process of the same global batch
     pt_config = BurstConfig.from_dict(pytorch.meta["config"])
     config = BurstConfig.from_dict(other.meta["config"])
     fixes = tuple((other.meta.get("fixes") or {}).get("applied") or ())
@@ -81,6 +83,26 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
     return written(verdict, other)
 
 
+def judge_distributed(session: Driver, run: Run) -> Verdict:
+    """The Verdict on a distributed parity run against one process of the same global batch
+    (ortlab.verdict.sharded), written to its folder (verdict.json); once judged, read back from there."""
+    from ortlab.verdict.judge import FILE, NOT_JUDGED, Verdict
+    from ortlab.verdict.sharded import AGAINST, judge
+
+    kept = run.read_json(FILE)
+    if kept and AGAINST in kept.get("headline", ""):
+        return Verdict.from_dict(kept)
+    try:
+        verdict = judge(session, run)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # the evidence could not be gathered: said, never the run lost (nor an agreement)
+        from ortlab.compat.errors import root_message
+
+        verdict = Verdict(NOT_JUDGED, f"not judged {AGAINST}: {root_message(e)}")
+    return written(verdict, run)
+
+
 def gradient_check(session: Driver, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0
                    ) -> dict[str, Any]:
     """The first batch's gradients on PyTorch and on a fresh ORTModule with these options and fixes (judged against
@@ -115,12 +137,12 @@ def gradient_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
     session's engine; a failure is a skipped check with its reason, never a lost verdict (nor an agreement); killed
     for memory, the reason says what the float64 burst needs (`model`: the run's description, its parameter
     counts) and the verdict that fits."""
-    from ortlab.engine.types import Optimizer
+    from ortlab.engine.types import Optimizer, Strategy
 
     try:
         if config.distributed:  # one process: the model as a rank would start it
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
-                             save_checkpoint=False, sampler=None)
+                             save_checkpoint=False, sampler=None, strategy=Strategy.SINGLE)
         return session.evidence(tasks.GRADIENT_CHECK, config, "comparing first-step gradients", fixes=fixes,
                                 burst=burst, float64=str(session.float64), peak=peak)
     except Exception as e:
@@ -150,12 +172,12 @@ def ensemble_evidence(session: Driver, config: BurstConfig, fixes: tuple[str, ..
                       ) -> dict[str, Any]:
     """fp32 runs of the burst's steps whose rounding differs (ortlab.verdict.ensemble), from the session's engine
     (`given`: ensemble.hints); a failure is an ensemble not run, with its reason."""
-    from ortlab.engine.types import Optimizer
+    from ortlab.engine.types import Optimizer, Strategy
 
     try:
         if config.distributed:
             config = replace(config, nproc=1, nnodes=1, node_rank=0, rdzv_endpoint=None, optimizer=Optimizer.ADAMW,
-                             save_checkpoint=False, sampler=None)
+                             save_checkpoint=False, sampler=None, strategy=Strategy.SINGLE)
         return session.evidence(tasks.ENSEMBLE, config, "running fp32's spread", fixes=fixes, hints=given)
     except Exception as e:
         from ortlab.compat.errors import root_message
@@ -265,7 +287,7 @@ def _localized(session: Driver, pt_config: BurstConfig, config: BurstConfig) -> 
     from ortlab.activations import compare
 
     stats: dict[str, Any] = {"steps": 1, "parity": True, "collect": {"stats": {}}, "nproc": 1, "nnodes": 1,
-                             "node_rank": 0, "rdzv_endpoint": None, "save_checkpoint": False}
+                             "node_rank": 0, "rdzv_endpoint": None, "save_checkpoint": False, "strategy": "single"}
     try:
         pt = session.evidence_burst(replace(pt_config, name="localize-pytorch", **stats))
         other = session.evidence_burst(replace(config, name=f"localize-{config.backend}", **stats))

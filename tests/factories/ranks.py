@@ -51,3 +51,55 @@ def drifts(rank: int = 1, step: int = 1, **kwargs):
             model.head.weight[0, 0] += 1.0
 
     return _on_rank(rank, step, act, **kwargs)
+
+
+def batch_norm_cnn(batch_size: int = 8, sum_loss: bool = False):
+    """A small CNN with BatchNorm: under DDP each rank normalizes its own half of the batch, one process the whole
+    batch (a distributed run that really trains differently, unless its BatchNorm is synchronized). `sum_loss`: the
+    loss summed over the batch instead of averaged."""
+    import torch
+    from torch import nn
+
+    from ortlab import Workload
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                          nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+    def batch(i):
+        g = torch.Generator().manual_seed(1000 + i)
+        return torch.randn(batch_size, 3, 8, 8, generator=g) * 2 + 1, torch.randint(0, 4, (batch_size,), generator=g)
+
+    reduction = "sum" if sum_loss else "mean"
+    return Workload(model, batch, lambda out, y: nn.functional.cross_entropy(out, y, reduction=reduction),
+                    name="batch-norm-cnn", batch_size=batch_size)
+
+
+def plain_cnn(batch_size: int = 8, sum_loss: bool = False):
+    """The same CNN without BatchNorm: nothing per rank (with `sum_loss`, only the loss's reduction differs)."""
+    import torch
+    from torch import nn
+
+    from ortlab import Workload
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+    def batch(i):
+        g = torch.Generator().manual_seed(1000 + i)
+        return torch.randn(batch_size, 3, 8, 8, generator=g) * 2 + 1, torch.randint(0, 4, (batch_size,), generator=g)
+
+    reduction = "sum" if sum_loss else "mean"
+    return Workload(model, batch, lambda out, y: nn.functional.cross_entropy(out, y, reduction=reduction),
+                    name="plain-cnn", batch_size=batch_size)
+
+
+def other_data(rank: int = 1, **kwargs):
+    """Rank `rank` trains on other batches than its share of the global batch (its data depends on the process)."""
+    w = gpt(**kwargs)
+    inner = w.batch
+
+    def batch(i):
+        return inner(i + 1000 if int(os.environ.get("RANK", 0)) == rank else i)
+
+    w.batch = batch
+    return w

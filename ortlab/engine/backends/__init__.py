@@ -50,6 +50,9 @@ class Registered:
     # here: diagnosis reads this registry, and naming its types would close a circle)
     health: Ref[Callable[[Any], Any]] | None = None
     autocast_cpu: bool = True  # it trains under torch.autocast bfloat16 on the CPU (ORT 1.19.2: no bf16 CPU MatMul)
+    # how its ranks may share the model (engine.types.Strategy); ORTModule: what ORT's guidelines support (DDP, ZeRO-1
+    # around it), not FSDP2
+    strategies: tuple[str, ...] = ("single", "ddp", "zero1", "fsdp2")
 
     def imports(self, options: Any) -> Any:
         """The import-time options a process must have been started with to run this backend with `options`
@@ -77,7 +80,8 @@ BACKENDS: dict[str, Registered] = {r.name: r for r in (
                compat=True, import_options=True, time_source=Ref("ortlab.timing.sources:OrtProfiler"),
                memory=Ref("ortlab.account.sources:Graph"), stats_taps=Ref("ortlab.activations.taps:GraphTaps"),
                unavailable=Ref("ortlab.stacks.table:ortmodule_line"),
-               health=Ref("ortlab.engine.diagnosis:ortmodule_health"), autocast_cpu=False),
+               health=Ref("ortlab.engine.diagnosis:ortmodule_health"), autocast_cpu=False,
+               strategies=("single", "ddp", "zero1")),
     Registered("compile", Ref("ortlab.engine.backends.compiled:Compiled"), "torch.compile",
                time_source=Ref("ortlab.timing.sources:TorchProfilerFused"),
                memory=Ref("ortlab.account.sources:AutogradRunner"),

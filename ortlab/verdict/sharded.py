@@ -1,0 +1,335 @@
+"""A distributed run judged against one process of the same global batch: does the sharded run (DDP, ZeRO-1, FSDP2)
+train the model one process trains on what all its ranks saw?
+
+The reference is one PyTorch process, fp32 and the float64 arbiter as every verdict has them
+(ortlab.verdict.reference), training the global batch (each step's ranks' batches concatenated in rank order) from
+the same snapshot. The evidence is the verdict's own (ortlab.verdict.judge): each step's global loss (the ranks'
+losses combined as the loss's reduction implies: the mean of equal shares of a mean-reduced loss, the sum of a
+sum-reduced one), the first step's gradients after the ranks' reduction (rank 0's; FSDP2's shards were gathered as
+the rank recorded them) and the end state (rank 0's, every other rank's checked equal to it).
+Where they differ for a distributed reason, the cause is named: BatchNorm's statistics per rank (its fix,
+SyncBatchNorm, verified by bursting again with it), a sum-reduced loss meeting the gradients' averaging, a rank that
+saw other data than its share of the global batch, parameters out of sync.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from ortlab.engine.backends import label
+from ortlab.runs.run import Run, RunStatus, load_run, write_json
+
+if TYPE_CHECKING:
+    from ortlab.verdict.driver import Driver
+    from ortlab.verdict.judge import Verdict
+
+TASK = f"{__name__}:reference"
+AGAINST = "against one process of the same global batch"
+REFERENCE_FOLDER = "one-process"  # in the distributed run's folder: the reference's end state (final_state.json)
+KIND = "distributed"  # a cause's kind
+
+
+class GlobalFeed:
+    """The batches one process of the global batch trains on: step t's is every rank's batch of step t
+    (ortlab.engine.sampling.Feed, with the run's sampler and seed) concatenated in rank order."""
+
+    def __init__(self, workload: Any, sampler: Any, world: int, seed: int):
+        from ortlab.engine.sampling import Feed
+
+        self.shares = [Feed(workload, sampler, world, r, seed) for r in range(world)]
+
+    def batch(self, step: int) -> Any:
+        return concatenated([share.batch(step) for share in self.shares])
+
+    def load(self, step: int) -> None:
+        return None
+
+
+def concatenated(parts: list[Any]) -> Any:
+    """Batches of the same structure (tensors, tuples, lists, dicts) joined along their first dimension; a value
+    that is no tensor must be the same in every part."""
+    import torch
+
+    first = parts[0]
+    if isinstance(first, torch.Tensor):
+        return first if first.dim() == 0 else torch.cat(parts)
+    if isinstance(first, dict):
+        return type(first)({k: concatenated([p[k] for p in parts]) for k in first})
+    if isinstance(first, tuple | list):
+        return type(first)(concatenated([p[i] for p in parts]) for i in range(len(first)))
+    if any(p != first for p in parts[1:]):
+        raise ValueError(f"the ranks' batches hold different {type(first).__name__} values ({first!r}, ...): no "
+                         "global batch joins them")
+    return first
+
+
+def reference(engine: Any, cfg: Any, ranks: list[str], loss0: float | None = None, float64: str = "auto"
+              ) -> dict[str, Any]:
+    """The task run where the model is (Engine.task): one fp32 process (in the ranks' precision, on the CPU, where the
+    ranks' records are) and the float64 arbiter on the global batch of `cfg`'s ranks from the engine's snapshot,
+    rank 0's recorded first step judged against them (its loss: the global `loss0`), with what names a distributed
+    cause: each rank's recorded batches against its share, the loss's reduction, the model's BatchNorm modules."""
+    import torch
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    from ortlab.engine import precision
+    from ortlab.verdict import record
+    from ortlab.verdict import reference as ref
+    from ortlab.verdict.gradients import Step, judged_steps
+    from ortlab.verdict.tasks import float64_burst_fits
+    from ortlab.workload import to_device
+
+    workload, world = engine.workload, cfg.world_size
+    optimizer = "adamw" if str(cfg.optimizer) == "zero1" else str(cfg.optimizer)  # zero1: AdamW, sharded
+    engine.model.to("cpu")  # where the recorded gradients are
+    feed = GlobalFeed(workload, cfg.sampler, world, cfg.seed)
+    out: dict[str, Any] = {"other_data": _other_data(workload, cfg, ranks),
+                           "reduction": _reduction(engine, feed),
+                           "batch_norms": [n for n, m in engine.model.named_modules()
+                                           if isinstance(m, _BatchNorm) and not isinstance(m, torch.nn.SyncBatchNorm)]}
+    with precision.autocast(cfg.precision, torch.device("cpu")):  # the ranks' precision (none at all in fp32)
+        fp32, first = ref.replay(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed,
+                                 float64=False)
+    out["fp32"] = fp32
+    first64: Any = True
+    fits, error = float64_burst_fits(engine, cfg, float64, None)
+    if fits:
+        try:
+            out["float64"], first64 = ref.burst(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed)
+        except ref.NoFloat64 as e:
+            out["float64"] = {"error": str(e)}
+    elif error:
+        out["float64"] = {"error": error}
+    recorded = record.first_step(SimpleNamespace(path=Path(ranks[0])))
+    if recorded is None:
+        out["gradients"] = {"agree": None, "error": "rank 0 recorded no first step", "worst": [], "skipped": True}
+        return out
+    engine.initial.restore(engine.model)
+    engine.model.train()
+    batches = [to_device(b, torch.device("cpu")) for b in workload.micro_batches(feed.batch, 0)]
+    rank = Step(loss0 if loss0 is not None else recorded.loss, recorded.grads)
+    check = judged_steps(workload, batches, cfg.seed, (), first, rank, exact=first64)
+    out["gradients"] = {**check.to_dict(), "exported": 0}
+    if precision.note(cfg.precision):
+        out["gradients"]["notes"] = [*out["gradients"].get("notes", []), precision.note(cfg.precision)]
+    return out
+
+
+def _other_data(workload: Any, cfg: Any, ranks: list[str]) -> list[dict[str, Any]]:
+    """Each rank whose recorded batches (its judge.json) are not its share of the global batch: the first step."""
+    from ortlab.engine.sampling import Feed
+    from ortlab.verdict import record
+
+    found = []
+    for r, folder in enumerate(ranks):
+        kept = record.read(SimpleNamespace(path=Path(folder)))
+        if kept is None:
+            continue
+        share = record.batch_hashes(workload, Feed(workload, cfg.sampler, cfg.world_size, r, cfg.seed),
+                                    len(kept["batches"]))
+        step = next((t for t, (a, b) in enumerate(zip(share, kept["batches"], strict=False)) if a != b), None)
+        if step is not None:
+            found.append({"rank": r, "step": step, "saw": kept["batches"][step][:12], "share": share[step][:12]})
+    return found
+
+
+def _reduction(engine: Any, feed: GlobalFeed) -> str:
+    """How the loss reduces over a batch's samples, measured on the first step's batches with the model in eval mode
+    (each sample's output its own): "mean" when the global batch's loss is the mean of the ranks', "sum" when
+    their sum, else "unknown"."""
+    import torch
+
+    workload, model = engine.workload, engine.model
+    engine.initial.restore(model)
+    model.eval()
+    try:
+        with torch.no_grad():
+            whole = float(workload.forward_loss(model, *feed.batch(0)))
+            parts = [float(workload.forward_loss(model, *share.batch(0))) for share in feed.shares]
+    except Exception:
+        return "unknown"
+    finally:
+        model.train()
+    for name, combined in (("mean", sum(parts) / len(parts)), ("sum", sum(parts))):
+        if math.isclose(whole, combined, rel_tol=1e-4, abs_tol=1e-7):
+            return name
+    return "unknown"
+
+
+@dataclass
+class Side:
+    """One side of the judgement as the verdict reads a run: status, backend (what the headline calls it), losses,
+    the folder holding its final_state.json, meta."""
+
+    status: str
+    backend: str
+    losses: list[float]
+    path: Path
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def judge(driver: Driver, run: Run, verify: bool = True) -> Verdict:
+    """The Verdict on distributed `run` against one process of the same global batch (module docstring); with
+    `verify`, a cause's fix is verified by bursting again with it (through `driver`) and judging that run."""
+    from ortlab.engine.config import BurstConfig
+    from ortlab.verdict.judge import NOT_JUDGED, Verdict
+    from ortlab.verdict.judge import judge as decide
+
+    cfg = BurstConfig.from_dict(run.meta["config"])
+    ranks = sorted(load_run(run.path).ranks, key=lambda r: int(r.path.name))
+    why = _unjudgeable(run, cfg, ranks)
+    if why:
+        return Verdict(NOT_JUDGED, f"not judged {AGAINST}: {why}")
+    losses = [[float(x) for x in r.losses] for r in ranks]
+    first = _combined(losses, "mean")
+    kept = driver.evidence(TASK, cfg, f"judging the {cfg.strategy} run {AGAINST}",
+                           ranks=[str(r.path) for r in ranks], loss0=first[0] if first else None,
+                           float64=str(driver.float64))
+    reduction = kept["reduction"]
+    combined = _combined(losses, "sum" if reduction == "sum" else "mean")
+    gradients = kept["gradients"]
+    if reduction == "sum" and combined:
+        gradients = {**gradients, "loss_ortmodule": combined[0]}
+    folder = run.path / REFERENCE_FOLDER
+    folder.mkdir(exist_ok=True)
+    write_json(folder / "final_state.json", kept["fp32"]["state"])
+    parity = {"config": {"parity": True}}
+    one = Side(RunStatus.OK, "pytorch", list(kept["fp32"]["losses"]), folder, parity)
+    who = f"{label(run.backend)} {cfg.strategy} ({cfg.world_size} ranks)"
+    ranked = Side(RunStatus.OK, who, combined, ranks[0].path, {**ranks[0].meta, **parity})
+    verdict = decide(one, ranked, gradients, None, [], kept.get("float64"))
+    causes = _causes(run, cfg, ranks, kept, verdict)
+    if causes and verify:
+        causes = [_verified(driver, run, cfg, c) for c in causes]
+    if causes:
+        verdict.causes = causes + verdict.causes
+    verdict.headline += f" ({AGAINST}, {cfg.world_size} ranks, {cfg.strategy})"
+    verdict.notes.append(f"reference: one PyTorch process (fp32, and float64 as the arbiter) training each step's "
+                         f"{cfg.world_size} rank batches concatenated in rank order; the ranks' losses combined as "
+                         f"the {reduction if reduction != 'unknown' else 'mean (the reduction not measured)'} "
+                         "of their shares")
+    return verdict
+
+
+def _unjudgeable(run: Run, cfg: Any, ranks: list[Run]) -> str | None:
+    """Why the run cannot be judged against one process, or None."""
+    if not cfg.distributed:
+        return "it ran in one process"
+    if run.status != RunStatus.OK:
+        return f"the run ended {run.status}"
+    if not cfg.parity:
+        return "it was not a parity burst (burst again with --parity)"
+    if len(ranks) != cfg.world_size:
+        return (f"this folder holds {len(ranks)} of its {cfg.world_size} ranks (a job on several machines: judge "
+                "it where every rank's folder is)")
+    bad = [r for r in ranks if r.status != RunStatus.OK or not (r.path / "final_state.json").is_file()]
+    if bad:
+        return f"rank {bad[0].path.name} ended {bad[0].status} without its end state"
+    return None
+
+
+def _combined(losses: list[list[float]], how: str) -> list[float]:
+    steps = min(len(ls) for ls in losses)
+    per = [[ls[t] for ls in losses] for t in range(steps)]
+    return [sum(v) if how == "sum" else sum(v) / len(v) for v in per]
+
+
+def _causes(run: Run, cfg: Any, ranks: list[Run], kept: dict[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
+    """The distributed causes the evidence points to (each named where it is, whatever the verdict: a rank that saw
+    other data or ranks out of sync are wrong even where the numbers happen to agree)."""
+    from ortlab.verdict import state
+
+    out: list[dict[str, Any]] = []
+    seen_other = kept.get("other_data") or []
+    if len(seen_other) == cfg.world_size and {s["step"] for s in seen_other} == {0}:  # every rank, from the start
+        out.append({"kind": KIND, "cause": "other data", "text": "this process builds other batches than every "
+                    "rank trained on from step 0 (data that depends on the machine or the torch that makes it): "
+                    "judge where the run was made"})
+        seen_other = []
+    for seen in seen_other:
+        out.append({"kind": KIND, "cause": "other data", "text": f"rank {seen['rank']} saw other data than its "
+                    f"share of the global batch from step {seen['step']} (its batch's SHA-256 {seen['saw']}, its "
+                    f"share's {seen['share']}): a rank's data must depend on the step and its rank only"})
+    drift = run.meta.get("out_of_sync")
+    ends = [state.read(r.path) or {} for r in ranks]
+    # parameters only: DDP broadcasts buffers from rank 0 before each forward, after which each rank's own forward
+    # updates them (BatchNorm's running statistics differ at the end by design)
+    apart = sorted({n for e in ends[1:] for n, v in e.items() if v.get("kind") != "buffer" and v != ends[0].get(n)})
+    if drift or apart:
+        where = (f"from step {drift['step']}, {drift['parameter']} first" if drift else
+                 f"at the end, {apart[0]}{f' and {len(apart) - 1} more' if len(apart) > 1 else ''}")
+        out.append({"kind": KIND, "cause": "out of sync", "text": f"parameters out of sync: the ranks hold "
+                    f"different values ({where}): something changed one rank's weights outside the optimizer's step"})
+    if not verdict.diverged:
+        return out
+    if kept.get("reduction") == "sum":
+        out.append({"kind": KIND, "cause": "reduction", "text": f"the loss is sum-reduced and the ranks' gradients "
+                    f"are averaged: each is 1/{cfg.world_size} of one process's on the global batch; fix: a "
+                    f"mean-reduced loss (or the sum times the world size, {cfg.world_size})"})
+    norms = kept.get("batch_norms") or []
+    if norms and not cfg.sync_batchnorm:
+        out.append({"kind": KIND, "cause": "batch norm", "fix": {"sync_batchnorm": True},
+                    "text": f"per-rank normalization statistics: {len(norms)} BatchNorm module"
+                    f"{'s' if len(norms) > 1 else ''} ({', '.join(norms[:3])}{', ...' if len(norms) > 3 else ''}) "
+                    f"normalize each rank's share (1/{cfg.world_size}) of the batch by its own mean and variance, one "
+                    "process the global batch's; fix: SyncBatchNorm (sync_batchnorm=True, --sync-batchnorm)"})
+    return out
+
+
+def _verified(driver: Driver, run: Run, cfg: Any, cause: dict[str, Any]) -> dict[str, Any]:
+    """A cause with a fix, verified: the same burst again with the fix, judged the same way."""
+    if not cause.get("fix"):
+        return cause
+    try:
+        again = driver.evidence_burst(replace(cfg, name=f"fixed-{cause['cause'].replace(' ', '-')}", collect={},
+                                                   **cause["fix"]))
+    except Exception as e:
+        from ortlab.compat.errors import root_message
+
+        return {**cause, "text": f"{cause['text']} (not verified: {root_message(e)})"}
+    from ortlab.verdict.procedure import written
+
+    fixed = written(judge(driver, again, verify=False), again)
+    words = "verified: with it the run agrees" if not fixed.diverged and fixed.status != "not judged" else \
+        f"not verified: with it the run still {fixed.headline[:160]}"
+    return {**cause, "verified": not fixed.diverged and fixed.status != "not judged", "run": str(again.path),
+            "text": f"{cause['text']} ({words}; {again.path.name})"}
+
+
+def judge_folder(run: str | Path | Run, float64: str = "auto") -> Verdict:
+    """`ortlab judge RUN` of a distributed parity run's folder: judged again here against one process of the same
+    global batch, by an in-process session of its model rebuilt from rank 0's record (its snapshot.pt, else its
+    factory, checked by the snapshot's SHA-256), and written to its verdict.json. JudgeError (one line) when it
+    cannot be."""
+    from ortlab.engine.session import Session
+    from ortlab.verdict import record
+    from ortlab.verdict.folders import JudgeError
+    from ortlab.verdict.procedure import written
+    from ortlab.workload import ModelRef
+
+    run = run if isinstance(run, Run) else load_run(run)
+    ranks = sorted(run.ranks, key=lambda r: int(r.path.name))
+    if not ranks:
+        raise JudgeError(f"{run.path.name} is not a distributed run (no ranks/ folder): judge two run folders, "
+                         "RUN RUN")
+    rebuild = (ranks[0].meta.get("model") or {}).get("rebuild") or {}
+    kept = record.read(ranks[0])
+    if not rebuild.get("ref") or kept is None:
+        why = ("its model was given as a callable (a notebook's factory), which no other process can build"
+               if kept is not None else "its rank 0 recorded no judge.json (not a parity burst: burst again with "
+                                        "--parity)")
+        raise JudgeError(f"{run.path.name} cannot be judged from its folder: {why}")
+    snapshot = ranks[0].path / record.SNAPSHOT
+    with Session(ModelRef.from_dict(rebuild["ref"]), seed=rebuild.get("seed") or 0, out=run.path.parent,
+                 in_process=True, float64=float64,
+                 snapshot=str(snapshot) if snapshot.is_file() else rebuild.get("snapshot")) as session:
+        here = record.snapshot_hash(session._local_engine().initial)
+        if here != kept["snapshot"]:
+            raise JudgeError(f"this process builds another starting snapshot than {run.path.name}'s ranks trained "
+                             f"from (SHA-256 {here[:12]} vs {kept['snapshot'][:12]}): judge where the run was made")
+        verdict = judge(session, run)
+    return written(verdict, run)
