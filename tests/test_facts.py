@@ -142,10 +142,12 @@ def test_a_distributed_runs_ranks_are_facts(tmp_path):
     from ortlab.runs.run import write_json
 
     run = made(tmp_path / "20260101-000001-pytorch", "pytorch")
-    write_json(run.path / "meta.json", {**run.meta, "nproc": 2, "ranks": [0, 1], "in_sync": False,
+    write_json(run.path / "meta.json", {**run.meta, "nproc": 2, "strategy": "fsdp2", "ranks": [0, 1], "in_sync": False,
                                         "rank_graphs": {"identical": True},
                                         "imbalance": {"load": 1.25, "wait_share": 0.125}})
     rows = {fact.title: cells[0] for fact, cells in facts.rows([load_run(run.path).summary()])}
     assert rows["ranks"] == "2" and rows["in sync"] == "no" and rows["same graphs on all ranks"] == "yes"
+    assert rows["strategy"] == "fsdp2"
     assert rows["load imbalance (max/mean)"] == "1.250" and rows["ranks waited (of step)"] == "12.5%"
-    assert "ranks" not in {fact.title for fact, _ in facts.rows([made(tmp_path / "one", "pytorch").summary()])}
+    one = {fact.title for fact, _ in facts.rows([made(tmp_path / "one", "pytorch").summary()])}
+    assert "ranks" not in one and "strategy" not in one

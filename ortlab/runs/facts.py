@@ -125,6 +125,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("graph_breaks", "graph breaks", spec="d"),  # torch.compile (its compile.json)
     Fact("recompiles", "recompiles", spec="d"),
     Fact("ranks", "ranks", spec=_ranks),  # a distributed burst
+    Fact("strategy", "strategy"),  # how its ranks shared the model: ddp, zero1, fsdp2 (ortlab.engine.ranks)
     Fact("in_sync", "in sync"),
     Fact("rank_graphs", "same graphs on all ranks", part="identical"),
     Fact("imbalance", "load imbalance (max/mean)", spec=".3f", part="load"),  # ortlab.engine.balance

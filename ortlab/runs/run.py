@@ -32,8 +32,8 @@ class RunStatus(StrEnum):
 
 STATUSES = tuple(s.value for s in RunStatus)
 ENDED_EARLY = (RunStatus.INTERRUPTED, RunStatus.STOPPED)  # a user's Stop: a comparison goes no further
-DISTRIBUTED_KEYS = ("nproc", "nnodes", "ranks", "in_sync", "out_of_sync", "checkpoint", "failed_rank", "rank_graphs",
-                    "imbalance")
+DISTRIBUTED_KEYS = ("nproc", "nnodes", "strategy", "ranks", "in_sync", "out_of_sync", "checkpoint", "failed_rank",
+                    "rank_graphs", "imbalance")
 
 
 def write_json(path: Path, data: Any) -> None:
