@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import has, unavailable
 from ortlab.errors import InputError
+from ortlab.runs import groups
 from ortlab.runs.run import RunStatus, write_json
 from ortlab.verdict import tasks
 
@@ -41,8 +42,9 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
 
     if pytorch.status != RunStatus.OK or other.status != RunStatus.OK or session is None:
         return written(decide(pytorch, other), other)
-    pt_config = BurstConfig.from_dict(pytorch.meta["config"])
-    config = BurstConfig.from_dict(other.meta["config"])
+    own = str(groups.own_folder(other.path))  # its evidence bursts: kept under the run judged, not the user's
+    pt_config = replace(BurstConfig.from_dict(pytorch.meta["config"]), out=own)
+    config = replace(BurstConfig.from_dict(other.meta["config"]), out=own)
     fixes = tuple((other.meta.get("fixes") or {}).get("applied") or ())
     burst = config.parity and not _allclose(pytorch, other)
     evidence = gradient_evidence(session, config, fixes, burst, _peak(pytorch), pytorch.meta.get("model"))

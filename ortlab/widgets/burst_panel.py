@@ -15,6 +15,7 @@ from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
 from ortlab.runs import facts, files
+from ortlab.runs.groups import users
 from ortlab.runs.run import RunStatus
 from ortlab.stacks.table import STACKS, Stack, this_stack
 from ortlab.widgets.background import Background, error_html
@@ -236,7 +237,7 @@ class BurstPanel(Background, W.VBox):
             if self.last_verdicts and all(r.status == RunStatus.OK for r in runs):
                 from ortlab.comparison.recommend import recommend_runs
 
-                earlier = [r for r in self.session.runs if r not in runs]
+                earlier = [r for r in users(self.session.runs) if r not in runs]
                 line = recommend_runs(runs, {b: v.status for b, v in self.last_verdicts.items()}, earlier).line
                 self.status.value += f"<br><b>{html.escape(line)}</b>"
         except Exception as e:  # shown in the panel, never printed over the notebook
@@ -311,11 +312,11 @@ class BurstPanel(Background, W.VBox):
             self.plot.value = figure_png(loss_figure(curves, earlier=self._earlier))
 
     def _earlier_curves(self, new: list | tuple = ()) -> dict[str, list[float]]:
-        """This session's earlier bursts' losses (the last 6 before `new`), each named by what sets it apart from
+        """This session's earlier bursts' losses (the user's last 6 before `new`), each named by what sets it apart from
         the others and from the `new` runs once they exist (ortlab.reporting.labels)."""
         from ortlab.reporting.labels import labels
 
-        runs = [r for r in self.session.runs if len(r.metrics) and not r.ranks and r not in new][-6:]
+        runs = [r for r in users(self.session.runs) if len(r.metrics) and not r.ranks and r not in new][-6:]
         named = labels([*runs, *new])[:len(runs)]
         return {f"earlier: {label}": r.losses for label, r in zip(named, runs, strict=True)}
 

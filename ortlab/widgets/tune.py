@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
 import ipywidgets as W
 
@@ -30,6 +31,7 @@ class TunePanel(Background, W.VBox):
         self._session = session
         self.tuner = None
         self.result = None
+        self.on_done: Callable[[], None] | None = None  # after a tuning (the Lab refreshes its tabs)
         self.goal = W.Dropdown(options=["time", "memory", "both"], value="time", description="goal",
                                layout=W.Layout(width="200px"))
         self.conditions = flexible(W.Text(value="", placeholder="e.g. memory: percent-max-degradation 10",
@@ -134,6 +136,8 @@ class TunePanel(Background, W.VBox):
                 self.show(self.tuner.result, status=False)
         finally:
             self.run_button.disabled, self.stop_button.disabled = False, True
+            if self.on_done is not None:
+                self.on_done()
 
     def show(self, result, status: bool = True) -> None:
         """Show a Tuning: its table, pareto figure and best settings."""
