@@ -28,8 +28,8 @@ def test_an_estimate_is_shown_only_while_it_means_something():
 
 
 def _tune_panel(tmp_path, **scripted):
-    from tests.test_tune import Scripted
     from ortlab.widgets.tune import TunePanel
+    from tests.test_tune import Scripted
 
     panel = TunePanel(Scripted(tmp_path, **scripted), budget=60, steps=5)
     panel.run(wait=True, only=["enable_compute_optimizer"])

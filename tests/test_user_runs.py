@@ -107,8 +107,13 @@ def test_after_tune_and_find_plans_the_lab_shows_the_users_burst_only(tmp_path):
     import contextlib
     import io
 
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert main(["runs", str(tmp_path)]) == 0
-    lines = [line for line in printed.getvalue().splitlines() if "ortmodule" in line or "pytorch" in line]
-    assert len(lines) == 3, printed.getvalue()
+    def runs_printed(*flags: str) -> list[str]:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert main(["runs", str(tmp_path), *flags]) == 0
+        return printed.getvalue().splitlines()
+
+    listed = [line.split()[0] for line in runs_printed() if line[:8].isdigit()]
+    assert sorted(listed) == sorted(p.name for p in user)
+    every = runs_printed("--asked")
+    assert any("tune-baseline-1" in line for line in every) and any(line.startswith("made by ortlab") for line in every)

@@ -2,10 +2,10 @@
 comparison's runs (a PyTorch run and every run compared with it), the newest run of a backend; and which runs are
 the user's. From meta.json alone (its backend, model, steps, parity, seed and start). The runs ortlab makes for its
 own purposes (Tune's measurements and guards, the plan sweep's bursts, a verdict's evidence) live in the
-`ortlab-runs/` folder (OWN) under the run or folder that asked for them and say so in meta.json ("asked_by"); every answer here is
-about the user's runs only. A leaf: what a backend is comes in as `registry`, the
-backends' registry (`ortlab.engine.backends.BACKENDS`: name -> entry with its flags), so that this module imports
-nothing above ortlab.runs."""
+`ortlab-runs/` folder (OWN) under the run or folder that asked for them and say so in meta.json ("asked_by"):
+every answer here is about the user's runs only. A leaf: what a backend is comes in as `registry`, the backends'
+registry (`ortlab.engine.backends.BACKENDS`: name -> entry with its flags), so that this module imports nothing
+above ortlab.runs."""
 
 from __future__ import annotations
 
