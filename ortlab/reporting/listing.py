@@ -39,14 +39,14 @@ def list_runs(folder: str | Path = "runs", asked: bool = False):
     for meta in metas if folder.is_dir() else ():
         try:
             run = load_run(meta.parent)
+            why = groups.asked_by(run)
+            if why is None:
+                rows.append(summary_row(run))
+            elif asked:
+                made_for = f"{why.get('purpose')} of {why.get('folder') or 'ortlab'}"
+                rows.append({**summary_row(run), "asked_by": made_for})
         except RunError as e:  # one damaged run must not hide the others
             rows.append({"run": meta.parent.name, "status": "unreadable", "error": str(e),
                          "started": None, "path": str(meta.parent)})
-            continue
-        why = groups.asked_by(run)
-        if why is None:
-            rows.append(summary_row(run))
-        elif asked:
-            rows.append({**summary_row(run), "asked_by": f"{why.get('purpose')} of {why.get('folder') or 'ortlab'}"})
     df = pd.DataFrame(rows)
     return df.sort_values("started", ascending=False, ignore_index=True, na_position="last") if len(df) else df
