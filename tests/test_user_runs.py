@@ -117,3 +117,17 @@ def test_after_tune_and_find_plans_the_lab_shows_the_users_burst_only(tmp_path):
     assert sorted(listed) == sorted(p.name for p in user)
     every = runs_printed("--asked")
     assert any("tune-baseline-1" in line for line in every) and any(line.startswith("made by ortlab") for line in every)
+
+
+def test_the_noise_floors_repeats_are_kept_under_the_run_they_measure(tmp_path):
+    from ortlab.activations import noise_floor
+    from ortlab.engine.session import Session
+
+    factories = Path(__file__).parent / "factories" / "activations.py"
+    with Session(f"{factories}:own_rng", {"module": "blocks.0.mlp.1"}, out=tmp_path, in_process=True) as s:
+        run = s.burst("pytorch", 2, parity=True, progress=False, collect={"stats": {}})
+        noise_floor(s, run)
+        assert s.runs == [run]  # the session's runs: the user's
+    assert [r.path for r in groups.in_folder(tmp_path)] == [run.path]
+    repeats = [load_run(p.parent) for p in groups.own_folder(run.path).glob("*/meta.json")]
+    assert len(repeats) == 2 and all(groups.asked_by(r)["purpose"] == "noise floor" for r in repeats)
