@@ -35,7 +35,8 @@ NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the 
 
 def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
     """The Verdict on `other` (ORTModule, torch.compile) against `pytorch`, both runs of `session` from the same
-    snapshot, written to the other run's folder (verdict.json); the evidence runs are not added to its runs."""
+    snapshot, written to the other run's folder (verdict.json); the evidence runs are kept under it (ortlab-runs/),
+    not added to the session's runs."""
     from ortlab.engine.config import BurstConfig
     from ortlab.verdict.judge import NOT_JUDGED, Verdict
     from ortlab.verdict.judge import judge as decide
