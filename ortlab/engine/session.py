@@ -221,7 +221,8 @@ class Session:
         in parity mode, their losses and end states, each judged by its distance to the same computation in float64
         PyTorch beside PyTorch fp32's; when they diverge, the causes `check` names (ORTModule) or else one step of
         statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs are kept
-        in its ortlab-runs/ folder, not added to `runs`. Ctrl-C ends it (KeyboardInterrupt: no verdict); a Stop from another thread does not."""
+        in its ortlab-runs/ folder, not added to `runs`. Ctrl-C ends it (KeyboardInterrupt: no verdict); a Stop
+        from another thread does not."""
         self._interrupted, self._judging = False, True
         try:
             verdict = verdicts().judge(self, pytorch, ortmodule)
