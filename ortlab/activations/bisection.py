@@ -87,8 +87,9 @@ def bisect(model: Any = None, model_kwargs: dict | None = None, *, steps: int = 
             return BisectResult(reference.path.name, baseline.path.name, None, pd.DataFrame())
         short = found.step + 1
         rows = []
-        for name, value in toggles.items():
-            rows.append(_try(session, name, value, options, short, found, reference, common, tolerances))
+        with session.asking(baseline.path, "bisect"):  # each try: ortlab's, kept under the ORTModule run bisected
+            for name, value in toggles.items():
+                rows.append(_try(session, name, value, options, short, found, reference, common, tolerances))
     finally:
         if own:
             session.close()

@@ -70,8 +70,9 @@ def noise_floor(session, reference, other_seed: int | None = None) -> NoiseFloor
         raise ActivationsError(f"other_seed must differ from the reference's seed {seed}")
     steps = len(reference.metrics)
     kwargs = {k: cfg[k] for k in ("optimizer", "lr", "precision", "device", "parity") if k in cfg}
-    runs = [session.burst("pytorch", steps, cfg.get("options") or {}, seed=s, collect=cfg["collect"],
-                          progress=False, name=f"pytorch-seed{s}", **kwargs) for s in (seed, other)]
+    with session.asking(reference.path, "noise floor"):  # ortlab's repeats, kept under the run they measure
+        runs = [session.burst("pytorch", steps, cfg.get("options") or {}, seed=s, collect=cfg["collect"],
+                              progress=False, name=f"pytorch-seed{s}", **kwargs) for s in (seed, other)]
     for run in runs:
         if run.status != RunStatus.OK:
             raise FailedBurstError(f"the noise-floor burst {run.path.name} ended {run.status}: {run.error}")

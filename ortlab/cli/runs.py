@@ -1,6 +1,7 @@
-"""`ortlab runs`: the runs in a folder, newest first, as a table that fits 100 columns; each run's details (the
-memory account's words, fixes, hazards, the verdict's evidence, a busy machine, the path) with --long, or for one
-run named by its folder; damaged runs listed as unreadable with the reason."""
+"""`ortlab runs`: the user's runs in a folder (--asked: and, beneath them, the runs ortlab made for its own purposes,
+kept under what asked for them), newest first, as a table that fits 100 columns; each run's details (the memory
+account's words, fixes, hazards, the verdict's evidence, a busy machine, the path) with --long, or for one run named
+by its folder; damaged runs listed as unreadable with the reason."""
 
 from __future__ import annotations
 
@@ -33,9 +34,12 @@ def cmd_runs(args) -> int:
         one = {**summary_row(load_run(folder)), "path": str(folder)}
         print_json(one) if args.json else print("\n".join(details(one)))
         return 0
-    df = list_runs(folder)
-    rows = [{**{k: v for k, v in r.items() if not _missing(v)}, "path": str(folder / r["run"])}  # as typed
+    df = list_runs(folder, asked=args.asked)
+    rows = [{**{k: v for k, v in r.items() if not _missing(v)},
+             "path": str(folder / r["run"]) if _missing(r.get("asked_by")) else r["path"]}  # as typed
             for r in df.to_dict(orient="records")]
+    users = [r for r in rows if "asked_by" not in r]
+    asked = [r for r in rows if "asked_by" in r]  # with --asked: ortlab's own, beneath the user's
     if args.json:
         print_json(df.to_dict(orient="records"))
     elif not rows:
@@ -43,7 +47,10 @@ def cmd_runs(args) -> int:
     elif args.long:
         print("\n".join(line for row in rows for line in details(row)))
     else:
-        print("\n".join(table(rows)))
+        print("\n".join(table(users)) if users else f"no runs of yours in {folder}")
+        if asked:
+            print("\nmade by ortlab for its own purposes (Tune, the plans, verdicts), under what asked for them:")
+            print("\n".join(table(asked)))
         print("each run's details: --long, or ortlab runs RUN_FOLDER")
     return 0
 
@@ -53,6 +60,8 @@ def register(sub) -> None:
     r.add_argument("folder", nargs="?", default="runs",
                    help="a folder of run folders, or one run's folder for its details (default: ./runs)")
     r.add_argument("--long", action="store_true", help="every run's details, not the table")
+    r.add_argument("--asked", action="store_true", help="also the runs ortlab made for its own purposes (Tune's "
+                   "measurements, the plans' bursts, a verdict's evidence), kept under what asked for them")
     add_json_arg(r)
     r.set_defaults(func=cmd_runs)
 

@@ -10,6 +10,7 @@ def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per st
     """One line per backend (or run): {label: [loss at step 0, 1, ...]}; `earlier` runs' curves thin and faint
     beneath them (overlaid for comparison)."""
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(6, 3), dpi=100, layout="constrained")
     ax = fig.add_subplot()
@@ -20,6 +21,7 @@ def loss_figure(series: Mapping[str, Sequence[float]], title: str = "loss per st
         ax.plot(range(len(values)), list(values), styles[i % len(styles)], marker="." if len(values) < 40 else None,
                 label=label, linewidth=1.5 + (len(series) - i - 1))
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole steps: 0, 2, 4, never 2.5
     ax.set_ylabel("loss")
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -23,6 +23,7 @@ from ortlab.engine.progress import Bar, chain
 from ortlab.engine.types import Device, Evidence, Float64, Optimizer, Precision, Sampler, Strategy
 from ortlab.judging import verdicts
 from ortlab.options import Options
+from ortlab.runs import groups
 from ortlab.runs.run import ENDED_EARLY, Run, RunStatus, load_run
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class Session:
         self._force_stop = False  # a second Stop (Ctrl-C) while the first is being honoured: end the burst now
         self._judging = False  # a verdict is being reached: its evidence bursts do not clear a Ctrl-C
         self._interrupted = False  # a Ctrl-C (not a Stop from another thread) since the current call began
+        self._asking = threading.local()  # .now: (folder, purpose) while this thread's bursts are ortlab's own
 
     # -- public
 
@@ -114,16 +116,20 @@ class Session:
         "full": every gradient too)."""
         from ortlab.engine.config import BurstConfig
 
+        asked = getattr(self._asking, "now", None)
+        out = groups.own_folder(asked[0]) if asked else Path(self.out).expanduser().resolve()
         cfg = BurstConfig(backend=backend, steps=steps, options=self._shell_options().overlaid(options),
                           optimizer=Optimizer(optimizer), lr=lr, seed=seed, precision=Precision(precision),
-                          device=Device(device), parity=parity,
-                          out=str(Path(self.out).expanduser().resolve()), name=name, collect=collect or {},
+                          device=Device(device), parity=parity, out=str(out), name=name, collect=collect or {},
                           nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                           save_checkpoint=save_checkpoint, sampler=None if sampler is None else Sampler(sampler),
                           fixes=fixes, perturb=perturb, compile=compile or {}, evidence=Evidence(evidence),
                           strategy=None if strategy is None else Strategy(strategy),
                           reshard_after_forward=reshard_after_forward, sync_batchnorm=sync_batchnorm)
         run = self._burst(cfg, on_step, progress)
+        if asked:  # ortlab's own: kept under what asked for it, not among the user's runs
+            groups.mark_asked(run, *asked)
+            return run
         self.runs.append(run)
         self.transition_rows.extend(run.read_json("transitions.json", []))
         # against one process of the same global batch (its verdict.json, said by summaries): where every rank's
@@ -131,6 +137,18 @@ class Session:
         if cfg.distributed and cfg.parity and cfg.nnodes == 1 and run.status == RunStatus.OK:
             self._judged(lambda: verdicts().judge_distributed(self, run))
         return run
+
+    @contextlib.contextmanager
+    def asking(self, folder: str | Path, purpose: str) -> Iterator[Path]:
+        """While it lasts, this thread's bursts are ortlab's own, made for `purpose` ("tune", "plans") of `folder`
+        (a tuning's, a plan sweep's): written under its ortlab-runs/ folder (ortlab.runs.groups.OWN), marked so in
+        meta.json, and not kept among the session's runs (the user's). Yields that folder."""
+        previous = getattr(self._asking, "now", None)
+        self._asking.now = (Path(folder).expanduser().resolve(), purpose)
+        try:
+            yield groups.own_folder(self._asking.now[0])
+        finally:
+            self._asking.now = previous
 
     def _burst(self, cfg: BurstConfig, on_step: Callable[[dict], None] | None = None, progress: bool = False) -> Run:
         """Run a burst without keeping it among the session's runs (the evidence a verdict is made of). Within a
@@ -214,8 +232,9 @@ class Session:
         two runs of this session from the same snapshot (ortlab.verdict.procedure): their first step's gradients and,
         in parity mode, their losses and end states, each judged by its distance to the same computation in float64
         PyTorch beside PyTorch fp32's; when they diverge, the causes `check` names (ORTModule) or else one step of
-        statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs are not
-        added to `runs`. Ctrl-C ends it (KeyboardInterrupt: no verdict); a Stop from another thread does not."""
+        statistics on both backends. Written to the other run's folder (verdict.json); the evidence runs are kept
+        in its ortlab-runs/ folder, not added to `runs`. Ctrl-C ends it (KeyboardInterrupt: no verdict); a Stop
+        from another thread does not."""
         return self._judged(lambda: verdicts().judge(self, pytorch, ortmodule))
 
     def _judged(self, reach: Callable[[], Any]) -> Any:
@@ -241,8 +260,11 @@ class Session:
 
     def evidence_burst(self, config: BurstConfig) -> Run:
         """A burst of `config` that is a verdict's evidence (a noise pair, localizing statistics): not kept among
-        the session's runs."""
-        return self._burst(config)
+        the session's runs; marked as ortlab's own when it is written under a run's ortlab-runs/ folder."""
+        run = self._burst(config)
+        if Path(config.out).name == groups.OWN:
+            groups.mark_asked(run, Path(config.out).parent, "evidence")
+        return run
 
     def evidence(self, task: str, config: BurstConfig, what: str, progress: Callable | None = None,
                  **kwargs: Any) -> dict[str, Any]:

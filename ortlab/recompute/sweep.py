@@ -89,34 +89,35 @@ def plan_sweep(session_or_model=None, steps: int = 6, sets: Mapping[str, Any] | 
     collect = {"plans": {"steady_peak": True}, "memory": {}}
     kwargs = dict(parity=parity, progress=progress, collect=collect, **burst_kwargs)
     try:
-        baseline = session.burst("ortmodule", steps, base, name="plans-none", **kwargs)
-        if baseline.status != RunStatus.OK:
-            raise PlanError(f"the no-plan burst did not finish ({baseline.status}): {baseline.error}")
-        table = plans(baseline)
-        chosen = dict(sets) if sets is not None else default_sets(table, top)
-        if not any(spec == [] for spec in chosen.values()):
-            chosen = {"none": [], **chosen}
-        runs: dict[str, Any] = {}
-        rows = []
-        reference = None
-        for i, (name, spec) in enumerate(chosen.items()):
-            entries = None if isinstance(spec, Mapping) else plan_config(list(spec), table)
-            if entries == [] and reference is None:
-                run, reference = baseline, name  # the no-plan burst is this set
-            else:
-                opts = base.replace(**spec) if entries is None else base
-                if entries:
-                    opts = base.replace(memory_opt_config=str(write_config(entries, folder / f"set{i}.json")))
-                run = session.burst("ortmodule", steps, opts, name=f"plans-set{i}", **kwargs)
-            runs[name] = run
-            rows.append(_measure(name, entries, run))
-        df = pd.DataFrame(rows)
-        notes = _compare(df, runs, reference, rtol)
-        df = df[[*COLUMNS, *(c for c in df.columns if c not in COLUMNS)]]
-        write_json(folder / "sweep.json", {"rows": df.drop(columns=["run"]).to_dict(orient="records"),
-                                           "runs": {k: str(r.path) for k, r in runs.items()}, "notes": notes,
-                                           "steps": steps, "parity": parity})
-        return Sweep(df, runs, notes, folder)
+        with session.asking(folder, "plans"):  # its bursts: in <folder>/ortlab-runs, not the user's runs
+            baseline = session.burst("ortmodule", steps, base, name="plans-none", **kwargs)
+            if baseline.status != RunStatus.OK:
+                raise PlanError(f"the no-plan burst did not finish ({baseline.status}): {baseline.error}")
+            table = plans(baseline)
+            chosen = dict(sets) if sets is not None else default_sets(table, top)
+            if not any(spec == [] for spec in chosen.values()):
+                chosen = {"none": [], **chosen}
+            runs: dict[str, Any] = {}
+            rows = []
+            reference = None
+            for i, (name, spec) in enumerate(chosen.items()):
+                entries = None if isinstance(spec, Mapping) else plan_config(list(spec), table)
+                if entries == [] and reference is None:
+                    run, reference = baseline, name  # the no-plan burst is this set
+                else:
+                    opts = base.replace(**spec) if entries is None else base
+                    if entries:
+                        opts = base.replace(memory_opt_config=str(write_config(entries, folder / f"set{i}.json")))
+                    run = session.burst("ortmodule", steps, opts, name=f"plans-set{i}", **kwargs)
+                runs[name] = run
+                rows.append(_measure(name, entries, run))
+            df = pd.DataFrame(rows)
+            notes = _compare(df, runs, reference, rtol)
+            df = df[[*COLUMNS, *(c for c in df.columns if c not in COLUMNS)]]
+            write_json(folder / "sweep.json", {"rows": df.drop(columns=["run"]).to_dict(orient="records"),
+                                               "runs": {k: str(r.path) for k, r in runs.items()}, "notes": notes,
+                                               "steps": steps, "parity": parity})
+            return Sweep(df, runs, notes, folder)
     finally:
         if own:
             session.close()

@@ -52,8 +52,10 @@ def _words(key: str, value: Any) -> str:
         return "+".join(value) if value else "no collectors"
     if key == "model":
         return str(value)
-    if key == "fixes":
-        return f"fixes {', '.join(value)}" if value else "no fixes"
+    if key == "fixes":  # "auto" (what check finds) or the fixes' names
+        if not value:
+            return "no fixes"
+        return f"fixes: {value if isinstance(value, str) else ', '.join(map(str, value))}"
     return f"{key} {value}"
 
 

@@ -25,18 +25,28 @@ def summary_row(run: Run) -> dict[str, Any]:
     return {**out, "started": run.meta.get("started"), "path": str(run.path)}
 
 
-def list_runs(folder: str | Path = "runs"):
-    """All runs below `folder`, newest first, as a DataFrame."""
+def list_runs(folder: str | Path = "runs", asked: bool = False):
+    """The user's runs in `folder`, newest first, as a DataFrame; `asked`: also the runs ortlab made for its own
+    purposes (Tune's, the plans', a verdict's evidence: kept under what asked for them, ortlab.runs.groups), with the
+    column "asked_by" saying for what."""
     import pandas as pd
+
+    from ortlab.runs import groups
 
     rows = []
     folder = Path(folder)
-    if folder.is_dir():
-        for meta in folder.glob("*/meta.json"):
-            try:
-                rows.append(summary_row(load_run(meta.parent)))
-            except RunError as e:  # one damaged run must not hide the others
-                rows.append({"run": meta.parent.name, "status": "unreadable", "error": str(e),
-                             "started": None, "path": str(meta.parent)})
+    metas = [*folder.glob("*/meta.json"), *(folder.glob(f"**/{groups.OWN}/*/meta.json") if asked else ())]
+    for meta in metas if folder.is_dir() else ():
+        try:
+            run = load_run(meta.parent)
+            why = groups.asked_by(run)
+            if why is None:
+                rows.append(summary_row(run))
+            elif asked:
+                made_for = f"{why.get('purpose')} of {why.get('folder') or 'ortlab'}"
+                rows.append({**summary_row(run), "asked_by": made_for})
+        except RunError as e:  # one damaged run must not hide the others
+            rows.append({"run": meta.parent.name, "status": "unreadable", "error": str(e),
+                         "started": None, "path": str(meta.parent)})
     df = pd.DataFrame(rows)
     return df.sort_values("started", ascending=False, ignore_index=True, na_position="last") if len(df) else df

@@ -72,7 +72,8 @@ class Tuner:
         return self._stopped.is_set()
 
     def run(self) -> Tuning:
-        """Measure the baseline, prune, search, combine; the Tuning (also in `<out>/<stamp>-tune/tune.json`)."""
+        """Measure the baseline, prune, search, combine; the Tuning (also in `<out>/<stamp>-tune/tune.json`, its
+        bursts in `<out>/<stamp>-tune/ortlab-runs/`: measurements, not the user's runs)."""
         folder = Path(self.session.out).expanduser().resolve() / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-tune"
         folder.mkdir(parents=True, exist_ok=True)
         self.result = result = Tuning(goals=self.goals, path=folder, budget_min=self.budget_s / 60,
@@ -81,7 +82,8 @@ class Tuner:
         for text in self.warnings:
             self._warn(result, text)
         try:
-            self._search(result)
+            with self.session.asking(folder, "tune"):  # its bursts: in <folder>/ortlab-runs, not the user's runs
+                self._search(result)
         except KeyboardInterrupt:  # Ctrl-C outside a burst (a verdict, the search's own work): a Stop there
             self._stopped.set()
         except TuneError as e:

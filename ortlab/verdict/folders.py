@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import has, label
 from ortlab.errors import InputError
+from ortlab.runs import groups
 from ortlab.runs.run import Run, RunStatus, load_run
 
 if TYPE_CHECKING:
@@ -150,6 +151,7 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str,
                          "session that made both runs (Session.judge)")
     from ortlab.workload import ModelRef
 
+    given = out
     out = Path(out) if out is not None else other.path.parent
     snapshot = _snapshot_file(pytorch, other, rebuild)
     key = json.dumps([rebuild["ref"], rebuild.get("seed") or 0, snapshot, str(out)], sort_keys=True, default=str)
@@ -157,7 +159,8 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str,
         sessions[key] = Session(ModelRef.from_dict(rebuild["ref"]), seed=rebuild.get("seed") or 0, out=out,
                                 in_process=True, snapshot=snapshot, float64=float64)
     session = sessions[key]
-    transport = Recorded(session, pytorch, other, out)
+    # its evidence bursts: where asked, else under the run judged (ortlab's own runs, not the user's)
+    transport = Recorded(session, pytorch, other, Path(given) if given is not None else groups.own_folder(other.path))
     transport.check_start()
     with made_elsewhere():  # the other run's backend may not run here (ORTModule on the current stack)
         verdict = procedure.judge(transport, pytorch, other)

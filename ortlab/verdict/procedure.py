@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import has, unavailable
 from ortlab.errors import InputError
+from ortlab.runs import groups
 from ortlab.runs.run import RunStatus, write_json
 from ortlab.verdict import tasks
 
@@ -34,7 +35,8 @@ NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the 
 
 def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
     """The Verdict on `other` (ORTModule, torch.compile) against `pytorch`, both runs of `session` from the same
-    snapshot, written to the other run's folder (verdict.json); the evidence runs are not added to its runs."""
+    snapshot, written to the other run's folder (verdict.json); the evidence runs are kept under it (ortlab-runs/),
+    not added to the session's runs."""
     from ortlab.engine.config import BurstConfig
     from ortlab.verdict.judge import NOT_JUDGED, Verdict
     from ortlab.verdict.judge import judge as decide
@@ -43,8 +45,9 @@ def judge(session: Driver | None, pytorch: Run, other: Run) -> Verdict:
         return written(decide(pytorch, other), other)
     if (other.meta.get("config") or {}).get("nproc", 1) * (other.meta.get("config") or {}).get("nnodes", 1) > 1:
         return judge_distributed(session, other)  # its ranks against one process of the same global batch
-    pt_config = BurstConfig.from_dict(pytorch.meta["config"])
-    config = BurstConfig.from_dict(other.meta["config"])
+    own = str(groups.own_folder(other.path))  # its evidence bursts: kept under the run judged, not the user's
+    pt_config = replace(BurstConfig.from_dict(pytorch.meta["config"]), out=own)
+    config = replace(BurstConfig.from_dict(other.meta["config"]), out=own)
     fixes = tuple((other.meta.get("fixes") or {}).get("applied") or ())
     burst = config.parity and not _allclose(pytorch, other)
     evidence = gradient_evidence(session, config, fixes, burst, _peak(pytorch), pytorch.meta.get("model"))

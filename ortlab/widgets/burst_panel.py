@@ -15,15 +15,17 @@ from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision
 from ortlab.options import Options
 from ortlab.runs import facts, files
+from ortlab.runs.groups import users
 from ortlab.runs.run import RunStatus
 from ortlab.stacks.table import STACKS, Stack, this_stack
 from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
-from ortlab.widgets.layout import STOPPED, checkbox, flexible, row, status_color, table
+from ortlab.widgets.layout import STOPPED, checkbox, flexible, row, status_color, stop_button, table
 
 PLOT_INTERVAL_S = 0.5
 GREYED = "<div style='opacity:0.45'><i>the previous burst's, until this one ends</i>{}</div>"
+SAVE_GRAPHS = "save exported graphs"  # the checkbox's label: other tabs name it where they need graphs
 
 
 def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -51,6 +53,21 @@ def elsewhere_choices() -> dict[str, list[str]]:
     where = {b: next((s for s in running(b) if s != here and ready(s) is None), None) for b in BACKENDS
              if unavailable(b) is not None}
     return {f"{b}@{stack}": [REFERENCE, b] for b, stack in where.items() if stack is not None}
+
+
+def first_step(backend: str, seconds: float) -> str:
+    """What a burst does before its first step ends, and for how long so far: ORTModule exports, torch.compile
+    compiles (tens of seconds on a CPU), PyTorch just runs."""
+    from ortlab.engine.progress import duration
+
+    name = BACKENDS[backend].label if backend in BACKENDS else backend
+    if has(backend, "reference"):
+        doing = f"running {name}"
+    elif has(backend, "onnx_stages"):
+        doing = f"exporting to ONNX ({name}'s first step)"
+    else:
+        doing = f"compiling ({name}'s first step)"
+    return f"{doing} ... {duration(seconds)}"
 
 
 class BurstPanel(Background, W.VBox):
@@ -99,7 +116,7 @@ class BurstPanel(Background, W.VBox):
                                       "CPU, one GPU per rank on CUDA); the plot shows every rank", **small)
         self.record_stats = checkbox("record activation statistics", False, "per-step statistics of every module's "
                                      "activations and gradients: the Activations tab compares the two backends")
-        self.save_graphs = checkbox("save exported graphs", False, "ORTModule's stage graphs into the run "
+        self.save_graphs = checkbox(SAVE_GRAPHS, False, "ORTModule's stage graphs into the run "
                                     "(save_onnx): the Graphs tab")
         self.account_memory = checkbox("account activation memory", True, "what autograd saves for backward "
                                        "(PyTorch) and ORT's execution graph step by step (ORTModule; saves its "
@@ -120,8 +137,7 @@ class BurstPanel(Background, W.VBox):
                                      tooltip="will the model train on ORTModule: every blocker with its source line "
                                      "and the fixes that remove it, then one ORTModule training step")
         self.check_result = W.HTML()
-        self.stop_button = W.Button(description="Stop", button_style="warning", icon="stop", disabled=True,
-                                    tooltip="end the burst after the step it is in; what ran is kept")
+        self.stop_button = stop_button("end the burst after the step it is in; what ran is kept")
         self.progress = W.IntProgress(value=0, min=0, max=1, description="",
                                       layout=W.Layout(width="260px", max_width="100%"))
         self.pace = W.HTML()  # "pytorch: step 330/6000 · 12 s · ~40 s left"
@@ -214,8 +230,8 @@ class BurstPanel(Background, W.VBox):
                 return
             for i, backend in enumerate(backends):
                 then = f" (then {', '.join(backends[i + 1:])})" if i + 1 < len(backends) else ""
-                self.status.value = html.escape(f"running {backend}{then}...")
                 self._pace = Pace(self.steps.value, backend)
+                self._until_first_step(backend, then)
                 run = self.session.burst(
                     backend, self.steps.value, options, seed=self.seed.value, parity=self.parity.value,
                     optimizer=self.optimizer.value, precision=self.precision.value, progress=False, collect=collect,
@@ -236,12 +252,16 @@ class BurstPanel(Background, W.VBox):
             if self.last_verdicts and all(r.status == RunStatus.OK for r in runs):
                 from ortlab.comparison.recommend import recommend_runs
 
-                earlier = [r for r in self.session.runs if r not in runs]
+                earlier = [r for r in users(self.session.runs) if r not in runs]
                 line = recommend_runs(runs, {b: v.status for b, v in self.last_verdicts.items()}, earlier).line
                 self.status.value += f"<br><b>{html.escape(line)}</b>"
         except Exception as e:  # shown in the panel, never printed over the notebook
             self.status.value = error_html(e)
         finally:
+            if self._pace is not None:  # how it ended, not an estimate of a time left that will not come
+                stopped = any(r.status in STOPPED for r in runs)
+                self._pace.end("stopped" if stopped else "finished" if runs and all(r.ok for r in runs) else "ended")
+                self.pace.value = f"<span style='color:#444'>{html.escape(self._pace.line())}</span>"
             if self._earlier and runs:  # named against the new runs too ("steps 20" beside this burst's 50)
                 self._earlier = self._earlier_curves(runs)
             if any(self._curves.values()):  # the steps after the last throttled draw (a stopped burst)
@@ -282,12 +302,32 @@ class BurstPanel(Background, W.VBox):
         self.status.value += f"<br><b>{html.escape(comparison.recommendation().line)}</b>"
         return runs
 
+    def _until_first_step(self, backend: str, then: str) -> None:
+        """Until the backend's first step ends, the status says what that step does and for how long so far
+        (torch.compile's first step compiles for tens of seconds), once a second."""
+        import threading
+
+        pace, started = self._pace, time.monotonic()
+
+        self._after_first = html.escape(f"running {backend}{then}...")  # the status once that step ended
+
+        def tick() -> None:
+            while self._pace is pace and pace is not None and pace.done == 0 and pace.ended is None:
+                text = html.escape(first_step(backend, time.monotonic() - started) + then)
+                if pace.done == 0:
+                    self.status.value = text
+                time.sleep(1.0)
+
+        threading.Thread(target=tick, name=f"ortlab-first-step-{backend}", daemon=True).start()
+
     def _step(self, backend: str, row: dict) -> None:
         if backend in self._curves:
             self._curves[backend].append(row["loss"])
         self.progress.value += 1
         if self._pace is not None:
             self._pace.step(row)
+            if self._pace.done == 1:
+                self.status.value = self._after_first
             self.pace.value = f"<span style='color:#444'>{html.escape(self._pace.line())}</span>"
         # drawing takes ~50 ms: at most twice a second (in-process bursts call this from their training loop);
         # the final curve is drawn when the bursts end
@@ -311,11 +351,11 @@ class BurstPanel(Background, W.VBox):
             self.plot.value = figure_png(loss_figure(curves, earlier=self._earlier))
 
     def _earlier_curves(self, new: list | tuple = ()) -> dict[str, list[float]]:
-        """This session's earlier bursts' losses (the last 6 before `new`), each named by what sets it apart from
+        """This session's earlier bursts' losses (the user's last 6 before `new`), each named by what sets it apart from
         the others and from the `new` runs once they exist (ortlab.reporting.labels)."""
         from ortlab.reporting.labels import labels
 
-        runs = [r for r in self.session.runs if len(r.metrics) and not r.ranks and r not in new][-6:]
+        runs = [r for r in users(self.session.runs) if len(r.metrics) and not r.ranks and r not in new][-6:]
         named = labels([*runs, *new])[:len(runs)]
         return {f"earlier: {label}": r.losses for label, r in zip(named, runs, strict=True)}
 

@@ -13,9 +13,11 @@ import ipywidgets as W
 from ortlab.graphs import Graphs, GraphsError, NetronError, find_stage_files, load, serve
 from ortlab.graphs.collection import run_stage_folders
 from ortlab.graphs.ranks import describe
+from ortlab.widgets.burst_panel import SAVE_GRAPHS
 from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import table
 
+CODE = "options={'save_onnx': True}"  # how the graphs' messages say to save graphs, in code
 _TABS = ("Summary", "Stage diff", "Search", "Re-exports", "netron")
 
 
@@ -129,7 +131,7 @@ class GraphsPanel(W.VBox):
             self.run_picker.options = options
             self.run_picker.value = value
         if value is None:
-            self._clear("no runs yet: run an ORTModule burst with options={'save_onnx': True}")
+            self._clear(f"no runs yet: run an ORTModule burst with \"{SAVE_GRAPHS}\" checked (the Burst tab)")
         elif value != keep or self.graphs is None:
             self._load_run()
 
@@ -235,8 +237,8 @@ class GraphsPanel(W.VBox):
             return
         try:
             g = load(run)
-        except GraphsError as e:
-            self._clear(str(e), error=True)
+        except GraphsError as e:  # what to do, said with the Burst tab's checkbox, not the code it sets
+            self._clear(str(e).replace(CODE, f"\"{SAVE_GRAPHS}\" checked (the Burst tab)"), error=True)
             return
         self.graphs = g
         self.overlay.load(run)

@@ -51,7 +51,7 @@ class Lab(W.Tab):
                          "runs' settings and used on the ort stack.")
             self.options_panel.children = (*note.children, *self.options_panel.children)
         self.burst_panel = BurstPanel(self.session, lambda: self.options_panel.options, on_done=self._after_burst)
-        self.log_panel = LogPanel(lambda: self.session.runs)
+        self.log_panel = LogPanel(lambda: self.runs)
         panels = {"Options": self.options_panel, "Burst": self.burst_panel, "Log": self.log_panel}
         self.extra_panels: dict[str, W.Widget] = {}
         for title, module, cls, needs, ortmodule_only in _VIEW_TABS:
@@ -60,11 +60,13 @@ class Lab(W.Tab):
                 continue
             try:
                 panel_cls = getattr(importlib.import_module(module), cls)
-                panel = panel_cls(self.session) if needs == "session" else panel_cls(lambda: self.session.runs)
+                panel = panel_cls(self.session) if needs == "session" else panel_cls(lambda: self.runs)
             except Exception as e:  # one broken view must not take the Lab down: say what broke, in its tab
                 panels[title] = _broken_view(title, module, e)
                 continue
             self.extra_panels[title] = panels[title] = panel
+            if hasattr(panel, "on_done"):  # Tune, Find plans: every tab shows what their action changed
+                panel.on_done = lambda: self._after_burst([])
         # the model's name atop every tab (one widget shown in each), with the Lab's stylesheet (ortlab.widgets.layout)
         self.header = W.HTML(self._header())
         for panel in panels.values():
@@ -76,8 +78,11 @@ class Lab(W.Tab):
 
     @property
     def runs(self) -> list:
-        """Every run the Lab's session made, oldest first."""
-        return self.session.runs
+        """The user's runs the Lab's session made, oldest first (not the ones Tune, Recompute or a verdict made for
+        their own purposes: ortlab.runs.groups.users)."""
+        from ortlab.runs.groups import users
+
+        return users(self.session.runs)
 
     def compare(self, steps: int = 20, **kwargs):
         """A PyTorch burst beside an ORTModule one (on the current stack, torch.compile) with the panel's current

@@ -141,6 +141,11 @@ def table(df: Any, index: bool = False, digits: int = 4, headers: dict[str, str]
             "</table></div>")
 
 
+def stop_button(tooltip: str) -> W.Button:
+    """The Stop button, one look in every panel (Burst, Tune): disabled until something runs."""
+    return W.Button(description="Stop", button_style="warning", icon="stop", disabled=True, tooltip=tooltip)
+
+
 def status_color(status: str | None) -> str:
     """The colour of a run's status: green ok, orange fallback, grey for a user's Stop, red for a failure."""
     return COLORS.get(status or "", FAILED)

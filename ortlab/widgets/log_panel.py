@@ -9,7 +9,7 @@ from collections.abc import Callable
 import ipywidgets as W
 
 from ortlab.common.capture import log_records
-from ortlab.widgets.layout import flexible, row
+from ortlab.widgets.layout import flexible, row, status_word
 
 LEVELS = ["all", "WARNING and above", "ERROR and above"]
 _RANK = {"VERBOSE": 0, "DEBUG": 0, "OUTPUT": 1, "INFO": 1, "WARNING": 2, "ERROR": 3, "CRITICAL": 3, "FATAL": 3}
@@ -35,7 +35,7 @@ class LogPanel(W.VBox):
 
     def refresh(self) -> None:
         runs = list(reversed(self.get_runs()))
-        self.run.options = [(f"{r.path.name} ({r.status})", i) for i, r in enumerate(runs)]
+        self.run.options = [(f"{r.path.name} ({status_word(r.status)})", i) for i, r in enumerate(runs)]
         self._runs = runs
         if runs:  # the newest run that logged anything (a burst that reused its ORTModule may log nothing)
             self.run.value = next((i for i, r in enumerate(runs) if r.log.strip()), 0)

@@ -48,6 +48,8 @@ class RecomputePanel(Background, W.VBox):
         self.last_run = None
         self.last_sweep = None
         self._known: set[str] = set()  # the runs with plans seen by the last refresh
+        self._folder: Path | None = None  # where its bursts go (<out>/<stamp>-plans/ortlab-runs): not the user's
+        self.on_done: Callable[[], None] | None = None  # after each action (the Lab refreshes its tabs)
         self.steps = W.BoundedIntText(value=steps, min=2, max=100_000, description="steps",
                                       layout=W.Layout(width="170px"))
         self.find_button = W.Button(description="Find plans", icon="search",
@@ -94,10 +96,19 @@ class RecomputePanel(Background, W.VBox):
 
     # -- actions
 
+    def _asking(self):
+        """This panel's bursts are ortlab's own (plans to read, plans tried): under <out>/<stamp>-plans."""
+        if self._folder is None:
+            import datetime as _dt
+
+            self._folder = Path(self.session.out).expanduser().resolve() / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-plans"
+        return self.session.asking(self._folder, "plans")
+
     def find(self, wait: bool = False) -> None:
         def work():
-            run = self.session.burst("ortmodule", self.steps.value, {"save_onnx": True},
-                                     collect={"plans": {}, "memory": {}}, progress=False, name="plans")
+            with self._asking():
+                run = self.session.burst("ortmodule", self.steps.value, {"save_onnx": True},
+                                         collect={"plans": {}, "memory": {}}, progress=False, name="plans")
             self.load(run)
 
         self._launch("finding plans (an ORTModule burst; the first one exports the model)...", work, wait)
@@ -162,8 +173,9 @@ class RecomputePanel(Background, W.VBox):
             path = Path(self.session.out).expanduser().resolve() / "plan-configs" / \
                 f"plans-{'-'.join(map(str, checked))}.json"
             options["memory_opt_config"] = str(write_config(entries, path))
-        run = self.session.burst("ortmodule", self.steps.value, options, progress=False, name="plans-applied",
-                                 collect={"plans": {"steady_peak": True}, "memory": {}})
+        with self._asking():
+            run = self.session.burst("ortmodule", self.steps.value, options, progress=False, name="plans-applied",
+                                     collect={"plans": {"steady_peak": True}, "memory": {}})
         self.last_run = run
         graph = (plans(run).attrs.get("execution_graph") or {}) if run.status == RunStatus.OK else {}
         later = run.metrics.iloc[1:]
@@ -234,6 +246,8 @@ class RecomputePanel(Background, W.VBox):
             finally:
                 for b in buttons:
                     b.disabled = False
+                if self.on_done is not None:
+                    self.on_done()
 
         self._in_background(target, wait=wait)
 

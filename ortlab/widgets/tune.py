@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
 import ipywidgets as W
 
@@ -12,7 +13,7 @@ from ortlab.engine.progress import Pace, duration
 from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.export import SaveButton, shown_path
 from ortlab.widgets.images import figure_area
-from ortlab.widgets.layout import MISSING, flexible, row, table
+from ortlab.widgets.layout import MISSING, flexible, row, stop_button, table
 
 _COLUMNS = ["candidate", "outcome", "verdict", "median_step_ms", "time_change_pct", "activation_mb",
             "memory_change_pct", "rss_mb"]  # the reasons, sentences, go in a list under the table
@@ -30,6 +31,7 @@ class TunePanel(Background, W.VBox):
         self._session = session
         self.tuner = None
         self.result = None
+        self.on_done: Callable[[], None] | None = None  # after a tuning (the Lab refreshes its tabs)
         self.goal = W.Dropdown(options=["time", "memory", "both"], value="time", description="goal",
                                layout=W.Layout(width="200px"))
         self.conditions = flexible(W.Text(value="", placeholder="e.g. memory: percent-max-degradation 10",
@@ -41,8 +43,7 @@ class TunePanel(Background, W.VBox):
                                       "taken over the rest", layout=W.Layout(width="180px"))
         self.run_button = W.Button(description="Tune", button_style="primary", icon="play",
                                    tooltip="the defaults first, then one knob at a time, then the winners combined")
-        self.stop_button = W.Button(description="Stop", icon="stop", disabled=True,
-                                    tooltip="end after the current burst; keep what was measured")
+        self.stop_button = stop_button("end after the current burst; keep what was measured")
         self.status = W.HTML()
         self.pace = W.HTML()  # "baseline 2/3 · step 5/8 · 40 s of 10 min"
         self.progress = W.HTML()
@@ -120,9 +121,11 @@ class TunePanel(Background, W.VBox):
         parts = [self._phase, f"step {self._pace.done}/{self._pace.total}" if self._pace.done <= self._pace.total
                  else "", f"{duration(spent)} of {duration(self.tuner.budget_s)}"]
         where, cost = _WHERE.search(self._phase), getattr(self.tuner, "_cost", None)
-        if where and cost:  # the candidates left at the measured cost of one, within the budget
+        if where and cost and not self.tuner.stopped:  # the candidates left at the measured cost of one, within
+            # the budget: while that means something (a second or more; nothing after a Stop)
             left = min(self.tuner.budget_s - spent, (int(where[2]) - int(where[1]) + 1) * cost)
-            parts.append(f"~{duration(max(0.0, left))} left")
+            if left >= 1:
+                parts.append(f"~{duration(left)} left")
         self.pace.value = f"<span style='color:#444'>{html.escape(' · '.join(p for p in parts if p))}</span>"
 
     def _work(self) -> None:
@@ -133,7 +136,18 @@ class TunePanel(Background, W.VBox):
             if self.tuner is not None and self.tuner.result is not None:
                 self.show(self.tuner.result, status=False)
         finally:
+            self.pace.value = f"<span style='color:#444'>{html.escape(self._ended())}</span>"
             self.run_button.disabled, self.stop_button.disabled = False, True
+            if self.on_done is not None:
+                self.on_done()
+
+    def _ended(self) -> str:
+        """The progress line once the tuning ended: how, and how long it took (no estimate of a time left)."""
+        import time
+
+        result = getattr(self.tuner, "result", None)
+        how = "stopped" if result is not None and result.stopped else "finished" if result is not None else "ended"
+        return f"{how} · {duration(time.monotonic() - self._started)}"
 
     def show(self, result, status: bool = True) -> None:
         """Show a Tuning: its table, pareto figure and best settings."""
