@@ -1,5 +1,7 @@
 """The Lab's panels without a browser: set values, click buttons, read what they show."""
 
+import html
+
 import pytest
 
 from ortlab import Lab, Options
@@ -53,6 +55,26 @@ def test_rewrap_notice_follows_the_last_ortmodule_burst():
     assert "re-wraps and re-exports" in panel.notice.value and "memory_opt_level" in panel.notice.value
     panel.controls["enable_custom_autograd"].value = False
     assert "new worker" in panel.notice.value
+
+
+def test_the_strategy_is_offered_with_ranks_and_reaches_the_burst(lab):
+    """The strategy control wakes with more than one process, and what it says reaches the burst: a strategy the
+    settings rule out is refused in one line inside the panel before any rank starts."""
+    panel = lab.burst_panel
+    assert panel.strategy.disabled and panel.strategy.value == "ddp"
+    assert list(panel.strategy.options) == ["ddp", "zero1", "fsdp2"]
+    panel.backend.value, panel.steps.value, panel.nproc.value = "pytorch", 1, 2
+    assert not panel.strategy.disabled
+    panel.strategy.value, panel.optimizer.value = "zero1", "sgd"  # zero1 shards AdamW's state
+    made = len(lab.runs)
+    try:
+        panel.run_button.click()
+        panel.wait(60)
+    finally:
+        panel.nproc.value, panel.strategy.value, panel.optimizer.value = 1, "ddp", "auto"
+    assert panel.strategy.disabled
+    status = html.unescape(panel.status.value)
+    assert "strategy 'zero1' with optimizer 'sgd' is not allowed" in status and len(lab.runs) == made
 
 
 @pytest.mark.slow

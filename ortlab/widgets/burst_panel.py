@@ -12,7 +12,7 @@ import ipywidgets as W
 
 from ortlab.engine.backends import BACKENDS, REFERENCE, aliased, default_backends, has, unavailable
 from ortlab.engine.progress import Pace
-from ortlab.engine.types import Optimizer, Precision
+from ortlab.engine.types import Optimizer, Precision, Strategy
 from ortlab.options import Options
 from ortlab.runs import facts, files
 from ortlab.runs.groups import users
@@ -114,6 +114,12 @@ class BurstPanel(Background, W.VBox):
         self.nproc = W.BoundedIntText(value=1, min=1, max=64, description="processes",
                                       tooltip="more than 1: each burst runs as that many ranks (DDP, gloo on the "
                                       "CPU, one GPU per rank on CUDA); the plot shows every rank", **small)
+        # how the ranks share the model (docs/distributed.md); a parity burst of ranks is judged against one process
+        self.strategy = flexible(W.Dropdown(options=[str(s) for s in Strategy if s is not Strategy.SINGLE],
+                                            value=Strategy.DDP.value, description="strategy", disabled=True,
+                                            tooltip="with more than 1 process: ddp, zero1 (AdamW's state sharded) "
+                                            "or fsdp2 (fully_shard per block; not ORTModule)"), "200px", "280px")
+        self.nproc.observe(lambda change: setattr(self.strategy, "disabled", change["new"] < 2), "value")
         self.record_stats = checkbox("record activation statistics", False, "per-step statistics of every module's "
                                      "activations and gradients: the Activations tab compares the two backends")
         self.save_graphs = checkbox(SAVE_GRAPHS, False, "ORTModule's stage graphs into the run "
@@ -161,7 +167,7 @@ class BurstPanel(Background, W.VBox):
         self.last_verdicts: dict = {}  # backend -> the Verdict on its last burst against the PyTorch one
         super().__init__([
             self.backend, row(*self.stacks.values()), row(self.steps, self.seed, self.parity),
-            row(self.optimizer, self.precision, self.nproc),
+            row(self.optimizer, self.precision, self.nproc, self.strategy),
             row(self.record_stats, self.save_graphs, self.account_memory, self.profile_time),
             row(self.fixes, self.check_button),
             self.check_result, row(self.run_button, self.stop_button, self.progress, self.pace), self.status,
@@ -235,8 +241,8 @@ class BurstPanel(Background, W.VBox):
                 run = self.session.burst(
                     backend, self.steps.value, options, seed=self.seed.value, parity=self.parity.value,
                     optimizer=self.optimizer.value, precision=self.precision.value, progress=False, collect=collect,
-                    nproc=self.nproc.value, fixes=self.fixes.value,
-                    on_step=lambda row, b=backend: self._step(b, row))
+                    nproc=self.nproc.value, strategy=self.strategy.value if self.nproc.value > 1 else None,
+                    fixes=self.fixes.value, on_step=lambda row, b=backend: self._step(b, row))
                 runs.append(run)
                 if run.ranks:  # the final curves: every rank's whole run
                     self._set_rank_curves(backend, {int(r.path.name): r.losses for r in run.ranks})
