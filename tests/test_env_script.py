@@ -200,8 +200,8 @@ def test_two_clones_sharing_one_environment_each_run_their_own_ortlab(tmp_path):
     one after the other, then the first again: each `doctor` runs from its own checkout, whichever checkout the
     environment was built from."""
     first, second = _clone(tmp_path / "first"), _clone(tmp_path / "second")
-    (second / "ortlab" / "diagnosis.py").write_text(
-        (second / "ortlab" / "diagnosis.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
+    (second / "ortlab" / "engine" / "diagnosis.py").write_text(
+        (second / "ortlab" / "engine" / "diagnosis.py").read_text().replace('"ortlab from  ', '"ortlab from (second) '))
     from ortlab.stacks.environment import base_python
 
     env = dict(os.environ, ORTLAB_ENV_ROOT=str(Path(sys.prefix).parent), ORTLAB_PYTHON=base_python())
