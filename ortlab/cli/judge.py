@@ -17,7 +17,7 @@ def cmd_judge(args) -> int:
     from ortlab.verdict.judge import AGREE
 
     if args.second is None:  # one distributed run's folder, against one process of the same global batch
-        from ortlab.verdict.sharded import judge_folder
+        from ortlab.verdict.folders import judge_folder
 
         verdict = judge_folder(args.first, args.float64)
         print_json(verdict.to_dict()) if args.json else print(f"{args.first}:\n  " + "\n  ".join(verdict.lines()))

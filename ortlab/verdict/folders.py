@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ortlab.engine.session import Session
     from ortlab.engine.types import Float64
     from ortlab.options import Options
+    from ortlab.verdict.judge import Verdict
 
 SETTINGS = ("seed", "optimizer", "lr", "steps", "precision", "perturb", "sampler")  # what must agree in config
 
@@ -140,7 +141,7 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str,
     from ortlab.engine.config import made_elsewhere
     from ortlab.engine.session import Session
     from ortlab.verdict import procedure
-    from ortlab.verdict.judge import NOT_JUDGED
+    from ortlab.verdict.judge import NOT_JUDGED, NOT_WRITTEN, written
 
     if pytorch.status != RunStatus.OK or other.status != RunStatus.OK:
         return procedure.judge(None, pytorch, other)
@@ -167,8 +168,8 @@ def _judge(pytorch: Run, other: Run, out: str | Path | None, sessions: dict[str,
     if verdict.status != NOT_JUDGED or verdict.gradients:
         verdict.notes.append(f"judged from two run folders: {_label(other)} on torch {_torch(other)}, PyTorch on "
                              f"torch {_torch(pytorch)}; float64 here on torch {_torch(None)}")
-        if not any(n.startswith(procedure.NOT_WRITTEN) for n in verdict.notes):
-            procedure.written(verdict, other)
+        if not any(n.startswith(NOT_WRITTEN) for n in verdict.notes):
+            written(verdict, other)
     return verdict
 
 
@@ -310,3 +311,38 @@ def _torch(run: Run | None) -> str:
 
 
 __all__ = ["JudgeError", "Judged", "judge_runs"]
+
+
+def judge_folder(run: str | Path | Run, float64: str = "auto") -> Verdict:
+    """`ortlab judge RUN` of a distributed parity run's folder: judged again here against one process of the same
+    global batch, by an in-process session of its model rebuilt from rank 0's record (its snapshot.pt, else its
+    factory, checked by the snapshot's SHA-256), and written to its verdict.json. JudgeError (one line) when it
+    cannot be."""
+    from ortlab.engine.session import Session
+    from ortlab.verdict import record
+    from ortlab.verdict.judge import written
+    from ortlab.verdict.sharded import judge
+    from ortlab.workload import ModelRef
+
+    run = run if isinstance(run, Run) else load_run(run)
+    ranks = sorted(run.ranks, key=lambda r: int(r.path.name))
+    if not ranks:
+        raise JudgeError(f"{run.path.name} is not a distributed run (no ranks/ folder): judge two run folders, "
+                         "RUN RUN")
+    rebuild = (ranks[0].meta.get("model") or {}).get("rebuild") or {}
+    kept = record.read(ranks[0])
+    if not rebuild.get("ref") or kept is None:
+        why = ("its model was given as a callable (a notebook's factory), which no other process can build"
+               if kept is not None else "its rank 0 recorded no judge.json (not a parity burst: burst again with "
+                                        "--parity)")
+        raise JudgeError(f"{run.path.name} cannot be judged from its folder: {why}")
+    snapshot = ranks[0].path / record.SNAPSHOT
+    with Session(ModelRef.from_dict(rebuild["ref"]), seed=rebuild.get("seed") or 0, out=run.path.parent,
+                 in_process=True, float64=float64,
+                 snapshot=str(snapshot) if snapshot.is_file() else rebuild.get("snapshot")) as session:
+        here = record.snapshot_hash(session._local_engine().initial)
+        if here != kept["snapshot"]:
+            raise JudgeError(f"this process builds another starting snapshot than {run.path.name}'s ranks trained "
+                             f"from (SHA-256 {here[:12]} vs {kept['snapshot'][:12]}): judge where the run was made")
+        verdict = judge(session, run)
+    return written(verdict, run)

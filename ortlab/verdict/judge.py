@@ -16,15 +16,18 @@ export hazard), the rest grouped by kind and module type; hazards the evidence d
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ortlab.common.enums import StrEnum
 from ortlab.engine.backends import label
-from ortlab.runs.run import RunStatus
+from ortlab.runs.run import Run, RunStatus, write_json
 
 FILE = "verdict.json"  # in the other backend's run folder
+NOT_WRITTEN = "not written to"  # a note: the verdict could not be written to the run's folder
 
 
 class VerdictStatus(StrEnum):
@@ -350,3 +353,14 @@ def _noise_losses(pt: list[float], ort: list[float], nz: list[float], steps: int
 
 def _finite(value: Any) -> bool:
     return value is not None and math.isfinite(value)
+
+
+def written(verdict: Verdict, run: Run) -> Verdict:
+    """The verdict written to the other run's folder (verdict.json); a folder that cannot take it gets a note."""
+    try:
+        write_json(run.path / FILE, verdict.to_dict())
+    except OSError as e:  # a read-only folder (one copied from another machine), a full disk: still the verdict
+        with contextlib.suppress(OSError):
+            (run.path / f".{FILE}.{os.getpid()}.tmp").unlink(missing_ok=True)
+        verdict.notes.append(f"{NOT_WRITTEN} {run.path / FILE}: {e.strerror or e}")
+    return verdict

@@ -11,16 +11,15 @@ each one call.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ortlab.engine.backends import has, unavailable
 from ortlab.errors import InputError
 from ortlab.runs import groups
-from ortlab.runs.run import RunStatus, write_json
+from ortlab.runs.run import RunStatus
 from ortlab.verdict import tasks
+from ortlab.verdict.judge import written
 
 if TYPE_CHECKING:
     from ortlab.engine.config import BurstConfig
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from ortlab.verdict.judge import Verdict
     from ortlab.verdict.localize import Localization
 
-NOT_WRITTEN = "not written to"  # a note: the verdict could not be written to the run's folder
 NOISE_PERTURBATION = 1e-7  # the noise pair's start (only without float64): the parameters times (1 + this)
 
 
@@ -389,16 +387,3 @@ def _allclose(pytorch: Any, other: Any) -> bool:
         elif not close_numbers(state.vector(b[name]), state.vector(entry)):
             return False
     return True
-
-
-def written(verdict: Verdict, run: Run) -> Verdict:
-    """The verdict written to the other run's folder (verdict.json); a folder that cannot take it gets a note."""
-    from ortlab.verdict.judge import FILE
-
-    try:
-        write_json(run.path / FILE, verdict.to_dict())
-    except OSError as e:  # a read-only folder (one copied from another machine), a full disk: still the verdict
-        with contextlib.suppress(OSError):
-            (run.path / f".{FILE}.{os.getpid()}.tmp").unlink(missing_ok=True)
-        verdict.notes.append(f"{NOT_WRITTEN} {run.path / FILE}: {e.strerror or e}")
-    return verdict

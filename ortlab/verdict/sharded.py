@@ -291,45 +291,10 @@ def _verified(driver: Driver, run: Run, cfg: Any, cause: dict[str, Any]) -> dict
         from ortlab.compat.errors import root_message
 
         return {**cause, "text": f"{cause['text']} (not verified: {root_message(e)})"}
-    from ortlab.verdict.procedure import written
+    from ortlab.verdict.judge import written
 
     fixed = written(judge(driver, again, verify=False), again)
     words = "verified: with it the run agrees" if not fixed.diverged and fixed.status != "not judged" else \
         f"not verified: with it the run still {fixed.headline[:160]}"
     return {**cause, "verified": not fixed.diverged and fixed.status != "not judged", "run": str(again.path),
             "text": f"{cause['text']} ({words}; {again.path.name})"}
-
-
-def judge_folder(run: str | Path | Run, float64: str = "auto") -> Verdict:
-    """`ortlab judge RUN` of a distributed parity run's folder: judged again here against one process of the same
-    global batch, by an in-process session of its model rebuilt from rank 0's record (its snapshot.pt, else its
-    factory, checked by the snapshot's SHA-256), and written to its verdict.json. JudgeError (one line) when it
-    cannot be."""
-    from ortlab.engine.session import Session
-    from ortlab.verdict import record
-    from ortlab.verdict.folders import JudgeError
-    from ortlab.verdict.procedure import written
-    from ortlab.workload import ModelRef
-
-    run = run if isinstance(run, Run) else load_run(run)
-    ranks = sorted(run.ranks, key=lambda r: int(r.path.name))
-    if not ranks:
-        raise JudgeError(f"{run.path.name} is not a distributed run (no ranks/ folder): judge two run folders, "
-                         "RUN RUN")
-    rebuild = (ranks[0].meta.get("model") or {}).get("rebuild") or {}
-    kept = record.read(ranks[0])
-    if not rebuild.get("ref") or kept is None:
-        why = ("its model was given as a callable (a notebook's factory), which no other process can build"
-               if kept is not None else "its rank 0 recorded no judge.json (not a parity burst: burst again with "
-                                        "--parity)")
-        raise JudgeError(f"{run.path.name} cannot be judged from its folder: {why}")
-    snapshot = ranks[0].path / record.SNAPSHOT
-    with Session(ModelRef.from_dict(rebuild["ref"]), seed=rebuild.get("seed") or 0, out=run.path.parent,
-                 in_process=True, float64=float64,
-                 snapshot=str(snapshot) if snapshot.is_file() else rebuild.get("snapshot")) as session:
-        here = record.snapshot_hash(session._local_engine().initial)
-        if here != kept["snapshot"]:
-            raise JudgeError(f"this process builds another starting snapshot than {run.path.name}'s ranks trained "
-                             f"from (SHA-256 {here[:12]} vs {kept['snapshot'][:12]}): judge where the run was made")
-        verdict = judge(session, run)
-    return written(verdict, run)
