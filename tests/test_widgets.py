@@ -61,6 +61,7 @@ def test_the_strategy_is_offered_with_ranks_and_reaches_the_burst(lab):
     """The strategy control wakes with more than one process, and what it says reaches the burst: a strategy the
     settings rule out is refused in one line inside the panel before any rank starts."""
     panel = lab.burst_panel
+    backend, steps = panel.backend.value, panel.steps.value  # the module's lab: what the next tests find
     assert panel.strategy.disabled and panel.strategy.value == "ddp"
     assert list(panel.strategy.options) == ["ddp", "zero1", "fsdp2"]
     panel.backend.value, panel.steps.value, panel.nproc.value = "pytorch", 1, 2
@@ -72,6 +73,7 @@ def test_the_strategy_is_offered_with_ranks_and_reaches_the_burst(lab):
         panel.wait(60)
     finally:
         panel.nproc.value, panel.strategy.value, panel.optimizer.value = 1, "ddp", "auto"
+        panel.backend.value, panel.steps.value = backend, steps
     assert panel.strategy.disabled
     status = html.unescape(panel.status.value)
     assert "strategy 'zero1' with optimizer 'sgd' is not allowed" in status and len(lab.runs) == made

@@ -162,6 +162,7 @@ class BurstPanel(Background, W.VBox):
         self._curves: dict[str, list[float]] = {}
         self._earlier: dict[str, list[float]] = {}  # earlier runs' curves, overlaid when asked
         self._pace: Pace | None = None
+        self._after_first: str | None = None  # the status once a backend's first step ended (None: keep it)
         self.last_runs: list = []
         self.last_check = None  # the CheckReport of the last Check
         self.last_verdicts: dict = {}  # backend -> the Verdict on its last burst against the PyTorch one
@@ -295,7 +296,7 @@ class BurstPanel(Background, W.VBox):
 
         self.status.value = html.escape("running " + ", ".join(map(str, placed)) + " (each on its stack's worker; "
                                         "then judged from the run folders)...")
-        self._pace = Pace(self.steps.value, str(placed[0]))
+        self._pace, self._after_first = Pace(self.steps.value, str(placed[0])), None
         comparison = compare(self.session.ref, {}, placed, self.steps.value, options, out=self.session.out,
                              model_seed=self.session.seed, snapshot=self.session.snapshot, seed=self.seed.value,
                              optimizer=self.optimizer.value, precision=self.precision.value, progress=False,
@@ -332,7 +333,7 @@ class BurstPanel(Background, W.VBox):
         self.progress.value += 1
         if self._pace is not None:
             self._pace.step(row)
-            if self._pace.done == 1:
+            if self._pace.done == 1 and self._after_first is not None:
                 self.status.value = self._after_first
             self.pace.value = f"<span style='color:#444'>{html.escape(self._pace.line())}</span>"
         # drawing takes ~50 ms: at most twice a second (in-process bursts call this from their training loop);
