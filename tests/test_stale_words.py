@@ -98,24 +98,3 @@ def test_the_loss_plot_counts_whole_steps(steps):
     FigureCanvasAgg(fig).draw()
     ticks = [t for t in fig.axes[0].get_xticks() if 0 <= t <= steps - 1]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
-
-
-@pytest.mark.interrupt
-def test_after_a_stop_the_burst_tab_says_stopped_not_a_time_left(tmp_path):
-    from ortlab.engine.session import Session
-    from ortlab.options import Options
-    from ortlab.widgets.burst_panel import BurstPanel
-
-    panel = BurstPanel(Session(out=str(tmp_path), in_process=True), Options)
-    panel.backend.value, panel.steps.value = "pytorch", 100_000
-    stop_at_three = lambda change: panel.stop() if change["new"] == 3 else None  # noqa: E731 (the step's callback)
-    panel.progress.observe(stop_at_three, "value")
-    try:
-        panel.run(wait=True)
-    finally:
-        panel.progress.unobserve(stop_at_three, "value")
-    run = panel.last_runs[-1]
-    assert run.status in ("interrupted", "stopped") and len(run.metrics) < 100_000
-    assert "stopped at step" in panel.pace.value and "/100000" in panel.pace.value, panel.pace.value
-    assert "left" not in panel.pace.value
-    panel.session.close()

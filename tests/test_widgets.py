@@ -117,6 +117,8 @@ def test_stop_button_stops_a_running_burst(lab):
     assert "stopped by you after step" in panel.status.value and "#c00" not in panel.status.value
     assert 3 <= len(lab.runs[-1].metrics) < 100_000
     assert "step " in panel.pace.value and "/100000" in panel.pace.value
+    # what the line says once stopped: where, and no time left (tests/test_stale_words.py has the other stale words)
+    assert "stopped at step" in panel.pace.value and "left" not in panel.pace.value, panel.pace.value
 
 
 def test_errors_stay_inside_the_panel(lab, capsys):
