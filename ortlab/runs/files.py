@@ -91,11 +91,7 @@ def step_rows(text: str) -> tuple[list[dict[str, Any]], list[int]]:
 def json_lines(path: str | Path, until_damaged: bool = False) -> list[Any]:
     """A JSON-lines file's values ([] without the file); damaged lines skipped (`until_damaged`: the values before
     the first one)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    return rows(text, until_damaged)[0]
+    return rows(text(path), until_damaged)[0]
 
 
 def appended(path: str | Path, offset: int) -> tuple[list[dict[str, Any]], int]:
