@@ -43,13 +43,15 @@ MULTI_NODE_RUN_ID = "ortlab"  # one id for every launch of a job: they meet at t
 # benchmarks/distributed_overhead.py); fixed thresholds keep each step's buffers in the heap (up to 32 MB each,
 # glibc's own adaptive ceiling).
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
-RANK_KEYS = ("rank", "status", "steps", "final_loss", "median_step_s", "peak_mem_mb", "optimizer_state_bytes")
+RANK_KEYS = ("rank", "status", "steps", "final_loss", "median_step_s", "peak_mem_mb", "optimizer_state_bytes",
+             "comm_s", "comm_share")  # comm: the median step's time with a collective in flight (ortlab.engine.comm)
 
 
 def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
         on_step: Callable[[dict], None] | None = None, should_stop: Callable[[], bool] | None = None,
-        stop_again: Callable[[], bool] = lambda: False) -> Path:
-    """Run `cfg` as cfg.nproc ranks on this machine (one node of cfg.nnodes) and return the run folder."""
+        stop_again: Callable[[], bool] = lambda: False, stack: str | None = None) -> Path:
+    """Run `cfg` as cfg.nproc ranks on this machine (one node of cfg.nnodes) and return the run folder. `stack`:
+    the stack whose Python runs the agent and its ranks (ortlab.engine.stack_env; None: this process's)."""
     _check_devices(cfg)
     warn_oversubscribed(cfg.nproc)
     path = new_run_dir(cfg.out, cfg.backend, cfg.name)
@@ -68,7 +70,7 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
         "timeout_s": COLLECTIVE_TIMEOUT_S,
         "run_id": MULTI_NODE_RUN_ID if cfg.nnodes > 1 else uuid.uuid4().hex,
     })
-    proc = _start_agent(spec_dir, cfg, path / "log.txt")
+    proc = _start_agent(spec_dir, cfg, path / "log.txt", stack)
     try:
         stop = _follow(proc, path, cfg.nproc, writer, on_step, should_stop, stop_again)
     except BaseException as e:  # e.g. a callback that raised: no rank outlives the burst, no run stays "running"
@@ -85,6 +87,10 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
         extra["machine"] = {**writer.meta.get("machine", {}), "cpu_wait": max(waits)}
     local = _rank_dirs(path)
     _check_graphs(local, extra)
+    lowest = load_run(local[0]).meta if local and (local[0] / "meta.json").is_file() else {}
+    for key in ("versions", "stack"):  # what the ranks ran on (another stack's Python: not this process's)
+        if lowest.get(key):
+            extra[key] = lowest[key]
     for name in ("ort.json", "transitions.json", "memory.json"):  # the views read them here: the lowest rank's
         source = (local[0] if local else path) / name
         if source.is_file():
@@ -122,14 +128,18 @@ def _check_devices(cfg: BurstConfig) -> None:
                          "per GPU with NCCL); use fewer ranks or device='cpu'")
 
 
-def _start_agent(spec_dir: Path, cfg: BurstConfig, log_path: Path) -> subprocess.Popen:
-    env = {**RANK_ENV, **os.environ}  # the user's own values win
+def _start_agent(spec_dir: Path, cfg: BurstConfig, log_path: Path, stack: str | None = None) -> subprocess.Popen:
+    from ortlab.engine.stack_env import worker_interpreter
+
+    python, elsewhere = worker_interpreter(stack)  # another stack: its Python and environment, as a worker's
+    env = {**RANK_ENV, **(os.environ if elsewhere is None else elsewhere)}  # the user's own values win
     imports = registered(cfg.backend).imports(cfg.effective_options()) or Options()
     with imports.applied(env):
         env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
+        if elsewhere is None:
+            env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p and Path(p).is_dir()])
         with open(log_path, "ab") as log:
-            return subprocess.Popen([sys.executable, "-m", "ortlab.engine.launch", str(spec_dir)],
+            return subprocess.Popen([python, "-m", "ortlab.engine.launch", str(spec_dir)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=os.getcwd(),
                                     start_new_session=True)
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ortlab.engine import balance, sharding, syncnorm
+from ortlab.engine import balance, comm, sharding, syncnorm
 from ortlab.engine.config import BurstConfig, optimizer_for, resolve_device
 from ortlab.engine.exchange import Checksums, Exchange, Table
 from ortlab.engine.loop import Engine, _Burst
@@ -70,6 +70,7 @@ class RankEngine(Engine):
         self.checksums: Callable[[], list[int]] | None = None
         self._sums: list[int] = []  # the step's checksums and Stop flag, taken as it began
         self._stop = False
+        self.comm = comm.CommClock().install()  # each step's time with a collective in flight
 
     def _checksums_now(self) -> list[int]:
         """The parameters' checksums now (set once the burst has prepared)."""
@@ -109,7 +110,9 @@ class RankEngine(Engine):
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.cuda.current_device()] if b.device.type == "cuda" else None
-        return DistributedDataParallel(self.exchange.carrier(module, b.device), device_ids=ids)
+        ddp = DistributedDataParallel(self.exchange.carrier(module, b.device), device_ids=ids)
+        comm.hook_ddp(ddp)  # its all-reduce timed
+        return ddp
 
     def _runner(self, b: _Burst, runner: Any) -> Any:
         if b.cfg.strategy == Strategy.FSDP2:  # sharded in _prepare; the exchange is all-gathered (no DDP to ride)
@@ -140,7 +143,9 @@ class RankEngine(Engine):
             self.first_step_at = started
         b.stage = "in-sync check"
         self._sums, self._stop = self._checksums_now(), self.stop_file.exists()
+        self.comm.begin()
         row = super()._step(b, step)
+        row.update(comm.step_fields(self.comm.seconds(), row["step_time_s"]))
         row["started_s"] = started - self.first_step_at  # consecutive starts: whole iterations, all included
         b.stage = "in-sync check"
         table = self.exchange.collect(b.device)

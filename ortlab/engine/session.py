@@ -386,4 +386,4 @@ class Session:
         from ortlab.engine import launch
 
         return launch.run(self.ref, self.seed, self.snapshot, cfg, callback, self._stop_requested.is_set,
-                          lambda: self._force_stop)
+                          lambda: self._force_stop, self.stack)

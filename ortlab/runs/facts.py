@@ -127,6 +127,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("ranks", "ranks", spec=_ranks),  # a distributed burst
     Fact("strategy", "strategy"),  # how its ranks shared the model: ddp, zero1, fsdp2 (ortlab.engine.ranks)
     Fact("in_sync", "in sync"),
+    Fact("comm_share", "time in communication (of step)", spec=".1%"),  # rank 0's median (ortlab.engine.comm)
     Fact("rank_graphs", "same graphs on all ranks", part="identical"),
     Fact("imbalance", "load imbalance (max/mean)", spec=".3f", part="load"),  # ortlab.engine.balance
     Fact("imbalance", "ranks waited (of step)", spec=".1%", part="wait_share"),

@@ -257,6 +257,9 @@ class Run:
             if "step_time_s" in m:
                 timed = m["step_time_s"].iloc[1:] if len(m) > 1 else m["step_time_s"]
                 out["median_step_s"] = _number(timed.median())
+                for key in ("comm_s", "comm_share"):  # a rank's time with a collective in flight (engine.comm)
+                    if key in m:
+                        out[key] = _number((m[key].iloc[1:] if len(m) > 1 else m[key]).median())
                 from ortlab.runs.busy import busy
 
                 why = busy(self.meta.get("machine"))
