@@ -177,8 +177,9 @@ def register(sub) -> None:
     b.set_defaults(func=cmd_burst)
 
 
-def add_burst_args(b) -> None:
-    """The arguments `ortlab burst` and `ortlab compare` share: the model, the steps and how they train."""
+def add_burst_args(b, per_backend: bool = False) -> None:
+    """The arguments `ortlab burst` and `ortlab compare` share: the model, the steps and how they train
+    (`per_backend`: `ortlab compare`'s --strategy may name each backend's)."""
     import argparse
 
     from ortlab.compat.registry import FIXES
@@ -227,11 +228,18 @@ def add_burst_args(b) -> None:
     b.add_argument("--stats-no-grads", action="store_true", help="with --collect stats: no gradient statistics")
     d = b.add_argument_group("several processes and machines (ranks started by torch's elastic launcher)")
     d.add_argument("--nproc", type=positive_int, default=1, help="ranks on this machine (1: one process)")
-    d.add_argument("--strategy", choices=[str(s) for s in Strategy],
-                   help="how the ranks share the model: single (one process), ddp (DistributedDataParallel), zero1 "
-                   "(DDP with AdamW's state sharded: the same as --optimizer zero1), fsdp2 (fully_shard per block; "
-                   "not ORTModule) (default: single for one process, ddp for several); a parity burst of several "
-                   "ranks is judged against one process of the same global batch")
+    strategies = "how the ranks share the model: single (one process), ddp (DistributedDataParallel), zero1 " \
+        "(DDP with AdamW's state sharded: the same as --optimizer zero1), fsdp2 (fully_shard per block; not " \
+        "ORTModule) (default: single for one process, ddp for several); a parity burst of several ranks is judged " \
+        "against one process of the same global batch"
+    if per_backend:
+        from ortlab.engine.config import strategy_spec
+
+        d.add_argument("--strategy", type=strategy_spec, metavar="STRATEGY|BACKEND=STRATEGY[,...]",
+                       help=f"{strategies}; one for every backend, or each backend's: ortmodule=ddp,compile=fsdp2 "
+                       "(a bare one is the others': fsdp2,ortmodule=ddp)")
+    else:
+        d.add_argument("--strategy", choices=[str(s) for s in Strategy], help=strategies)
     d.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True,
                    help="fsdp2: free each block's gathered parameters after its forward (gathered again for backward)")
     d.add_argument("--sync-batchnorm", action="store_true",

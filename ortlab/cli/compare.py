@@ -57,5 +57,5 @@ def register(sub) -> None:
                    "pytorch,ortmodule@ort,compile@current (without @: ortmodule on ort, the others here)")
     c.add_argument("--parity", action=argparse.BooleanOptionalAction, default=True,
                    help="same seeds, dropout 0, compute optimizer off, deterministic (judges the numerics)")
-    add_burst_args(c)
+    add_burst_args(c, per_backend=True)
     c.set_defaults(func=cmd_compare)

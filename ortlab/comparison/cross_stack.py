@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ortlab.comparison import distributed
 from ortlab.engine.backends import REFERENCE, BurstError, Placed, label, named_backends
 from ortlab.engine.stack_env import StackError
 from ortlab.errors import InputError
@@ -135,15 +136,16 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
     if not kwargs.get("parity", True):
         why = "a comparison across stacks judges each run from the first step its parity burst records"
         raise CrossStackError(f"{why}: burst in parity mode (parity=True)", cli=f"{why}: drop --no-parity")
-    if kwargs.get("nproc", 1) > 1 or kwargs.get("nnodes", 1) > 1:
-        raise CrossStackError("a comparison across stacks runs one process per backend: --nproc and --nnodes are "
-                              "for a comparison on one stack")
+    if kwargs.get("nnodes", 1) > 1:
+        raise CrossStackError("a comparison across stacks runs each backend's ranks on this machine: --nnodes is "
+                              "for a comparison on one stack (--nproc runs the ranks here)")
     ref = ModelRef.of(model, **model_kwargs)
     check_crossable(ref)
     from ortlab.engine.stack_env import environment
 
     for stack in dict.fromkeys(p.stack for p in placed if p.stack != here):  # built (or refused) before any burst
         environment(stack)
+    strategies = distributed.strategies(placed, kwargs.pop("strategy", None), kwargs, here)  # refused: no rank ran
     kwargs = {"parity": True, **kwargs}
     snapshot = snapshot or save_snapshot(ref, model_seed, out)
     sessions: dict[Stack, Session] = {}
@@ -155,13 +157,17 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
             step = (lambda row, b=p.backend: on_step(b, row)) if on_step else None
             elsewhere = made_elsewhere() if p.stack != here else contextlib.nullcontext()
             with elsewhere:  # the worker checks what runs there; this process may not run it (ORTModule)
-                runs[p.backend] = sessions[p.stack].burst(p.backend, steps, options, on_step=step, **kwargs)
+                runs[p.backend] = sessions[p.stack].burst(p.backend, steps, options, on_step=step, **kwargs,
+                                                          strategy=strategies[p.backend])
             if runs[p.backend].status in ENDED_EARLY:
                 break
     finally:
         for session in sessions.values():
             session.close()
-    judge(runs, placed, progress=kwargs.get("progress", False))
+    if kwargs.get("nproc", 1) > 1:  # each judged against one process as it ended; here both from the folders
+        distributed.judge(runs, placed, progress=kwargs.get("progress", False))
+    else:
+        judge(runs, placed, progress=kwargs.get("progress", False))
     return Comparison(runs=runs, backends=tuple(p.backend for p in placed), stacks=stacks_of(placed, runs))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -15,7 +15,8 @@ from ortlab.engine.collectors import check as check_collectors
 from ortlab.engine.types import BurstError, Choice, Device, Evidence, Optimizer, Precision, Sampler, Strategy
 from ortlab.options import Options
 
-__all__ = ["BurstConfig", "BurstError", "make_optimizer", "optimizer_for", "resolve_device"]
+__all__ = ["BurstConfig", "BurstError", "backend_strategies", "make_optimizer", "optimizer_for", "resolve_device",
+           "strategy_spec"]
 
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
 CHOICES: dict[str, type[Choice]] = {"optimizer": Optimizer, "precision": Precision, "device": Device,
@@ -231,6 +232,43 @@ class BurstConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BurstConfig:
         return cls(**{**d, "options": Options(d.get("options") or {})})
+
+
+def backend_strategies(value: Any, backends: Sequence[str]) -> dict[str, Strategy | None]:
+    """Each compared backend's strategy from one value: None (each its default: ddp for several ranks), a strategy
+    for all ("ddp"), or per backend ("ortmodule=ddp,compile=fsdp2"; a bare one is the rest's: "fsdp2,ortmodule=ddp";
+    or a dict). BurstError in one line for a strategy or backend that is not one of these."""
+    if value is None or isinstance(value, Strategy):
+        return dict.fromkeys(backends, value)
+    pairs = list(value.items()) if isinstance(value, dict) else [
+        tuple(part.strip().split("=", 1)) if "=" in part else (None, part.strip())
+        for part in str(value).split(",") if part.strip()]
+    rest: Strategy | None = None
+    out: dict[str, Strategy | None] = {}
+    for backend, name in pairs:
+        try:
+            strategy = Strategy(str(name).strip())
+        except ValueError:
+            raise BurstError(f"strategy {name!r} (in {value!r}) is not allowed; allowed: "
+                             f"{', '.join(map(str, Strategy))}, for all backends or as BACKEND=STRATEGY, e.g. "
+                             "ortmodule=ddp,compile=fsdp2") from None
+        if backend is None:
+            rest = strategy
+        elif str(backend).strip() not in backends:
+            raise BurstError(f"strategy {backend}={name} names backend {str(backend).strip()!r}, which is not compared "
+                             f"here; allowed: {', '.join(backends)}")
+        else:
+            out[str(backend).strip()] = strategy
+    return {b: out.get(b, rest) for b in backends}
+
+
+def strategy_spec(text: str) -> str:
+    """`--strategy` of `ortlab compare` checked for its words (a strategy, or BACKEND=STRATEGY pairs naming
+    ortlab's backends); which backends it may name is checked again against those compared."""
+    from ortlab.engine.backends import BACKENDS
+
+    backend_strategies(text, list(BACKENDS))
+    return text
 
 
 def fully_shard_missing() -> str | None:

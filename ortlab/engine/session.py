@@ -33,6 +33,15 @@ if TYPE_CHECKING:
 __all__ = ["Session", "WorkerError"]
 
 
+CHECKED = ("precision", "device", "optimizer", "nproc", "nnodes", "node_rank", "rdzv_endpoint", "save_checkpoint",
+           "reshard_after_forward", "sync_batchnorm")  # Session.burst's keywords a BurstConfig checks up front
+
+
+def checked(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The burst keywords of `kwargs` that BurstConfig checks (a comparison's backends, each before any burst)."""
+    return {k: kwargs[k] for k in CHECKED if k in kwargs}
+
+
 @dataclass
 class Session:
     """Drives bursts of one model. Keeps a worker process alive while it can serve the next burst; keeps every
@@ -188,18 +197,19 @@ class Session:
         """The Comparison of PyTorch and the other `backends` ("ortmodule", "compile"; or "both", "all", or
         "a,b,c"; None: ORTModule on the ort stack, torch.compile on the current one) from the same snapshot: their
         differences, and the verdict on each against PyTorch (Session.judge:
-        agree or diverged, the evidence and the causes). A Stop (or Ctrl-C) ends the comparison: the bursts after
-        it do not start."""
+        agree or diverged, the evidence and the causes). `strategy` (with nproc > 1): one for all, or each
+        backend's ("ortmodule=ddp,compile=fsdp2", or a dict). A Stop (or Ctrl-C) ends the comparison: the bursts
+        after it do not start."""
         from ortlab.comparison.summary import Comparison
-        from ortlab.engine.config import BurstConfig
+        from ortlab.engine.config import BurstConfig, backend_strategies
 
         chosen = parse_backends(backends)
-        for backend in chosen:  # a precision one backend cannot train in (BurstConfig's check): said before any burst
-            BurstConfig(backend=backend, precision=Precision(kwargs.get("precision", Precision.FP32)),
-                        device=Device(kwargs.get("device", Device.AUTO)))
+        strategies = backend_strategies(kwargs.pop("strategy", None), chosen)
+        for backend in chosen:  # what one backend cannot train as asked (BurstConfig's check): said before any burst
+            BurstConfig(backend=backend, **checked(kwargs), strategy=strategies[backend])
         runs: dict[str, Run] = {}
         for backend in chosen:
-            runs[backend] = self.burst(backend, steps, options, **kwargs)
+            runs[backend] = self.burst(backend, steps, options, **kwargs, strategy=strategies[backend])
             if runs[backend].status in ENDED_EARLY:
                 break
         reference = runs[chosen[0]]  # PyTorch: parse_backends puts the registry's reference first
