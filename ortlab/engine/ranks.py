@@ -46,8 +46,13 @@ def collective_error(e: BaseException) -> bool:
 def optimizer_state_bytes(optimizer: Any) -> int:
     """Bytes of the optimizer state this rank holds (under ZeRO-1 only its shard)."""
     local = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer keeps its shard's optimizer there
-    return sum(v.numel() * v.element_size() for state in local.state.values() for v in state.values()
+    return sum(_local(v).numel() * v.element_size() for state in local.state.values() for v in state.values()
                if isinstance(v, torch.Tensor))
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor: an FSDP2 DTensor's shard (its numel() is the whole tensor's)."""
+    return getattr(tensor, "_local_tensor", tensor)
 
 
 class RankEngine(Engine):

@@ -12,6 +12,7 @@ from typing import Any
 
 from ortlab.engine.backends import BACKENDS, has, label
 from ortlab.errors import InputError
+from ortlab.move import ranks
 from ortlab.move.mapping import Fit, equivalent
 from ortlab.runs import facts
 from ortlab.runs.run import Run, RunStatus, load_run
@@ -52,6 +53,8 @@ class Side:
     verdict: str | None = None  # agree, diverged, not judged... (verdict.json's status)
     evidence: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # torch.compile's mode, fullgraph, graph breaks
+    strategy: str | None = None  # a distributed run's (ddp, zero1, fsdp2); None: one process
+    world_size: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """The side as plain data."""
@@ -77,12 +80,13 @@ class MoveReport:
     missing: list[str]
     conclusion: str
     memory: dict[str, Any] = field(default_factory=dict)  # ORT's recompute against torch.compile's budget
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # a distributed move, rank by rank (ortlab.move.ranks)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (`ortlab move --json`)."""
         return {"from": self.ortmodule.to_dict(), "to": self.target.to_dict(), "options": self.options,
                 "ratios": self.ratios, "verdict": self.verdict, "recomputed": self.recomputed,
-                "missing": self.missing, "conclusion": self.conclusion, "memory": self.memory}
+                "missing": self.missing, "conclusion": self.conclusion, "memory": self.memory, "ranks": self.ranks}
 
     def table(self) -> list[dict[str, Any]]:
         """The measured figures, one row per figure, one column per side (None: not recorded)."""
@@ -100,6 +104,8 @@ class MoveReport:
         out.append(f"{'measured':<{width}}  {'ORTModule':>12}  {'torch.compile':>13}")
         for row in self.table():
             out.append(f"{row['figure']:<{width}}  {_cell(row['ORTModule']):>12}  {_cell(row['torch.compile']):>13}")
+        if self.ranks:
+            out += ["", *ranks.lines(self.ranks, _job(o), _job(t))]
         out.append("")
         out.append("what each option becomes:")
         for entry in self.options:
@@ -167,7 +173,8 @@ def move_report(ortmodule_run: str | Path | Run, target_run: str | Path | Run,
                 for key, label, *_ in FIGURES
                 if side.figures.get(key) is None and not (key == "activation_peak_mb" and side is t)]
     return MoveReport(o, t, options, ratios, {"from": o.verdict, "to": t.verdict, "note": note},
-                      recomputed(ort), missing, _conclusion(o, t, ratios), memory_equivalent(ort, target, o, t))
+                      recomputed(ort), missing, _conclusion(o, t, ratios), memory_equivalent(ort, target, o, t),
+                      ranks.mapped(ranks.rank_rows(ort), ranks.rank_rows(target)))
 
 
 def print_move(comparison: Any) -> None:
@@ -199,6 +206,12 @@ def _sides(a: Run, b: Run) -> tuple[Run, Run]:
         raise MoveError(f"{other.path.name} is a {other.backend} run: the move is to torch.compile; give a compile "
                         f"run{hint}")
     return ort[0], other
+
+
+def _job(side: Side) -> str:
+    """A side's job in words: "ORTModule ddp, 2 ranks" (one process: its backend alone)."""
+    name = "ORTModule" if has(side.backend, "onnx_stages") else label(side.backend)
+    return f"{name} {side.strategy}, {side.world_size} ranks" if side.strategy else f"{name}, one process"
 
 
 def _name(side: Side) -> str:
@@ -246,7 +259,9 @@ def _side(run: Run, given: Any) -> Side:
                 figures={key: None if run.status == RunStatus.FALLBACK and key in _PYTORCHS else summary.get(key)
                          for key, *_ in FIGURES},
                 steps=summary.get("steps", 0), busy=summary.get("busy"), verdict=status,
-                evidence=evidence if isinstance(evidence, str) else None, settings=settings)
+                evidence=evidence if isinstance(evidence, str) else None, settings=settings,
+                strategy=run.meta.get("strategy") if run.meta.get("ranks") else None,
+                world_size=int(run.meta.get("world_size") or 1))
 
 
 def _options(run: Run) -> list[dict[str, Any]]:
@@ -366,6 +381,8 @@ def _conclusion(o: Side, t: Side, ratios: dict[str, float | None]) -> str:
                 "not judged on both sides" if not (o.verdict and t.verdict) else
                 f"numerics differ: ORTModule {o.verdict}, torch.compile {t.verdict}")
     where = f" (measured in separate processes: torch {o.torch} and torch {t.torch})" if o.torch != t.torch else ""
+    if o.strategy or t.strategy:
+        where += f" ({_job(o)} -> {_job(t)})"
     return f"move: on torch.compile {figures}{where}; {numerics}"
 
 
