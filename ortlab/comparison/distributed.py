@@ -19,8 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ortlab.engine.backends import Placed, label
-from ortlab.errors import InputError
+from ortlab.engine.backends import BurstError, Placed, label
 from ortlab.stacks.table import STACKS, Stack
 
 SETTINGS = ("seed", "optimizer", "lr", "steps", "precision", "sampler", "nproc", "nnodes")  # what must agree
@@ -37,7 +36,7 @@ for backend, settings in json.loads(sys.argv[1]):
 """
 
 
-class StrategyRefused(InputError):
+class StrategyRefused(BurstError):
     """A strategy a backend, or the stack it is placed on, cannot take: the line names both and what is allowed."""
 
 
