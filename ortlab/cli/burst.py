@@ -177,6 +177,18 @@ def register(sub) -> None:
     b.set_defaults(func=cmd_burst)
 
 
+def _strategy_spec(text: str) -> str:
+    """--strategy of `ortlab compare` (ortlab.engine.config.strategy_spec), its refusal argparse's one line."""
+    import argparse
+
+    from ortlab.engine.config import BurstError, strategy_spec
+
+    try:
+        return strategy_spec(text)
+    except BurstError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_burst_args(b, per_backend: bool = False) -> None:
     """The arguments `ortlab burst` and `ortlab compare` share: the model, the steps and how they train
     (`per_backend`: `ortlab compare`'s --strategy may name each backend's)."""
@@ -233,9 +245,7 @@ def add_burst_args(b, per_backend: bool = False) -> None:
         "ORTModule) (default: single for one process, ddp for several); a parity burst of several ranks is judged " \
         "against one process of the same global batch"
     if per_backend:
-        from ortlab.engine.config import strategy_spec
-
-        d.add_argument("--strategy", type=strategy_spec, metavar="STRATEGY|BACKEND=STRATEGY[,...]",
+        d.add_argument("--strategy", type=_strategy_spec, metavar="STRATEGY|BACKEND=STRATEGY[,...]",
                        help=f"{strategies}; one for every backend, or each backend's: ortmodule=ddp,compile=fsdp2 "
                        "(a bare one is the others': fsdp2,ortmodule=ddp)")
     else:

@@ -91,7 +91,8 @@ def run(ref, seed: int, snapshot: str | Path | None, cfg: BurstConfig,
     for key in ("versions", "stack"):  # what the ranks ran on (another stack's Python: not this process's)
         if lowest.get(key):
             extra[key] = lowest[key]
-    for name in ("ort.json", "transitions.json", "memory.json", "compile.json"):  # the views read them here: the lowest rank's
+    # the views read them here: the lowest rank's
+    for name in ("ort.json", "transitions.json", "memory.json", "compile.json"):
         source = (local[0] if local else path) / name
         if source.is_file():
             shutil.copyfile(source, path / name)
