@@ -170,3 +170,22 @@ def test_ortmodule_trains_on_cuda_where_it_is_installed(tmp_path):
         c = s.compare(steps=4, backends="pytorch,ortmodule", device="cuda", parity=True, progress=False)
     assert c.pytorch.ok and c.run("ortmodule").ok, (c.pytorch.error, c.run("ortmodule").error)
     agree(c, "ortmodule")
+
+
+def test_two_nccl_ranks_under_ddp_and_fsdp2_agree_with_one_process(tmp_path):
+    """2 ranks over NCCL, one GPU each: a DDP and an FSDP2 parity burst, each judged against one process of the same
+    global batch, each rank's time in communication recorded. Fewer than 2 GPUs: skipped, saying so."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        skip(f"2 ranks over NCCL need 2 GPUs (one per rank); this machine has {torch.cuda.device_count()}")
+    for strategy in ("ddp", "fsdp2"):
+        out = tmp_path / strategy
+        r = cli("burst", "--backend", "pytorch", "--nproc", "2", "--strategy", strategy, "--parity", "--steps", "3",
+                "--model-arg", "n_layer=1", "--device", "cuda", "--out", str(out))
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        said = [line for line in r.stdout.splitlines() if "against one process of the same global batch" in line]
+        assert said and ": agree" in said[0] and f"2 ranks, {strategy})" in said[0], r.stdout[-2000:]
+        run = next(p for p in out.iterdir() if p.name.endswith("-pytorch"))
+        ranks = json.loads((run / "meta.json").read_text())["ranks"]
+        assert [row["rank"] for row in ranks] == [0, 1] and all(row["comm_s"] is not None for row in ranks), ranks
