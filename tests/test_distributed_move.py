@@ -140,17 +140,15 @@ def test_a_transformers_model_under_each_strategy_agrees_with_one_process(tmp_pa
 def test_ortmodule_with_ddp_on_the_ort_stack_moves_to_compile_with_fsdp2_on_the_current_stack(tmp_path):
     """One snapshot; ORTModule's ranks on the ort stack, torch.compile's on the current one, each judged against one
     process of the same global batch, the two against each other from their folders, the move rank by rank."""
-    from ortlab.engine.stack_env import environment, ready
+    from ortlab.engine.stack_env import ready
 
     for stack in Stack:
         if ready(stack) is not None:
             pytest.skip(f"the {stack} stack's environment cannot be built here: {ready(stack)}")
-    current = environment(Stack.CURRENT) if this_stack() == Stack.ORT else None
-    python, env = (current.python, current.env) if current else (sys.executable, None)
-    r = subprocess.run([python, "-m", "ortlab.cli", "compare", "--nproc", "2", "--backends",
+    r = subprocess.run([sys.executable, "-m", "ortlab.cli", "compare", "--nproc", "2", "--backends",
                         "ortmodule@ort,compile@current", "--strategy", "ortmodule=ddp,compile=fsdp2", "--steps", "3",
                         *TINY, "--device", "cpu", "--out", str(tmp_path), "--json"],
-                       capture_output=True, text=True, timeout=1500, env=env)
+                       capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stderr[-4000:]
     d = json.loads(r.stdout)
     assert {b: s["stack"] for b, s in d["stacks"].items()} == {"pytorch": str(this_stack()), "ortmodule": "ort",
