@@ -9,6 +9,8 @@ every other backend stays where this process runs), its worker started with that
 computed once for the runs judged here, where the backend runs in this process; else by `ortlab judge` in the
 backend's own stack's Python (ORTModule from the current stack), where the causes of a divergence (`ortlab check`'s
 fixes, the localization) can be looked for. Either way the verdict is written into the run's folder and read there.
+With `nproc` > 1 each backend's ranks run on its stack with its own strategy (ortlab.comparison.distributed: the move
+of a distributed job), each run judged against one process of the same global batch.
 """
 
 from __future__ import annotations
@@ -114,7 +116,8 @@ def compare_stacks(model: Any, backends: str | Sequence[str] = "pytorch,ortmodul
     stack and the others here): `ortlab compare --backends ...` from Python. Every worker from one snapshot, each
     run judged against PyTorch's; its columns and recommendation name each stack and torch. `model`: an import path
     ("module:function", "file.py:function") or a factory defined in a module (a notebook's cannot cross Python
-    versions: CrossStackError says what to do); `kwargs`: Session.burst's."""
+    versions: CrossStackError says what to do); `kwargs`: Session.burst's (with nproc > 1, `strategy` one for all or
+    each backend's: "ortmodule=ddp,compile=fsdp2")."""
     return compare(model, dict(model_kwargs or {}), parse_placed(backends), steps, options, out=out, **kwargs)
 
 
