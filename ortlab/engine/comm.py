@@ -78,7 +78,7 @@ class CommClock:
             wrapped = self.timed(original)
             wrapped._ortlab_timed = True  # type: ignore[attr-defined]
             setattr(dist, name, wrapped)
-            self._undo.append(lambda n=name, o=original: setattr(dist, n, o))
+            self._undo.append(functools.partial(setattr, dist, name, original))
         return self
 
     def uninstall(self) -> None:
