@@ -143,3 +143,10 @@ def test_a_cpu_burst_records_each_steps_cpu_time_beside_its_wall_time(demo_sessi
     m = run.metrics
     assert (m[clock.CPU] > 0).all() and (m[clock.WALL] > 0).all()
     assert run.summary()["step_clock"] == clock.SHORT[clock.CPU]
+
+
+def test_a_noisy_baseline_by_cpu_time_says_what_steadies_it(tmp_path):
+    rows = [{"timed_ms": [10.0, 30.0, 12.0, 40.0, 9.0], "clock": clock.CPU, "load": 0.0, "steps_timed": 5},
+            {"timed_ms": [20.0, 11.0, 35.0, 10.0, 25.0], "clock": clock.CPU, "load": 0.0, "steps_timed": 5}]
+    words = measure.noise_check(parse_goals("time"), rows, measure.baseline(rows)[1])
+    assert words and "(timed by CPU time (other processes excluded))" in words[0] and "OMP_NUM_THREADS=1" in words[0]

@@ -148,5 +148,9 @@ def noise_check(goals: Any, rows: Sequence[dict[str, Any]], noise: dict[str, flo
     more = (f"about {steps} timed steps per burst would bring it to 10 %" if steps is not None else
             "more steps would not bring it down: other work on the machine or the repeats' spread is most of it; "
             "tune on a quieter machine")
-    return [f"the baseline's step time noise is {shown} (timed by {clock.SHORT[clock_of(rows)]}): a time change "
-            f"smaller than that counts as none ({more})"]
+    timed = clock_of(rows)
+    if timed == clock.CPU:  # what steadies a CPU step's own time on a shared machine (benchmarks/step_clock.py)
+        more += ("; on a shared CPU torch's threads wait on each other for a core: OMP_NUM_THREADS=1 before Python "
+                 "starts steadies the steps' CPU time")
+    return [f"the baseline's step time noise is {shown} (timed by {clock.SHORT[timed]}): a time change smaller than "
+            f"that counts as none ({more})"]
