@@ -82,7 +82,8 @@ class Engine:
     runs bursts in this process; the worker process holds one, and `in_process=True` uses one directly."""
 
     time_forward = False  # wait for the device after the forward (a rank compares its forward time with the others')
-    cpu_clock = True  # on the CPU, each step's CPU time beside its wall time (a rank's step waits on the others)
+    cpu_clock = True  # on the CPU, one thread: each step's CPU time beside its wall time (ortlab.runs.clock; a
+    # rank's step waits on the others)
 
     def __init__(self, ref: ModelRef, seed: int = 0, import_options: Options | None = None,
                  snapshot: str | Path | None = None):
@@ -222,7 +223,7 @@ class Engine:
             raise
         return _Burst(cfg, options, device, path, writer, optimizer, scheduler, collectors, timers, PeakMemory(device),
                       feed, self.current, scaler, runner=self.model,
-                      clock=StepClock(device.type == "cpu" and self.cpu_clock))
+                      clock=StepClock(device.type == "cpu" and self.cpu_clock and torch.get_num_threads() == 1))
 
     def _feed(self, cfg: BurstConfig) -> Feed:
         """The batches this process trains on (a rank of a distributed burst: its share)."""

@@ -23,13 +23,14 @@ from ortlab.runs import clock
 from ortlab.runs.memory import MB
 from ortlab.tuning.goals import METRICS
 
+SAID = {clock.CPU: "CPU time, other processes excluded", clock.WALL: "wall time"}  # the clock, in the warning
 QUIET_SPREAD = 0.05  # a quiet CPU's spread of step times (log scale): what `resolvable` assumes before measuring
 
 COLLECT = {"memory": {}}  # every measured burst: its activation-memory account
 
 
 def figures(run: Any, warmup: int) -> dict[str, Any]:
-    """{median_step_ms, activation_mb, stash_mb, rss_mb, exact, steps_timed, timed_ms, clock, load} of one burst
+    """{median_step_ms, activation_mb, stash_mb, rss_mb, exact, steps_timed, timed_ms, clock, device, load} of a burst
     (None: not measured; `timed_ms`: the step times after warm-up by `clock` (ortlab.runs.clock: each step's CPU
     time on the CPU, else wall time), `load`: the share of its time other work took where wall time counts it)."""
     m = run.metrics
@@ -43,7 +44,7 @@ def figures(run: Any, warmup: int) -> dict[str, Any]:
             "stash_mb": None if stash is None else stash / MB,
             "rss_mb": float(m["peak_mem_mb"].max()) if len(m) and "peak_mem_mb" in m else None,
             "exact": bool(memory.get("exact", not memory.get("uncertain"))) if peak is not None else None,
-            "steps_timed": len(timed), "timed_ms": times, "clock": judged,
+            "steps_timed": len(timed), "timed_ms": times, "clock": judged, "device": run.meta.get("device"),
             "load": 0.0 if judged == clock.CPU else speed.load_share(run.meta.get("machine"))}
 
 
@@ -149,8 +150,8 @@ def noise_check(goals: Any, rows: Sequence[dict[str, Any]], noise: dict[str, flo
             "more steps would not bring it down: other work on the machine or the repeats' spread is most of it; "
             "tune on a quieter machine")
     timed = clock_of(rows)
-    if timed == clock.CPU:  # what steadies a CPU step's own time on a shared machine (benchmarks/step_clock.py)
-        more += ("; on a shared CPU torch's threads wait on each other for a core: OMP_NUM_THREADS=1 before Python "
-                 "starts steadies the steps' CPU time")
-    return [f"the baseline's step time noise is {shown} (timed by {clock.SHORT[timed]}): a time change smaller than "
+    if timed == clock.WALL and any(r.get("device") == "cpu" for r in rows):  # benchmarks/step_clock.py
+        more += ("; on a shared CPU, OMP_NUM_THREADS=1 before Python starts times each step by its CPU time, "
+                 "which other processes do not count")
+    return [f"the baseline's step time noise is {shown} (timed by {SAID[timed]}): a time change smaller than "
             f"that counts as none ({more})"]
