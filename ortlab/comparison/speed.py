@@ -11,8 +11,8 @@ uncertainty, on the log scale (a relative error, one standard error), adds three
 - **load**: for bursts timed by wall time (CUDA, ranks, and CPU runs recorded before a step's CPU time was), the
   share of the burst's time it waited for a core (other work on the machine; `engine.machine`), or, where that was
   not measured, the share a load average above the cores implies: other work could have taken a different share of
-  the other burst. On the CPU a step is timed by its CPU time (`ortlab.runs.clock`: its thread's), which leaves the
-  other work out: no load part, and the interval narrows as steps are added.
+  the other burst. A step on the CPU on one thread is timed by its CPU time (`ortlab.runs.clock`: its thread's), which
+  leaves the other work out: no load part, and the interval narrows as steps are added.
 
 Two bursts' ratio (candidate / reference) has the 99 % interval exp(log ratio +- t x the root sum of squares of
 both errors), t Student's quantile for the fewer steps timed (a 10-step burst times 8: t = 3.5; a 100-step one

@@ -6,8 +6,8 @@ resident set (peak_mem_mb on the CPU; torch's allocator peak on CUDA).
 
 The time noise is `ortlab.comparison.speed`'s, the one `ortlab compare`'s recommendation uses: the spread of the
 baseline's steps after warm-up, of its repeats' medians and (for wall time) the machine's load, as the change between
-the baseline and one burst like it that a 99 % interval covers. On the CPU the steps are timed by their CPU time
-(ortlab.runs.clock: the thread's that runs them), so the noise is the model's, not other processes'. The
+the baseline and one burst like it that a 99 % interval covers. Steps on the CPU on one thread are timed by their CPU
+time (ortlab.runs.clock: the thread's that runs them), so the noise is the model's, not other processes'. The
 memory figures' noise is their repeats' range over their median (the account is exact: 0).
 """
 
