@@ -14,7 +14,8 @@ The clocks:
 - process CPU: time.process_time, every thread of the process (ORT's intra-op threads spin while they wait for
   work, and that spinning counts);
 - thread CPU: time.thread_time, the calling thread's (work done on other threads is not counted): what the engine
-  records as `step_cpu_s` and judges speed by on the CPU (ortlab.engine.machine.StepClock, ortlab.runs.clock);
+  records as `step_cpu_s` for a step on one thread and judges it by (ortlab.engine.machine.StepClock,
+  ortlab.runs.clock);
 - wall - wait: wall time less the calling thread's wait for a core (/proc/thread-self/schedstat's second field; the
   kernel dates it by the scheduler's clock, so a step is now and then off by a tick, several ms).
 
