@@ -20,11 +20,12 @@ The clocks:
   kernel dates it by the scheduler's clock, so a step is now and then off by a tick, several ms).
 
 Found on 2 shared cores (2026-11-28, load average 7-8, one busy neighbour added; two runs of 3 rounds each): with
-`--threads 1` the thread's CPU time gave Tune's noise 6-26 % in five rounds of six (108 % in one) where wall time gave
-4,300-25,000 %, and its interval narrowed from 20 to 40 steps in every round (0.94x-1.08x to 0.92x-1.01x); with
-torch's two threads on the two cores every clock failed (each thread spins at the end of each op for the other, which
-waits for a core: the CPU time swells with the load: 500-2,600 %), OMP_WAIT_POLICY=PASSIVE brought the thread's CPU
-time to 23-44 %, but its ratio moved with where the work ran (1.62x, 0.95x, 1.29x over the rounds).
+`--threads 1` the thread's CPU time gave Tune's noise 6-26 % in five rounds of six (108 % in one) where wall time
+gave 4,300-25,000 %, and its interval narrowed from 20 to 40 steps in five rounds of six (0.94x-1.08x to
+0.92x-1.01x; in the sixth it stayed as narrow, 1.00x-1.13x and 1.02x-1.17x); with torch's two threads on the two
+cores every clock failed (each thread spins at the end of each op for the other, which waits for a core: the CPU
+time swells with the load; Tune's noise by it 48-2,600 %), OMP_WAIT_POLICY=PASSIVE brought the thread's CPU time to
+23-44 %, but its ratio moved with where the work ran (1.62x, 0.95x, 1.29x over the rounds).
 
 An interval counts the wait for a core as a fixed error for the wall clock (`speed.load_share`), none for the others.
 "fastest" is the ratio of the fastest steps' wall times (the median of each backend's 5 fastest). Measured on the
