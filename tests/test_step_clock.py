@@ -127,6 +127,7 @@ def test_the_recommendation_and_tunes_noise_say_the_cpu_time(tmp_path):
     r = recommend({run.backend: run.summary() for run in runs}, {"ortmodule": "agree"}, spreads_of(runs))
     assert r.backend == "ortmodule" and "timed by each step's CPU time on its thread (other processes do not " \
         "count)" in r.line
+    assert r.busy and "measure again on a quiet one" not in r.line  # the neighbours did not decide it
     rows = [measure.figures(_run(tmp_path, "ortmodule", *_busy(8, 0.01, seed), wait=0.8), 3) for seed in (3, 4, 5)]
     assert {row["clock"] for row in rows} == {clock.CPU} and all(row["load"] == 0.0 for row in rows)
     merged, noise = measure.baseline(rows)

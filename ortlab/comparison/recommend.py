@@ -49,7 +49,9 @@ class Recommendation:
         else:
             action = "stay on PyTorch" if has(self.backend, "reference") else f"train with {name}"
         said = not self.told and self.more_steps is None and "busy" in self.reason  # the reason says it already
-        caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy and not said else ""
+        by_cpu = self.clock == clock.said(clock.CPU)  # other processes' turns left out: a busy machine did not decide
+        caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy and not said and not by_cpu \
+            else ""
         where = f" [{self.where}]" if self.where else ""
         timed = f"; timed by {self.clock}" if self.clock and self.ratios else ""
         return f"recommendation: {action}: {self.reason}{caveat}{timed}{where}"
