@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ortlab.comparison.speed import Ratio, Spread, of_runs, ratio
+from ortlab.comparison.speed import Ratio, Spread, clock_of, of_runs, ratio
 from ortlab.engine.backends import REFERENCE, has, label
+from ortlab.runs import clock
 from ortlab.runs.run import RunStatus
 from ortlab.verdict.judge import VerdictStatus
 
@@ -37,6 +38,7 @@ class Recommendation:
     ratios: dict[str, dict[str, Any]] | None = None
     labels: dict[str, str] | None = None  # each backend as named, where not label()'s (its stack and torch)
     where: str | None = None  # where each backend ran, in words (a comparison across stacks)
+    clock: str | None = None  # the step time the speeds were judged by, in words (ortlab.runs.clock)
 
     @property
     def line(self) -> str:
@@ -47,9 +49,12 @@ class Recommendation:
         else:
             action = "stay on PyTorch" if has(self.backend, "reference") else f"train with {name}"
         said = not self.told and self.more_steps is None and "busy" in self.reason  # the reason says it already
-        caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy and not said else ""
+        by_cpu = self.clock == clock.said(clock.CPU)  # other processes' turns left out: a busy machine did not decide
+        caveat = "; timed on a busy machine: measure again on a quiet one" if self.busy and not said and not by_cpu \
+            else ""
         where = f" [{self.where}]" if self.where else ""
-        return f"recommendation: {action}: {self.reason}{caveat}{where}"
+        timed = f"; timed by {self.clock}" if self.clock and self.ratios else ""
+        return f"recommendation: {action}: {self.reason}{caveat}{timed}{where}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"line": self.line}
@@ -64,6 +69,10 @@ def recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | No
         return (labels or {}).get(backend) or label(backend)
 
     found = _recommend(summaries, verdicts, spreads, name_of)
+    timed = [s for s in (spreads or {}).values() if s is not None]
+    if timed:  # the clock the spreads were measured by (spreads_of gives them one)
+        device = next((s.get("device") for s in summaries.values() if s and s.get("device")), None)
+        found = replace(found, clock=clock.said(clock.common(s.clock for s in timed), device))
     return replace(found, labels=labels, where=where) if labels or where else found
 
 
@@ -130,12 +139,12 @@ def _recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | N
 
 def spreads_of(runs: Sequence[Any], earlier: Sequence[Any] = ()) -> dict[str, Spread | None]:
     """Each backend's Spread from a comparison's runs, pooled with `earlier` identical runs of the same backend
-    (`repeats`: the Lab passes its session's runs)."""
-    out = {}
-    for run in runs:
-        same = [r for r in earlier if r is not run and r.backend == run.backend and same_burst(r, run)]
-        out[run.backend] = of_runs([*same, run])
-    return out
+    (`repeats`: the Lab passes its session's runs), all by one clock: each step's CPU time where every run has it,
+    else wall time (ortlab.runs.clock)."""
+    pooled = {run.backend: [*(r for r in earlier if r is not run and r.backend == run.backend and same_burst(r, run)),
+                            run] for run in runs}
+    chosen = clock.common(clock_of(same) for same in pooled.values())
+    return {backend: of_runs(same, clock=chosen) for backend, same in pooled.items()}
 
 
 def recommend_runs(runs: Sequence[Any], verdicts: dict[str, str | None], earlier: Sequence[Any] = ()

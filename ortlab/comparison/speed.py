@@ -8,9 +8,11 @@ uncertainty, on the log scale (a relative error, one standard error), adds three
   standard deviation), x 1.2533 (a median's standard error against a mean's) / sqrt(steps timed);
 - **between**: the spread of repeated bursts' medians (their standard deviation on the log scale) / sqrt(bursts),
   when the same burst ran more than once (Tune repeats its baseline; the Lab keeps a session's earlier bursts);
-- **load**: the share of the burst's time it waited for a core (other work on the machine; `engine.machine`), or,
-  where that was not measured, the share a load average above the cores implies: other work could have taken a
-  different share of the other burst.
+- **load**: for bursts timed by wall time (CUDA, ranks, and CPU runs recorded before a step's CPU time was), the
+  share of the burst's time it waited for a core (other work on the machine; `engine.machine`), or, where that was
+  not measured, the share a load average above the cores implies: other work could have taken a different share of
+  the other burst. A step on the CPU on one thread is timed by its CPU time (`ortlab.runs.clock`: its thread's), which
+  leaves the other work out: no load part, and the interval narrows as steps are added.
 
 Two bursts' ratio (candidate / reference) has the 99 % interval exp(log ratio +- t x the root sum of squares of
 both errors), t Student's quantile for the fewer steps timed (a 10-step burst times 8: t = 3.5; a 100-step one
@@ -27,6 +29,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from ortlab.runs.clock import CPU, WALL, column, common
 
 LEVEL = 99  # the interval's coverage, percent
 Z = 2.576  # its normal quantile (two-sided 99 %), the limit of `quantile` for many steps
@@ -59,6 +63,7 @@ class Spread:
     between: float = 0.0
     load: float = 0.0
     bursts: int = 1
+    clock: str = WALL  # the step time it was measured by (ortlab.runs.clock: CPU or WALL)
 
     @property
     def error(self) -> float:
@@ -85,9 +90,11 @@ def timed(step_times: Sequence[float], warmup: int | None = None) -> list[float]
     return [float(t) for t in list(step_times)[skip:] if t is not None and math.isfinite(t) and t > 0]
 
 
-def spread(bursts: Iterable[Sequence[float]], loads: Iterable[float] = (), warmup: int | None = None) -> Spread | None:
+def spread(bursts: Iterable[Sequence[float]], loads: Iterable[float] = (), warmup: int | None = None,
+           clock: str = WALL) -> Spread | None:
     """The Spread of one backend from the step times of one or more identical bursts (each with its warm-up left
-    out) and each burst's `load_share`; None when no step is left to time."""
+    out) and each burst's `load_share` (by the `clock` they were measured with); None when no step is left to
+    time."""
     kept = [t for t in (timed(b, warmup) for b in bursts) if t]
     if not kept:
         return None
@@ -99,18 +106,25 @@ def spread(bursts: Iterable[Sequence[float]], loads: Iterable[float] = (), warmu
     medians = [math.log(statistics.median(b)) for b in kept]
     between = statistics.stdev(medians) / math.sqrt(len(medians)) if len(medians) > 1 else 0.0
     loads = list(loads)
-    return Spread(math.exp(middle), n, within, between, max(loads, default=0.0), len(kept))
+    return Spread(math.exp(middle), n, within, between, max(loads, default=0.0), len(kept), clock)
 
 
-def of_runs(runs: Sequence[Any], warmup: int | None = None) -> Spread | None:
-    """The Spread of identical runs of one backend (ortlab.runs.run.Run: their metrics' step times and machine)."""
+def clock_of(runs: Sequence[Any]) -> str:
+    """The clock runs can be judged by together (ortlab.runs.clock): their CPU time when every one has it."""
+    return common(column(run.metrics) for run in runs)
+
+
+def of_runs(runs: Sequence[Any], warmup: int | None = None, clock: str | None = None) -> Spread | None:
+    """The Spread of identical runs of one backend (ortlab.runs.run.Run: their metrics' step times and machine), by
+    `clock` (default: `clock_of(runs)`); the CPU time has no load part (other work is not in it)."""
+    clock = clock or clock_of(runs)
     bursts, loads = [], []
     for run in runs:
         m = run.metrics
-        if len(m) and "step_time_s" in m:
-            bursts.append(list(m["step_time_s"]))
-            loads.append(load_share(run.meta.get("machine")))
-    return spread(bursts, loads, warmup)
+        if len(m) and clock in m:
+            bursts.append(list(m[clock]))
+            loads.append(0.0 if clock == CPU else load_share(run.meta.get("machine")))
+    return spread(bursts, loads, warmup, clock)
 
 
 @dataclass(frozen=True)

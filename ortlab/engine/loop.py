@@ -28,7 +28,7 @@ from ortlab.engine.backends import Backend, make, registered
 from ortlab.engine.collectors import Collector, make_collectors
 from ortlab.engine.config import BurstConfig, optimizer_for, resolve_device
 from ortlab.engine.headroom import refuse_unfit
-from ortlab.engine.machine import Contention, fit_threads
+from ortlab.engine.machine import Contention, StepClock, fit_threads
 from ortlab.engine.peak import PeakMemory
 from ortlab.engine.sampling import Feed
 from ortlab.engine.types import BurstError, Evidence, Transition
@@ -73,6 +73,7 @@ class _Burst:
     first: dict[str, Any] | None = None  # a parity burst's first step (ortlab.runs.evidence): judged elsewhere
     extra: dict[str, Any] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
+    clock: StepClock = field(default_factory=lambda: StepClock(True))  # each step's times (ortlab.runs.clock)
 
 
 
@@ -81,6 +82,8 @@ class Engine:
     runs bursts in this process; the worker process holds one, and `in_process=True` uses one directly."""
 
     time_forward = False  # wait for the device after the forward (a rank compares its forward time with the others')
+    cpu_clock = True  # on the CPU, one thread: each step's CPU time beside its wall time (ortlab.runs.clock; a
+    # rank's step waits on the others)
 
     def __init__(self, ref: ModelRef, seed: int = 0, import_options: Options | None = None,
                  snapshot: str | Path | None = None):
@@ -219,7 +222,8 @@ class Engine:
                           else f"the burst could not start: {type(e).__name__}: {e}")
             raise
         return _Burst(cfg, options, device, path, writer, optimizer, scheduler, collectors, timers, PeakMemory(device),
-                      feed, self.current, scaler, runner=self.model)
+                      feed, self.current, scaler, runner=self.model,
+                      clock=StepClock(device.type == "cpu" and self.cpu_clock and torch.get_num_threads() == 1))
 
     def _feed(self, cfg: BurstConfig) -> Feed:
         """The batches this process trains on (a rank of a distributed burst: its share)."""
@@ -256,7 +260,7 @@ class Engine:
         first = self._batch(b, step, 0)  # at step 0 the backend wraps the model on it, before the step begins
         for c in b.collectors.values():
             c.step_begin(step)
-        started = time.perf_counter()
+        b.clock.start()
         for j in range(work.accumulation):
             total += self._micro(b, step, j, first if j == 0 else self._batch(b, step, j))
         if step == 0 and b.cfg.parity:  # before the optimizer moves the gradients (a rank's: after their reduction)
@@ -265,10 +269,11 @@ class Engine:
             c.phase(step, "optimizer")
         b.stage = "optimizer"
         work.optimizer_step(self.model, b.optimizer, b.scheduler, b.scaler)
-        elapsed = time.perf_counter() - started
+        times = b.clock.stop()  # wall time, and on the CPU the step's CPU time (ortlab.runs.clock)
         for c in b.timers:
             c.phase(step, "end")
-        row = {"step": step, "loss": total, "step_time_s": elapsed,
+        elapsed = times["step_time_s"]
+        row = {"step": step, "loss": total, **times,
                "samples_per_s": (work.batch_size or 1) * work.accumulation / elapsed if elapsed > 0 else None,
                **b.memory.figures()}
         row.update(b.feed.load(step) or {})

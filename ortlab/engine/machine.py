@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.errors import OrtlabWarning
+from ortlab.runs.clock import CPU, WALL
 
 
 class OversubscribedWarning(OrtlabWarning):
@@ -90,6 +91,24 @@ def warn_oversubscribed(ranks: int) -> None:
         warnings.warn(f"{ranks} ranks on {cores} core{'s' if cores > 1 else ''}: they take turns on the cores, so "
                       "each step takes several times as long and the timings say little about the model",
                       OversubscribedWarning, stacklevel=3)
+
+
+class StepClock:
+    """A step's wall time and, with `cpu` (a step on the CPU), the CPU time of the thread that runs it, which other
+    processes' turns on the cores leave out (ortlab.runs.clock). `start()` before the step, `stop()` after it, in the
+    same thread: the row's columns."""
+
+    def __init__(self, cpu: bool):
+        self.cpu = cpu
+        self._wall, self._cpu = 0.0, 0.0
+
+    def start(self) -> None:
+        self._cpu = time.thread_time() if self.cpu else 0.0
+        self._wall = time.perf_counter()
+
+    def stop(self) -> dict[str, float]:
+        wall = time.perf_counter() - self._wall
+        return {WALL: wall, CPU: time.thread_time() - self._cpu} if self.cpu else {WALL: wall}
 
 
 class Contention:

@@ -60,6 +60,7 @@ class RankEngine(Engine):
     workload's dataset (ortlab.engine.sampling)."""
 
     time_forward = True
+    cpu_clock = False  # its step waits on the other ranks (their gradients): its wall time is its time
 
     def __init__(self, ref, seed: int, snapshot: str | None, run: Path, timeout_s: float):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()

@@ -115,7 +115,9 @@ FACTS: tuple[Fact, ...] = (
     Fact("fixes", "fixes", spec=_joined),  # ortlab.compat's fixes applied
     Fact("steps", "steps", spec="d", always=True),
     Fact("final_loss", "final loss", spec=".4f", always=True),
-    Fact("median_step_s", "median step", "ms", "ms", always=True, compared=True),
+    Fact("median_step_s", "median step", "ms", "ms", always=True, compared=True),  # by the clock below
+    Fact("median_wall_s", "median step, wall time", "ms", "ms", compared=True),  # CPU: beside its CPU time
+    Fact("step_clock", "step timed by"),  # ortlab.runs.clock: "CPU time" (its thread's) or "wall time"
     Fact("startup_s", "start-up", "s", ".2f", compared=True, instead="startup_note"),  # ORT's init, compile time
     Fact("peak_mem_mb", "peak resident set", "MB", ".0f", applies=_not_cuda, always=True),
     Fact("peak_mem_mb", "peak CUDA allocated", "MB", ".0f", applies=_cuda, always=True),

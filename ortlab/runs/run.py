@@ -255,8 +255,14 @@ class Run:
         if len(m):
             out["final_loss"] = _number(m["loss"].iloc[-1])
             if "step_time_s" in m:
-                timed = m["step_time_s"].iloc[1:] if len(m) > 1 else m["step_time_s"]
-                out["median_step_s"] = _number(timed.median())
+                from ortlab.runs import clock
+
+                judged = clock.column(m)  # the step's CPU time on the CPU; wall time on CUDA and in older runs
+                timed = m.iloc[1:] if len(m) > 1 else m
+                out["median_step_s"] = _number(timed[judged].median())
+                out["step_clock"] = clock.SHORT[judged]
+                if judged != clock.WALL:  # the wall time too: what a person waits for
+                    out["median_wall_s"] = _number(timed[clock.WALL].median())
                 for key in ("comm_s", "comm_share"):  # a rank's time with a collective in flight (engine.comm)
                     if key in m:
                         out[key] = _number((m[key].iloc[1:] if len(m) > 1 else m[key]).median())

@@ -5,9 +5,10 @@ activation peak and stash from ortlab's memory account (collector "memory": memo
 resident set (peak_mem_mb on the CPU; torch's allocator peak on CUDA).
 
 The time noise is `ortlab.comparison.speed`'s, the one `ortlab compare`'s recommendation uses: the spread of the
-baseline's steps after warm-up, of its repeats' medians and the machine's load, as the change between the baseline and
-one burst like it that a 99 % interval covers. The memory figures' noise is their repeats' range over their median
-(the account is exact: 0).
+baseline's steps after warm-up, of its repeats' medians and (for wall time) the machine's load, as the change between
+the baseline and one burst like it that a 99 % interval covers. Steps on the CPU on one thread are timed by their CPU
+time (ortlab.runs.clock: the thread's that runs them), so the noise is the model's, not other processes'. The
+memory figures' noise is their repeats' range over their median (the account is exact: 0).
 """
 
 from __future__ import annotations
@@ -18,28 +19,33 @@ from collections.abc import Sequence
 from typing import Any
 
 from ortlab.comparison import speed
+from ortlab.runs import clock
 from ortlab.runs.memory import MB
 from ortlab.tuning.goals import METRICS
 
+SAID = {clock.CPU: "CPU time, other processes excluded", clock.WALL: "wall time"}  # the clock, in the warning
 QUIET_SPREAD = 0.05  # a quiet CPU's spread of step times (log scale): what `resolvable` assumes before measuring
 
 COLLECT = {"memory": {}}  # every measured burst: its activation-memory account
 
 
 def figures(run: Any, warmup: int) -> dict[str, Any]:
-    """{median_step_ms, activation_mb, stash_mb, rss_mb, exact, steps_timed, timed_ms, load} of one burst (None: not
-    measured; `timed_ms`: the step times after warm-up, `load`: the share of its time other work took)."""
+    """{median_step_ms, activation_mb, stash_mb, rss_mb, exact, steps_timed, timed_ms, clock, device, load} of a burst
+    (None: not measured; `timed_ms`: the step times after warm-up by `clock` (ortlab.runs.clock: each step's CPU
+    time on the CPU, else wall time), `load`: the share of its time other work took where wall time counts it)."""
     m = run.metrics
     timed = m.iloc[warmup:] if len(m) > warmup else m.iloc[0:0]
-    times = [round(float(t) * 1000, 4) for t in timed["step_time_s"]] if len(timed) else []
+    judged = clock.column(m)  # each step's CPU time on the CPU (other processes excluded), else wall time
+    times = [round(float(t) * 1000, 4) for t in timed[judged]] if len(timed) else []
     memory = run.memory or {}
     peak, stash = memory.get("peak_activation_bytes"), memory.get("stashed_bytes")
-    return {"median_step_ms": float(timed["step_time_s"].median() * 1000) if len(timed) else None,
+    return {"median_step_ms": float(timed[judged].median() * 1000) if len(timed) else None,
             "activation_mb": None if peak is None else peak / MB,
             "stash_mb": None if stash is None else stash / MB,
             "rss_mb": float(m["peak_mem_mb"].max()) if len(m) and "peak_mem_mb" in m else None,
             "exact": bool(memory.get("exact", not memory.get("uncertain"))) if peak is not None else None,
-            "steps_timed": len(timed), "timed_ms": times, "load": speed.load_share(run.meta.get("machine"))}
+            "steps_timed": len(timed), "timed_ms": times, "clock": judged, "device": run.meta.get("device"),
+            "load": 0.0 if judged == clock.CPU else speed.load_share(run.meta.get("machine"))}
 
 
 def metric_values(row: dict[str, Any]) -> dict[str, float | None]:
@@ -58,6 +64,7 @@ def baseline(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
         merged[key] = statistics.median(values) if values else None
     merged["exact"] = all(r.get("exact") for r in rows) if rows else None
     merged["steps_timed"] = sum(r.get("steps_timed", 0) for r in rows)
+    merged["clock"] = clock_of(rows)
     for metric, (column, _, _) in METRICS.items():
         values = [r[column] for r in rows if r.get(column) is not None]
         middle = statistics.median(values) if values else None
@@ -71,8 +78,13 @@ def baseline(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
 def time_spread(rows: Sequence[dict[str, Any]]) -> speed.Spread | None:
     """The Spread of the baseline's step times after warm-up, over its repeats (rows without `timed_ms`: None)."""
     bursts = [r["timed_ms"] for r in rows if r.get("timed_ms")]
-    return speed.spread(bursts, [r.get("load") or 0.0 for r in rows if r.get("timed_ms")], warmup=0) if bursts \
-        else None
+    return speed.spread(bursts, [r.get("load") or 0.0 for r in rows if r.get("timed_ms")], warmup=0,
+                        clock=clock_of(rows)) if bursts else None
+
+
+def clock_of(rows: Sequence[dict[str, Any]]) -> str:
+    """The clock the rows' times were taken by (rows of runs recorded before a step's CPU time: wall time)."""
+    return clock.common(r.get("clock") or clock.WALL for r in rows if r.get("timed_ms"))
 
 
 def resolvable(timed: int, repeats: int, spread: float = QUIET_SPREAD) -> float:
@@ -137,4 +149,9 @@ def noise_check(goals: Any, rows: Sequence[dict[str, Any]], noise: dict[str, flo
     more = (f"about {steps} timed steps per burst would bring it to 10 %" if steps is not None else
             "more steps would not bring it down: other work on the machine or the repeats' spread is most of it; "
             "tune on a quieter machine")
-    return [f"the baseline's step time noise is {shown}: a time change smaller than that counts as none ({more})"]
+    timed = clock_of(rows)
+    if timed == clock.WALL and any(r.get("device") == "cpu" for r in rows):  # benchmarks/step_clock.py
+        more += ("; on a shared CPU, OMP_NUM_THREADS=1 before Python starts times each step by its CPU time, "
+                 "which other processes do not count")
+    return [f"the baseline's step time noise is {shown} (timed by {SAID[timed]}): a time change smaller than "
+            f"that counts as none ({more})"]

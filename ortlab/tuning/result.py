@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab.options import Options
+from ortlab.runs import clock
 from ortlab.runs.run import RunStatus
 from ortlab.tuning import measure
 from ortlab.tuning.goals import BETTER, METRICS, MISSES, SAME, WORSE, Goals, decide, measured, score
@@ -256,9 +257,12 @@ class Tuning:
     def _noise_words(self) -> str:
         parts = [f"{m} {_percent(v)}" for m, v in self.noise.items()]
         repeats = self.rows[0].get("repeats", 0) if self.rows else 0
-        return (f"the baseline's noise over {repeats} repeats (time: its steps' spread after warm-up, its repeats' and "
-                f"the machine's load, 99 %; memory and rss: range / median): {', '.join(parts)}; a change within it "
-                "counts as none")
+        cpu = (self.rows[0].get("clock") if self.rows else None) == clock.CPU
+        timed = (f"time: timed by {clock.said(clock.CPU)}, its steps' spread after warm-up and its repeats'" if cpu
+                 else "time: timed by wall time, its steps' spread after warm-up, its repeats' and "
+                 "the machine's load")
+        return (f"the baseline's noise over {repeats} repeats ({timed}, 99 %; memory and rss: range / median): "
+                f"{', '.join(parts)}; a change within it counts as none")
 
 
 def _percent(value: float) -> str:

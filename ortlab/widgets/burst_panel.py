@@ -24,6 +24,10 @@ from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import STOPPED, checkbox, flexible, row, status_color, stop_button, table
 
 PLOT_INTERVAL_S = 0.5
+# the step shown and its pace, at most this often: each widget update costs tens of ms on a loaded machine, and a
+# display updated for every step fell behind the worker (a Stop clicked at "step 30" ended it at 110, the line then
+# replaying 80 steps); the rows are all kept, the display shows the newest (a timer shows the last one)
+SHOW_INTERVAL_S = 0.2
 GREYED = "<div style='opacity:0.45'><i>the previous burst's, until this one ends</i>{}</div>"
 SAVE_GRAPHS = "save exported graphs"  # the checkbox's label: other tabs name it where they need graphs
 
@@ -162,6 +166,7 @@ class BurstPanel(Background, W.VBox):
         self._curves: dict[str, list[float]] = {}
         self._earlier: dict[str, list[float]] = {}  # earlier runs' curves, overlaid when asked
         self._pace: Pace | None = None
+        self._seen, self._shown, self._drawn, self._show_later = 0, 0.0, 0.0, None  # steps reported; when shown
         self._after_first: str | None = None  # the status once a backend's first step ended (None: keep it)
         self.last_runs: list = []
         self.last_check = None  # the CheckReport of the last Check
@@ -183,7 +188,7 @@ class BurstPanel(Background, W.VBox):
         self._curves = {b: [] for b in backends}
         self._earlier = self._earlier_curves() if self.overlay.value else {}
         self._rank_runs: dict[str, Path | None] = {}
-        self._drawn = 0.0
+        self._drawn, self._seen = 0.0, 0
         self._pace = None
         self.progress.max, self.progress.value = self.steps.value * len(backends), 0
         self.run_button.disabled, self.check_button.disabled, self.stop_button.disabled = True, True, False
@@ -265,6 +270,7 @@ class BurstPanel(Background, W.VBox):
         except Exception as e:  # shown in the panel, never printed over the notebook
             self.status.value = error_html(e)
         finally:
+            self.progress.value = self._seen  # every step the worker reported
             if self._pace is not None:  # how it ended, not an estimate of a time left that will not come
                 stopped = any(r.status in STOPPED for r in runs)
                 self._pace.end("stopped" if stopped else "finished" if runs and all(r.ok for r in runs) else "ended")
@@ -330,12 +336,19 @@ class BurstPanel(Background, W.VBox):
     def _step(self, backend: str, row: dict) -> None:
         if backend in self._curves:
             self._curves[backend].append(row["loss"])
-        self.progress.value += 1
+        self._seen += 1
         if self._pace is not None:
             self._pace.step(row)
             if self._pace.done == 1 and self._after_first is not None:
                 self.status.value = self._after_first
-            self.pace.value = f"<span style='color:#444'>{html.escape(self._pace.line())}</span>"
+        if time.monotonic() - self._shown >= SHOW_INTERVAL_S:
+            self._show_step()
+        elif self._show_later is None:  # the newest step is shown once the interval is over, even if none follows
+            import threading
+
+            self._show_later = threading.Timer(SHOW_INTERVAL_S, self._show_step)
+            self._show_later.daemon = True
+            self._show_later.start()
         # drawing takes ~50 ms: at most twice a second (in-process bursts call this from their training loop);
         # the final curve is drawn when the bursts end
         now = time.monotonic()
@@ -347,6 +360,13 @@ class BurstPanel(Background, W.VBox):
                     self._set_rank_curves(backend, files.rank_losses(self._rank_runs[backend]))
             self._draw()
             self._drawn = now
+
+    def _show_step(self) -> None:
+        """The progress bar and the pace line at the newest step the worker reported."""
+        self._shown, self._show_later = time.monotonic(), None
+        self.progress.value = self._seen
+        if self._pace is not None:
+            self.pace.value = f"<span style='color:#444'>{html.escape(self._pace.line())}</span>"
 
     def _draw(self) -> None:
         """The loss curves that have steps (a backend a Stop kept from running has no curve, nor a legend entry),
