@@ -164,8 +164,8 @@ class Lab(W.Tab):
 
     def mirror(self):
         """The Lab as one anywidget (ortlab.widgets.mirror: its JavaScript ships in ortlab), for the front ends that
-        render anywidget and not ipywidgets' containers (marimo), or fetch widget code from a CDN; `display(
-        lab.mirror())` shows it in JupyterLab too. Every panel works through it as it does in the widgets."""
+        render anywidget and not ipywidgets' containers (marimo), or fetch widget code from a CDN; shown by
+        `display(lab.mirror())` in JupyterLab too. Every panel works through it as it does in the widgets."""
         if self._mirror is None:
             from ortlab.widgets.mirror import Mirror
 
