@@ -127,8 +127,10 @@ class Mirror(anywidget.AnyWidget):
             return  # closed (the mirror or the widget), or still being built
         with self._lock:
             changed: dict[str, Any] = {}
-            self._walk(widget, changed) if change.get("name") == "children" else changed.update(
-                {widget.model_id: node_of(widget)})
+            if name == "children":  # new widgets under it are watched from now on
+                self._walk(widget, changed)
+            else:
+                changed[widget.model_id] = node_of(widget)
             self.nodes.update(changed)  # in place: a view opened later starts from here
             self.send({"type": "nodes", "nodes": changed})  # in the order the changes were made
 
