@@ -162,6 +162,9 @@ def _drive(jupyterlab, page, shots):
     start_burst(lab, 8)
     lab.locator("table", has_text="final loss").first.wait_for(timeout=300_000)
     lab.locator(".widget-html", has_text="ortmodule: ok").first.wait_for()
+    # the Lab's static results (for an exported HTML: ortlab.widgets.static) are in the notebook, hidden by the
+    # Lab's stylesheet: the Lab shows once
+    assert page.locator(".ortlab-static").count() >= 1 and page.locator(".ortlab-static >> visible=true").count() == 0
     assert lab.locator("img >> visible=true").count() == 1  # the loss curve
     assert "first export" in lab.inner_text() or "reuse" in lab.inner_text()
     lab.scroll_into_view_if_needed()

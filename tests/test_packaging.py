@@ -208,7 +208,8 @@ def test_the_lock_install_check_installs_and_fails_on_an_unpinned_dependency(tmp
 @pytest.mark.slow
 def test_an_installed_ortlab_reads_the_stacks_table_it_ships(tmp_path):
     """The stacks' table is data beside ortlab/stacks/table.py (package-data): `pip install .` of a copy of the
-    package, away from the checkout, holds it and reads the same stacks."""
+    package, away from the checkout, holds it and reads the same stacks; the Lab's JavaScript ships beside its
+    module too."""
     import shutil
 
     src = tmp_path / "src"
@@ -221,6 +222,7 @@ def test_an_installed_ortlab_reads_the_stacks_table_it_ships(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     code = "import ortlab.stacks.table as t; print(t.__file__); print(sorted((s, i.locks) for s, i in " \
         "t.STACKS.items()))"
+    assert (tmp_path / "site" / "ortlab" / "widgets" / "mirror.js").is_file()  # the Lab's anywidget renderer
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(tmp_path / "site")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -1,7 +1,10 @@
-"""The Lab: ortlab's panels as tabs over one Session. Displaying it is the whole user interface."""
+"""The Lab: ortlab's panels as tabs over one Session. Displaying it is the whole user interface: its widgets, and
+beside them its last results as plain HTML (ortlab.widgets.static) for wherever no widget front end runs."""
 
 from __future__ import annotations
 
+import contextlib
+import html
 import importlib
 from pathlib import Path
 from typing import Any
@@ -75,6 +78,9 @@ class Lab(W.Tab):
         super().__init__(children=list(panels.values()), titles=tuple(panels))
         self.add_class("ortlab-lab")
         self.selected_index = 1
+        self._static_id: str | None = None  # the display id of the static results, once the Lab was displayed
+        self._last: tuple[list, str, bytes | None] = ([], "", None)  # the last burst's runs, status HTML, distances
+        self._mirror = None  # the Lab as one anywidget, once asked for (marimo asks: _display_)
 
     @property
     def runs(self) -> list:
@@ -88,20 +94,23 @@ class Lab(W.Tab):
         """A PyTorch burst beside an ORTModule one (on the current stack, torch.compile) with the panel's current
         options (what the Run button does for backend 'both'), returned as a Comparison."""
         comparison = self.session.compare(steps, self.options_panel.options, **kwargs)
-        self._after_burst(comparison.runs)
+        verdicts = {b: v for b in comparison.others if (v := comparison.verdict_of(b)) is not None}
+        status = self.burst_panel._summary(comparison.runs, verdicts)
+        with contextlib.suppress(Exception):  # a recommendation that cannot be made costs nothing of the results
+            status += f"<br><b>{html.escape(comparison.recommendation().line)}</b>"
+        self._after_burst(comparison.runs, status)
         return comparison
 
     def burst(self, backend: str | None = None, steps: int = 20, **kwargs):
         """One burst with the Options tab's options, shown in the Lab's panels; returns the Run. The backend by
         default is the one a comparison sets beside PyTorch here: ORTModule, or torch.compile on the current stack."""
         run = self.session.burst(backend or default_backends()[1], steps, self.options_panel.options, **kwargs)
-        self._after_burst([run])
+        self._after_burst([run], self.burst_panel._summary([run]))
         return run
 
-    def _header(self) -> str:
-        """The model the Lab trains, by name (its class and arguments, size and batch once a burst has built it)."""
-        import html
-
+    def _header(self, style: bool = True) -> str:
+        """The model the Lab trains, by name (its class and arguments, size and batch once a burst has built it);
+        `style`: with the Lab's stylesheet (not in the static results, which it hides)."""
         model = next((r.meta.get("model") for r in reversed(self.session.runs) if r.meta.get("model")), None) or {}
         ref = self.session.ref.describe()
         name = model.get("name") or ref
@@ -110,11 +119,20 @@ class Lab(W.Tab):
                  f"batch {model['batch_size']}" if model.get("batch_size") else "",
                  "" if model else "its size once a burst has built it",
                  f"runs in {shown_path(Path(self.session.out))}"]
-        return (STYLE + "<div style='line-height:1.4;margin:2px 0 6px'><b>model</b> " + html.escape(name)
-                + "<span style='color:#666'> · " + html.escape(" · ".join(f for f in facts if f)) + "</span></div>")
+        return ((STYLE if style else "") + "<div style='line-height:1.4;margin:2px 0 6px'><b>model</b> "
+                + html.escape(name) + "<span style='color:#666'> · " + html.escape(" · ".join(f for f in facts if f))
+                + "</span></div>")
 
-    def _after_burst(self, runs: list) -> None:
+    def _after_burst(self, runs: list, status: str | None = None) -> None:
+        """Every tab shows what a burst (or Tune, Find plans: `runs` empty) changed; the static results the last
+        burst's (the Burst tab's Run: its status and distances)."""
         self.header.value = self._header()
+        if runs:
+            panel = self.burst_panel
+            ran_here = runs == panel.last_runs
+            self._last = (list(runs), panel.status.value if ran_here else status or "",
+                          panel.distances.value or None if ran_here else None)
+            self._show_static()
         if any(has(r.backend, "onnx_stages") for r in runs):  # a burst that ran ORTModule's options
             self.options_panel.reference = self.options_panel.options
             self.options_panel._refresh()
@@ -122,6 +140,52 @@ class Lab(W.Tab):
         for panel in self.extra_panels.values():
             if hasattr(panel, "refresh"):
                 panel.refresh()
+
+    def static_html(self) -> str:
+        """The last burst's results as self-contained HTML (ortlab.widgets.static): what an exported HTML, GitHub
+        and nbviewer show of the Lab."""
+        from ortlab.widgets.static import results_html
+
+        runs, status, distances = self._last
+        return results_html(self._header(style=False), runs, status, None, distances)
+
+    def _ipython_display_(self) -> None:
+        """The widgets (what JupyterLab, Notebook, VS Code and Colab show), then the static results as an output of
+        their own, which every burst updates (where the widgets render, the Lab's stylesheet hides it)."""
+        import uuid
+
+        from IPython.display import display
+
+        from ortlab.widgets.static import bundle
+
+        display(self._repr_mimebundle_(), raw=True)
+        self._static_id = self._static_id or f"ortlab-lab-{uuid.uuid4().hex}"
+        display(bundle(self.static_html()), raw=True, display_id=self._static_id)
+
+    def mirror(self):
+        """The Lab as one anywidget (ortlab.widgets.mirror: its JavaScript ships in ortlab), for the front ends that
+        render anywidget and not ipywidgets' containers (marimo), or fetch widget code from a CDN; shown by
+        `display(lab.mirror())` in JupyterLab too. Every panel works through it as it does in the widgets."""
+        if self._mirror is None:
+            from ortlab.widgets.mirror import Mirror
+
+            self._mirror = Mirror(self)
+        return self._mirror
+
+    def _display_(self):
+        """marimo's display protocol: a cell that ends with the Lab shows its anywidget mirror."""
+        return self.mirror()
+
+    def _show_static(self) -> None:
+        """The static results updated where the Lab was displayed (nowhere else: no output outside IPython)."""
+        if self._static_id is None:
+            return
+        from IPython.display import update_display
+
+        from ortlab.widgets.static import bundle
+
+        with contextlib.suppress(Exception):  # a failed extra output never costs the burst it shows
+            update_display(bundle(self.static_html()), raw=True, display_id=self._static_id)
 
     def close(self) -> None:
         """Stop the worker and whatever the panels run (a netron server, a burst thread)."""
@@ -132,6 +196,8 @@ class Lab(W.Tab):
                 panel.stop()
         for panel in self.extra_panels.values():
             panel.close()
+        if self._mirror is not None:
+            self._mirror.close()
         self.session.close()
         super().close()
 
@@ -141,14 +207,10 @@ class Lab(W.Tab):
 
 
 def _broken_view(title: str, module: str, error: Exception) -> W.HTML:
-    import html
-
     return W.HTML(f"<p><b>The {html.escape(title)} view could not load</b> ({html.escape(module)}): "
                   f"<code>{html.escape(type(error).__name__)}: {html.escape(str(error))}</code></p>")
 
 
 def _note(text: str) -> W.VBox:
     """A line where a tab's content would be (in a box: the model's name goes atop it as on every tab)."""
-    import html
-
     return W.VBox([W.HTML(f"<p style='color:#555'>{html.escape(text)}</p>")])

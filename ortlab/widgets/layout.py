@@ -28,7 +28,8 @@ _WORDS = {"rss": "resident set", "mb": "MB", "ms": "ms", "pct": "%", "ort": "ORT
 # The Lab's stylesheet (scoped to the Lab): rows wrap, a control is never wider than its row, figures and preformatted
 # text fit the panel, the tabs wrap onto a second line rather than shrink to unreadable stubs. ipywidgets' HTML
 # widgets set a line height of one control row (28 px) for their content, which makes every table row as tall:
-# their content gets a text line height.
+# their content gets a text line height. Where the widgets render, the Lab's static results (ortlab.widgets.static,
+# for front ends without widgets) are hidden, output and all.
 STYLE = """<style>
 .ortlab-lab .widget-hbox, .ortlab-lab .jupyter-widget-hbox { flex-wrap: wrap; row-gap: 2px; }
 .ortlab-lab .widget-inline-hbox, .ortlab-lab .jupyter-widget-inline-hbox { max-width: 100%; min-width: 0; }
@@ -41,6 +42,7 @@ STYLE = """<style>
 .ortlab-lab .widget-toggle-buttons .widget-toggle-button { width: auto; }
 .ortlab-lab .widget-checkbox { height: auto; min-height: var(--jp-widgets-inline-height); }
 .ortlab-lab .widget-checkbox label > span { white-space: normal; overflow-wrap: anywhere; line-height: 1.3; }
+.jp-OutputArea-child:has(.ortlab-static), .output_area:has(.ortlab-static), .ortlab-static { display: none !important; }
 </style>"""
 
 
