@@ -241,3 +241,41 @@ def test_a_rank_that_saw_other_data_or_drifted_is_named(tmp_path, factory, cause
     _, verdict = _judged(tmp_path, f"{RANKS}:{factory}", TINY)
     named = [c for c in verdict.causes if c.get("cause") == cause]
     assert named and words in named[0]["text"], verdict
+
+
+# -- the one-process reference: replayed once for every run of the same snapshot, global batches and training
+
+
+def test_the_one_process_replays_are_made_once_per_snapshot_global_batches_and_training():
+    from dataclasses import replace
+
+    from ortlab.engine.loop import Engine
+    from ortlab.verdict import sharded
+    from ortlab.workload import ModelRef
+
+    engine = Engine(ModelRef.of("ortlab.demo:gpt", **TINY))
+    cfg = BurstConfig(backend="pytorch", steps=1, nproc=2, parity=True, device="cpu", optimizer="adamw")
+    first, reused = sharded.replays(engine, cfg, "auto", "ddp-run")
+    assert not reused and first["for"] == "ddp-run" and len(first["fp32"]["losses"]) == 1
+    for same in (replace(cfg, name="fixed", sync_batchnorm=True), replace(cfg, strategy="zero1"),
+                 replace(cfg, backend="ortmodule")):
+        again, reused = sharded.replays(engine, same, "auto", "other-run")
+        assert reused and again is first and again["for"] == "ddp-run"
+    for other in (replace(cfg, lr=cfg.lr * 2), replace(cfg, steps=2), replace(cfg, seed=1)):
+        made, reused = sharded.replays(engine, other, "auto", "other-run")
+        assert not reused and made["for"] == "other-run"
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_a_distributed_comparison_replays_its_one_process_reference_once(tmp_path):
+    from ortlab.runs.files import read_json
+
+    with Session(None, TINY, out=tmp_path / "runs") as s:
+        comparison = s.compare(2, backends="pytorch,ortmodule", nproc=2, parity=True, device="cpu", progress=False)
+    runs = comparison.runs
+    assert [r.status for r in runs] == ["ok", "ok"], [r.error for r in runs]
+    made = [read_json(r.path / "one-process" / "replays.json") for r in runs]
+    assert [m["reused"] for m in made] == [False, True], made  # replayed for the first, reused by the second
+    assert {m["for"] for m in made} == {runs[0].path.name} and made[0]["key"] == made[1]["key"]
+    assert f"the replays made for {runs[0].path.name}" in " ".join(comparison.verdict_of("ortmodule").notes)

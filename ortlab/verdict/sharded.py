@@ -14,6 +14,7 @@ saw other data than its share of the global batch, parameters out of sync.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,6 +32,8 @@ TASK = f"{__name__}:reference"
 AGAINST = "against one process of the same global batch"
 REFERENCE_FOLDER = "one-process"  # in the distributed run's folder: the reference's end state (final_state.json)
 KIND = "distributed"  # a cause's kind
+CACHE = "_one_process"  # on the engine: the last replays (`replays`), one reference's memory
+REPLAYS_FILE = "replays.json"  # in REFERENCE_FOLDER: the replays' key and the run they were made for
 
 
 class GlobalFeed:
@@ -67,55 +70,98 @@ def concatenated(parts: list[Any]) -> Any:
     return first
 
 
-def reference(engine: Any, cfg: Any, ranks: list[str], loss0: float | None = None, float64: str = "auto"
-              ) -> dict[str, Any]:
-    """The task run where the model is (Engine.task): one fp32 process (in the ranks' precision, on the CPU, where the
-    ranks' records are) and the float64 arbiter on the global batch of `cfg`'s ranks from the engine's snapshot,
-    rank 0's recorded first step judged against them (its loss: the global `loss0`), with what names a distributed
-    cause: each rank's recorded batches against its share, the loss's reduction, the model's BatchNorm modules."""
+def reference(engine: Any, cfg: Any, ranks: list[str], loss0: float | None = None, float64: str = "auto",
+              run: str = "") -> dict[str, Any]:
+    """The task run where the model is (Engine.task): the one-process replays of `cfg`'s global batch (`replays`:
+    made once for every run of the same snapshot, global batches and training, here for `run` when no run before
+    it made them) and rank 0's recorded first step judged against them (its loss: the global `loss0`), with what
+    names a distributed cause: each rank's recorded batches against its share, the loss's reduction, the model's
+    BatchNorm modules."""
+    one, reused = replays(engine, cfg, float64, run)
+    out: dict[str, Any] = {"other_data": _other_data(engine.workload, cfg, ranks),
+                           **{k: one[k] for k in ("reduction", "batch_norms", "fp32", "float64") if k in one},
+                           "replays": {"key": one["key"], "for": one["for"], "reused": reused}}
+    out["gradients"] = judged(engine, cfg, one, ranks[0], loss0)
+    return out
+
+
+def replay_key(cfg: Any, float64: str = "auto") -> str:
+    """What the one-process replays depend on besides the engine's snapshot and model: the global batches (sampler,
+    seed, world size) and what shapes training (optimizer, lr, steps, precision, device), and the float64 mode. Not
+    the backend, the strategy, SyncBatchNorm or the fixes: those shape the ranks, not one process."""
+    optimizer = "adamw" if str(cfg.optimizer) == "zero1" else str(cfg.optimizer)  # zero1: AdamW, sharded
+    return json.dumps({"sampler": None if cfg.sampler is None else str(cfg.sampler), "seed": cfg.seed,
+                       "world": cfg.world_size, "optimizer": optimizer, "lr": cfg.lr, "steps": cfg.steps,
+                       "precision": str(cfg.precision), "device": str(cfg.device), "float64": str(float64)},
+                      sort_keys=True)
+
+
+def replays(engine: Any, cfg: Any, float64: str = "auto", run: str = "") -> tuple[dict[str, Any], bool]:
+    """(the one-process reference of `cfg`'s global batch from the engine's snapshot, whether it was reused): one
+    fp32 process (in the ranks' precision, on the CPU, where the ranks' records are) and the float64 arbiter,
+    with the loss's reduction and the model's BatchNorm modules. Kept on the engine for the last `replay_key`
+    only (one reference's memory: a comparison judges its backends back to back), so that every backend, and a
+    fix's verifying burst, is judged against the replays made for the first (`run`, its "for")."""
     import torch
     from torch.nn.modules.batchnorm import _BatchNorm
 
     from ortlab.engine import precision
-    from ortlab.verdict import record
     from ortlab.verdict import reference as ref
-    from ortlab.verdict.gradients import Step, judged_steps
     from ortlab.verdict.tasks import float64_burst_fits
-    from ortlab.workload import to_device
 
+    key = replay_key(cfg, float64)
+    kept = engine.__dict__.get(CACHE)
+    if kept is not None and kept["key"] == key:
+        return kept, True
+    engine.__dict__.pop(CACHE, None)  # the one before: its memory back before the new replays
     workload, world = engine.workload, cfg.world_size
-    optimizer = "adamw" if str(cfg.optimizer) == "zero1" else str(cfg.optimizer)  # zero1: AdamW, sharded
+    optimizer = json.loads(key)["optimizer"]
     engine.model.to("cpu")  # where the recorded gradients are
     feed = GlobalFeed(workload, cfg.sampler, world, cfg.seed)
-    out: dict[str, Any] = {"other_data": _other_data(workload, cfg, ranks),
-                           "reduction": _reduction(engine, feed),
+    one: dict[str, Any] = {"key": key, "for": run, "reduction": _reduction(engine, feed),
                            "batch_norms": [n for n, m in engine.model.named_modules()
                                            if isinstance(m, _BatchNorm) and not isinstance(m, torch.nn.SyncBatchNorm)]}
     with precision.autocast(cfg.precision, torch.device("cpu")):  # the ranks' precision (none at all in fp32)
-        fp32, first = ref.replay(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed,
-                                 float64=False)
-    out["fp32"] = fp32
-    first64: Any = True
+        one["fp32"], one["first"] = ref.replay(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps,
+                                               cfg.seed, float64=False)
+    one["first64"] = True
     fits, error = float64_burst_fits(engine, cfg, float64, None)
     if fits:
         try:
-            out["float64"], first64 = ref.burst(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed)
+            one["float64"], one["first64"] = ref.burst(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps,
+                                                       cfg.seed)
         except ref.NoFloat64 as e:
-            out["float64"] = {"error": str(e)}
+            one["float64"] = {"error": str(e)}
     elif error:
-        out["float64"] = {"error": error}
-    recorded = record.first_step(SimpleNamespace(path=Path(ranks[0])))
+        one["float64"] = {"error": error}
+    engine.__dict__[CACHE] = one
+    return one, False
+
+
+def judged(engine: Any, cfg: Any, one: dict[str, Any], rank0: str, loss0: float | None) -> dict[str, Any]:
+    """Rank 0's recorded first step (its folder `rank0`; its loss the global `loss0`) judged against the
+    replays' first steps (`one`: `replays`), fp32's and float64's: the gradient check's plain data."""
+    import torch
+
+    from ortlab.engine import precision
+    from ortlab.verdict import record
+    from ortlab.verdict.gradients import Step, judged_steps
+    from ortlab.workload import to_device
+
+    recorded = record.first_step(SimpleNamespace(path=Path(rank0)))
     if recorded is None:
-        out["gradients"] = {"agree": None, "error": "rank 0 recorded no first step", "worst": [], "skipped": True}
-        return out
+        return {"agree": None, "error": "rank 0 recorded no first step", "worst": [], "skipped": True}
+    workload = engine.workload
+    engine.model.to("cpu")
     engine.initial.restore(engine.model)
     engine.model.train()
+    feed = GlobalFeed(workload, cfg.sampler, cfg.world_size, cfg.seed)
     batches = [to_device(b, torch.device("cpu")) for b in workload.micro_batches(feed.batch, 0)]
     rank = Step(loss0 if loss0 is not None else recorded.loss, recorded.grads)
-    check = judged_steps(workload, batches, cfg.seed, (), first, rank, exact=first64)
-    out["gradients"] = {**check.to_dict(), "exported": 0}
+    check = judged_steps(workload, batches, cfg.seed, (), one["first"], rank, exact=one["first64"])
+    out = {**check.to_dict(), "exported": 0}
     if precision.note(cfg.precision):
-        out["gradients"]["notes"] = [*out["gradients"].get("notes", []), precision.note(cfg.precision)]
+        out["notes"] = [*out.get("notes", []), precision.note(cfg.precision)]
     return out
 
 
@@ -188,7 +234,7 @@ def judge(driver: Driver, run: Run, verify: bool = True) -> Verdict:
     first = _combined(losses, "mean")
     kept = driver.evidence(TASK, cfg, f"judging the {cfg.strategy} run {AGAINST}",
                            ranks=[str(r.path) for r in ranks], loss0=first[0] if first else None,
-                           float64=str(driver.float64))
+                           float64=str(driver.float64), run=str(run.path))
     reduction = kept["reduction"]
     combined = _combined(losses, "sum" if reduction == "sum" else "mean")
     gradients = kept["gradients"]
@@ -197,6 +243,9 @@ def judge(driver: Driver, run: Run, verify: bool = True) -> Verdict:
     folder = run.path / REFERENCE_FOLDER
     folder.mkdir(exist_ok=True)
     write_json(folder / "final_state.json", kept["fp32"]["state"])
+    made = kept.get("replays") or {}
+    write_json(folder / REPLAYS_FILE, {"key": made.get("key"), "for": Path(made.get("for") or run.path).name,
+                                       "reused": bool(made.get("reused"))})
     parity = {"config": {"parity": True}}
     one = Side(RunStatus.OK, "pytorch", list(kept["fp32"]["losses"]), folder, parity)
     who = f"{label(run.backend)} {cfg.strategy} ({cfg.world_size} ranks)"
@@ -211,8 +260,15 @@ def judge(driver: Driver, run: Run, verify: bool = True) -> Verdict:
     verdict.notes.append(f"reference: one PyTorch process (fp32, and float64 as the arbiter) training each step's "
                          f"{cfg.world_size} rank batches concatenated in rank order; the ranks' losses combined as "
                          f"the {reduction if reduction != 'unknown' else 'mean (the reduction not measured)'} "
-                         "of their shares")
+                         "of their shares" + _reuse(made, run))
     return verdict
+
+
+def _reuse(made: dict[str, Any], run: Run) -> str:
+    """Where the reference's replays were made, when for another run (the same snapshot, global batches and
+    training: a comparison's other backend, the burst a fix was verified by)."""
+    origin = Path(made.get("for") or run.path)
+    return f" (the replays made for {origin.name})" if made.get("reused") and origin != run.path else ""
 
 
 def _unjudgeable(run: Run, cfg: Any, ranks: list[Run]) -> str | None:
