@@ -255,8 +255,12 @@ def test_the_one_process_replays_are_made_once_per_snapshot_global_batches_and_t
 
     engine = Engine(ModelRef.of("ortlab.demo:gpt", **TINY))
     cfg = BurstConfig(backend="pytorch", steps=1, nproc=2, parity=True, device="cpu", optimizer="adamw")
+    key = sharded.ahead(engine, cfg, "auto")["key"]  # made while the ranks run: for the run judged first
     first, reused = sharded.replays(engine, cfg, "auto", "ddp-run")
-    assert not reused and first["for"] == "ddp-run" and len(first["fp32"]["losses"]) == 1
+    assert not reused and first["for"] == "ddp-run" and first["key"] == key and len(first["fp32"]["losses"]) == 1
+    assert "float64" not in first  # made where a run is not allclose to fp32 (sharded.arbiter), then kept too
+    sharded.arbiter(engine, cfg, first, "auto", "bn-run")
+    assert len(first["float64"]["losses"]) == 1 and first["float64_for"] == "bn-run"
     for same in (replace(cfg, name="fixed", sync_batchnorm=True), replace(cfg, strategy="zero1"),
                  replace(cfg, backend="ortmodule")):
         again, reused = sharded.replays(engine, same, "auto", "other-run")
@@ -276,6 +280,8 @@ def test_a_distributed_comparison_replays_its_one_process_reference_once(tmp_pat
     runs = comparison.runs
     assert [r.status for r in runs] == ["ok", "ok"], [r.error for r in runs]
     made = [read_json(r.path / "one-process" / "replays.json") for r in runs]
-    assert [m["reused"] for m in made] == [False, True], made  # replayed for the first, reused by the second
+    assert "fp32" in made[0]["made"] and "fp32" not in made[1]["made"], made  # for the first, reused by the second
+    replayed = made[0]["made"] + made[1]["made"]
+    assert len(replayed) == len(set(replayed)), made  # the float64 one too, where either needed it
     assert {m["for"] for m in made} == {runs[0].path.name} and made[0]["key"] == made[1]["key"]
     assert f"the replays made for {runs[0].path.name}" in " ".join(comparison.verdict_of("ortmodule").notes)
