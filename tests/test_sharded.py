@@ -195,6 +195,8 @@ def test_the_demo_under_ddp_and_zero1_agrees_with_one_process_of_the_global_batc
 def test_batch_norm_under_ddp_diverges_with_per_rank_statistics_named_and_sync_batchnorm_verified(tmp_path):
     _, verdict = _judged(tmp_path, f"{RANKS}:batch_norm_cnn", {})
     assert verdict.diverged, verdict
+    assert verdict.losses["judged_by"] == "float64" and verdict.losses["members"], verdict.losses  # beyond fp32's
+    # ensemble on the global batch, not one fp32 process alone
     cause = verdict.causes[0]
     assert cause["cause"] == "batch norm" and "per-rank normalization statistics" in cause["text"], verdict
     assert cause["verified"] is True and "verified: with it the run agrees" in cause["text"], cause
