@@ -264,7 +264,7 @@ def test_the_one_process_replays_are_made_once_per_snapshot_global_batches_and_t
     sharded.arbiter(engine, cfg, first, "auto", "bn-run")
     assert len(first["float64"]["losses"]) == 1 and first["float64_for"] == "bn-run"
     for same in (replace(cfg, name="fixed", sync_batchnorm=True), replace(cfg, strategy="zero1"),
-                 replace(cfg, backend="ortmodule")):
+                 replace(cfg, backend="compile")):
         again, reused = sharded.replays(engine, same, "auto", "other-run")
         assert reused and again is first and again["for"] == "ddp-run"
     for other in (replace(cfg, lr=cfg.lr * 2), replace(cfg, steps=2), replace(cfg, seed=1)):

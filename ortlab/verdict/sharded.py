@@ -74,12 +74,10 @@ def concatenated(parts: list[Any]) -> Any:
 
 def reference(engine: Any, cfg: Any, ranks: list[str], losses: list[list[float]] | None = None,
               float64: str = "auto", run: str = "") -> dict[str, Any]:
-    """The task run where the model is (Engine.task): the one-process replays of `cfg`'s global batch (`replays`:
-    made once for every run of the same snapshot, global batches and training, here for `run` when no run before
-    it made them; the float64 one only where the ranks' global `losses` and rank 0's end state are not allclose
-    to fp32's, as for one process) and rank 0's recorded first step judged against them, with what names a
-    distributed cause: each rank's recorded batches against its share, the loss's reduction, the model's
-    BatchNorm modules."""
+    """The task run where the model is (Engine.task): the one-process replays of `cfg`'s global batch (`replays`,
+    once for every run of one reference; float64's only where the ranks' global `losses` and rank 0's end state are
+    not allclose to fp32's) and rank 0's first step judged against them, with what names a distributed cause: each
+    rank's batches against its share, the loss's reduction, the model's BatchNorm modules."""
     from ortlab.verdict import state
 
     one, reused = replays(engine, cfg, float64, run)
@@ -103,11 +101,14 @@ def replay_key(cfg: Any, float64: str = "auto") -> str:
     """What the one-process replays depend on besides the engine's snapshot and model: the global batches (sampler,
     seed, world size) and what shapes training (optimizer, lr, steps, precision, device), and the float64 mode. Not
     the backend, the strategy, SyncBatchNorm or the fixes: those shape the ranks, not one process."""
-    optimizer = "adamw" if str(cfg.optimizer) == "zero1" else str(cfg.optimizer)  # zero1: AdamW, sharded
     return json.dumps({"sampler": None if cfg.sampler is None else str(cfg.sampler), "seed": cfg.seed,
-                       "world": cfg.world_size, "optimizer": optimizer, "lr": cfg.lr, "steps": cfg.steps,
+                       "world": cfg.world_size, "optimizer": _optimizer(cfg), "lr": cfg.lr, "steps": cfg.steps,
                        "precision": str(cfg.precision), "device": str(cfg.device), "float64": str(float64)},
                       sort_keys=True)
+
+
+def _optimizer(cfg: Any) -> str:
+    return "adamw" if str(cfg.optimizer) == "zero1" else str(cfg.optimizer)  # zero1: AdamW, sharded
 
 
 def replays(engine: Any, cfg: Any, float64: str = "auto", run: str = "") -> tuple[dict[str, Any], bool]:
@@ -137,8 +138,8 @@ def replays(engine: Any, cfg: Any, float64: str = "auto", run: str = "") -> tupl
                            "batch_norms": [n for n, m in engine.model.named_modules()
                                            if isinstance(m, _BatchNorm) and not isinstance(m, torch.nn.SyncBatchNorm)]}
     with precision.autocast(cfg.precision, torch.device("cpu")):  # the ranks' precision (none at all in fp32)
-        one["fp32"], one["first"] = ref.replay(engine.workload, feed, engine.initial, json.loads(key)["optimizer"],
-                                               cfg.lr, cfg.steps, cfg.seed, float64=False)
+        one["fp32"], one["first"] = ref.replay(engine.workload, feed, engine.initial, _optimizer(cfg), cfg.lr,
+                                               cfg.steps, cfg.seed, float64=False)
     engine.__dict__[CACHE] = one
     return one, False
 
@@ -171,8 +172,8 @@ def arbiter(engine: Any, cfg: Any, one: dict[str, Any], float64: str = "auto", r
     if fits:
         feed = GlobalFeed(engine.workload, cfg.sampler, cfg.world_size, cfg.seed)
         try:
-            one["float64"], one["first64"] = ref.burst(engine.workload, feed, engine.initial,
-                                                       json.loads(one["key"])["optimizer"], cfg.lr, cfg.steps, cfg.seed)
+            one["float64"], one["first64"] = ref.burst(engine.workload, feed, engine.initial, _optimizer(cfg),
+                                                       cfg.lr, cfg.steps, cfg.seed)
         except ref.NoFloat64 as e:
             one["float64"] = {"error": str(e)}
     elif error:
@@ -212,9 +213,9 @@ def members(engine: Any, cfg: Any, hints: dict[str, Any] | None = None) -> dict[
 
     engine.model.to("cpu")
     feed = GlobalFeed(engine.workload, cfg.sampler, cfg.world_size, cfg.seed)
-    optimizer = json.loads(replay_key(cfg))["optimizer"]
     with precision.autocast(cfg.precision, torch.device("cpu")):
-        out = burst_members(engine.workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed, (), hints)
+        out = burst_members(engine.workload, feed, engine.initial, _optimizer(cfg), cfg.lr, cfg.steps, cfg.seed, (),
+                            hints)
     engine.initial.restore(engine.model)
     return out
 
@@ -345,15 +346,9 @@ def judge(driver: Driver, run: Run, verify: bool = True) -> Verdict:
                          "allclose to it) training each step's "
                          f"{cfg.world_size} rank batches concatenated in rank order; the ranks' losses combined as "
                          f"the {reduction if reduction != 'unknown' else 'mean (the reduction not measured)'} "
-                         "of their shares" + _reuse(made, run))
+                         "of their shares" + ("" if "fp32" in (made.get("made") or []) else  # another run's
+                                              f" (the replays made for {Path(made.get('for') or run.path).name})"))
     return verdict
-
-
-def _reuse(made: dict[str, Any], run: Run) -> str:
-    """Where the reference's replays were made, when for another run (the same snapshot, global batches and
-    training: a comparison's other backend, the burst a fix was verified by)."""
-    origin = Path(made.get("for") or run.path)
-    return f" (the replays made for {origin.name})" if "fp32" not in (made.get("made") or []) else ""
 
 
 def _members(driver: Driver, cfg: Any, hints: dict[str, Any]) -> dict[str, Any]:
