@@ -24,6 +24,11 @@ class Verdicts(Protocol):
         """The Verdict on a distributed run against one process of the same global batch (Session.burst)."""
         ...
 
+    def reference_ahead(self, config: Any, float64: str) -> list[tuple[str, dict[str, Any]]]:
+        """The tasks (and their arguments) that make a distributed parity burst's one-process reference while its
+        ranks run, in order (the first always, each further one while the ranks still run; Session.burst)."""
+        ...
+
     def gradient_check(self, session: Any, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0
                        ) -> dict[str, Any]:
         """The first batch's gradients judged (Session.gradient_check)."""

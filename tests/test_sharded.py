@@ -195,6 +195,8 @@ def test_the_demo_under_ddp_and_zero1_agrees_with_one_process_of_the_global_batc
 def test_batch_norm_under_ddp_diverges_with_per_rank_statistics_named_and_sync_batchnorm_verified(tmp_path):
     _, verdict = _judged(tmp_path, f"{RANKS}:batch_norm_cnn", {})
     assert verdict.diverged, verdict
+    assert verdict.losses["judged_by"] == "float64" and verdict.losses["members"], verdict.losses  # beyond fp32's
+    # ensemble on the global batch, not one fp32 process alone
     cause = verdict.causes[0]
     assert cause["cause"] == "batch norm" and "per-rank normalization statistics" in cause["text"], verdict
     assert cause["verified"] is True and "verified: with it the run agrees" in cause["text"], cause
@@ -241,3 +243,47 @@ def test_a_rank_that_saw_other_data_or_drifted_is_named(tmp_path, factory, cause
     _, verdict = _judged(tmp_path, f"{RANKS}:{factory}", TINY)
     named = [c for c in verdict.causes if c.get("cause") == cause]
     assert named and words in named[0]["text"], verdict
+
+
+# -- the one-process reference: replayed once for every run of the same snapshot, global batches and training
+
+
+def test_the_one_process_replays_are_made_once_per_snapshot_global_batches_and_training():
+    from dataclasses import replace
+
+    from ortlab.engine.loop import Engine
+    from ortlab.verdict import sharded
+    from ortlab.workload import ModelRef
+
+    engine = Engine(ModelRef.of("ortlab.demo:gpt", **TINY))
+    cfg = BurstConfig(backend="pytorch", steps=1, nproc=2, parity=True, device="cpu", optimizer="adamw")
+    key = sharded.ahead(engine, cfg, "auto")["key"]  # made while the ranks run: for the run judged first
+    first, reused = sharded.replays(engine, cfg, "auto", "ddp-run")
+    assert not reused and first["for"] == "ddp-run" and first["key"] == key and len(first["fp32"]["losses"]) == 1
+    assert "float64" not in first  # made where a run is not allclose to fp32 (sharded.arbiter), then kept too
+    sharded.arbiter(engine, cfg, first, "auto", "bn-run")
+    assert len(first["float64"]["losses"]) == 1 and first["float64_for"] == "bn-run"
+    for same in (replace(cfg, name="fixed", sync_batchnorm=True), replace(cfg, strategy="zero1"),
+                 replace(cfg, backend="compile")):
+        again, reused = sharded.replays(engine, same, "auto", "other-run")
+        assert reused and again is first and again["for"] == "ddp-run"
+    for other in (replace(cfg, lr=cfg.lr * 2), replace(cfg, steps=2), replace(cfg, seed=1)):
+        made, reused = sharded.replays(engine, other, "auto", "other-run")
+        assert not reused and made["for"] == "other-run"
+
+
+@pytest.mark.slow
+@pytest.mark.ort
+def test_a_distributed_comparison_replays_its_one_process_reference_once(tmp_path):
+    from ortlab.runs.files import read_json
+
+    with Session(None, TINY, out=tmp_path / "runs") as s:
+        comparison = s.compare(2, backends="pytorch,ortmodule", nproc=2, parity=True, device="cpu", progress=False)
+    runs = comparison.runs
+    assert [r.status for r in runs] == ["ok", "ok"], [r.error for r in runs]
+    made = [read_json(r.path / "one-process" / "replays.json") for r in runs]
+    assert "fp32" in made[0]["made"] and "fp32" not in made[1]["made"], made  # for the first, reused by the second
+    replayed = made[0]["made"] + made[1]["made"]
+    assert len(replayed) == len(set(replayed)), made  # the float64 one too, where either needed it
+    assert {m["for"] for m in made} == {runs[0].path.name} and made[0]["key"] == made[1]["key"]
+    assert f"the replays made for {runs[0].path.name}" in " ".join(comparison.verdict_of("ortmodule").notes)

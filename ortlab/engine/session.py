@@ -174,7 +174,8 @@ class Session:
                     self._interrupted = False
                 try:
                     if cfg.distributed:
-                        path = self._run_ranks(cfg, callback)
+                        with self._reference_ahead(cfg):
+                            path = self._run_ranks(cfg, callback)
                     elif self.in_process:
                         path = self._run_in_process(cfg, callback)
                     else:
@@ -391,6 +392,39 @@ class Session:
         return self._client.run(cfg, callback, self._stop_requested, lambda: self._force_stop)
 
     # -- ranks
+
+    @contextlib.contextmanager
+    def _reference_ahead(self, cfg: BurstConfig) -> Iterator[None]:
+        """While a distributed parity burst's ranks start and train, its verdict's one-process reference is made
+        where the model is (the worker, or this process's engine: verdicts().reference_ahead), since it depends on
+        the snapshot and the config alone: the ranks' start (seconds of launcher, imports and rendezvous) hides it.
+        Its thread uses the worker without the lock, which the burst holds until the thread ends: nothing else
+        asks the worker meanwhile. Each task after the first starts only while the ranks still run. A failure
+        costs nothing but the time: the verdict makes it again."""
+        tasks = verdicts().reference_ahead(cfg, str(self.float64)) if cfg.parity and cfg.nnodes == 1 else []
+        if not tasks:
+            yield
+            return
+        ended = threading.Event()
+
+        def make() -> None:
+            with contextlib.suppress(Exception):
+                for i, (task, kwargs) in enumerate(tasks):
+                    if i and ended.is_set():
+                        return
+                    if self.in_process:
+                        self._local_engine().task(task, cfg, **kwargs)
+                    else:
+                        self._client.request(m.RunTask(task, cfg.to_dict(), kwargs, False), cfg.effective_options(),
+                                             "replaying one process", lambda: None)
+
+        thread = threading.Thread(target=make, name="ortlab-reference-ahead", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            ended.set()
+            thread.join()
 
     def _run_ranks(self, cfg, callback) -> Path:
         from ortlab.engine import launch

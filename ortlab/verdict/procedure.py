@@ -104,6 +104,16 @@ def judge_distributed(session: Driver, run: Run) -> Verdict:
     return written(verdict, run)
 
 
+def reference_ahead(config: BurstConfig, float64: str) -> list[tuple[str, dict[str, Any]]]:
+    """The tasks that make a distributed parity burst's one-process replays ahead of its verdict, while its ranks
+    run (ortlab.verdict.sharded.ahead), with their arguments: the fp32 replay, then the float64 one."""
+    from ortlab.verdict.sharded import AHEAD
+
+    if not (config.distributed and config.parity):
+        return []
+    return [(AHEAD, {"float64": float64}), (AHEAD, {"float64": float64, "arbiter64": True})]
+
+
 def gradient_check(session: Driver, options: Any = None, fixes: Any = (), parity: bool = True, seed: int = 0
                    ) -> dict[str, Any]:
     """The first batch's gradients on PyTorch and on a fresh ORTModule with these options and fixes (judged against

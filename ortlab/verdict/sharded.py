@@ -14,6 +14,7 @@ saw other data than its share of the global batch, parameters out of sync.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,9 +29,13 @@ if TYPE_CHECKING:
     from ortlab.verdict.judge import Verdict
 
 TASK = f"{__name__}:reference"
+AHEAD = f"{__name__}:ahead"  # the replays made while the ranks run (Session.burst), for the run judged first
+MEMBERS = f"{__name__}:members"  # fp32's spread on the global batch (ortlab.verdict.ensemble), where it is wanted
 AGAINST = "against one process of the same global batch"
 REFERENCE_FOLDER = "one-process"  # in the distributed run's folder: the reference's end state (final_state.json)
 KIND = "distributed"  # a cause's kind
+CACHE = "_one_process"  # on the engine: the last replays (`replays`), one reference's memory
+REPLAYS_FILE = "replays.json"  # in REFERENCE_FOLDER: the replays' key and the run they were made for
 
 
 class GlobalFeed:
@@ -67,55 +72,178 @@ def concatenated(parts: list[Any]) -> Any:
     return first
 
 
-def reference(engine: Any, cfg: Any, ranks: list[str], loss0: float | None = None, float64: str = "auto"
-              ) -> dict[str, Any]:
-    """The task run where the model is (Engine.task): one fp32 process (in the ranks' precision, on the CPU, where the
-    ranks' records are) and the float64 arbiter on the global batch of `cfg`'s ranks from the engine's snapshot,
-    rank 0's recorded first step judged against them (its loss: the global `loss0`), with what names a distributed
-    cause: each rank's recorded batches against its share, the loss's reduction, the model's BatchNorm modules."""
+def reference(engine: Any, cfg: Any, ranks: list[str], losses: list[list[float]] | None = None,
+              float64: str = "auto", run: str = "") -> dict[str, Any]:
+    """The task run where the model is (Engine.task): the one-process replays of `cfg`'s global batch (`replays`,
+    once for every run of one reference; float64's only where the ranks' global `losses` and rank 0's end state are
+    not allclose to fp32's) and rank 0's first step judged against them, with what names a distributed cause: each
+    rank's batches against its share, the loss's reduction, the model's BatchNorm modules."""
+    from ortlab.verdict import state
+
+    one, reused = replays(engine, cfg, float64, run)
+    made = [] if reused else ["fp32"]
+    if one.get("float64_for") == "":  # made ahead, while this run's ranks trained: for it
+        one["float64_for"] = run
+        made.append("float64")
+    combined = _combined(losses or [], "sum" if one["reduction"] == "sum" else "mean")
+    if "float64" not in one and not _allclose(combined, one["fp32"], state.read(Path(ranks[0])) or {}):
+        arbiter(engine, cfg, one, float64, run)
+        made.append("float64")
+    out: dict[str, Any] = {"other_data": _other_data(engine.workload, cfg, ranks),
+                           **{k: one[k] for k in ("reduction", "batch_norms", "fp32", "float64") if k in one},
+                           "replays": {"key": one["key"], "for": one["for"], "made": made,
+                                       "float64_for": one.get("float64_for")}}
+    out["gradients"] = judged(engine, cfg, one, ranks[0], combined[0] if combined else None)
+    return out
+
+
+def replay_key(cfg: Any, float64: str = "auto") -> str:
+    """What the one-process replays depend on besides the engine's snapshot and model: the global batches (sampler,
+    seed, world size) and what shapes training (optimizer, lr, steps, precision, device), and the float64 mode. Not
+    the backend, the strategy, SyncBatchNorm or the fixes: those shape the ranks, not one process."""
+    return json.dumps({"sampler": None if cfg.sampler is None else str(cfg.sampler), "seed": cfg.seed,
+                       "world": cfg.world_size, "optimizer": _optimizer(cfg), "lr": cfg.lr, "steps": cfg.steps,
+                       "precision": str(cfg.precision), "device": str(cfg.device), "float64": str(float64)},
+                      sort_keys=True)
+
+
+def _optimizer(cfg: Any) -> str:
+    return "adamw" if str(cfg.optimizer) == "zero1" else str(cfg.optimizer)  # zero1: AdamW, sharded
+
+
+def replays(engine: Any, cfg: Any, float64: str = "auto", run: str = "") -> tuple[dict[str, Any], bool]:
+    """(the one-process reference of `cfg`'s global batch from the engine's snapshot, whether it was reused): one
+    fp32 process (in the ranks' precision, on the CPU, where the ranks' records are), with the loss's reduction
+    and the model's BatchNorm modules; the float64 arbiter is added by `arbiter` where a run needs it. Kept on the
+    engine for the last `replay_key` only (one reference's memory: a comparison judges its backends back to
+    back), so that every backend, and a fix's verifying burst, is judged against the replays made for the first
+    (`run`, its "for")."""
     import torch
     from torch.nn.modules.batchnorm import _BatchNorm
 
     from ortlab.engine import precision
-    from ortlab.verdict import record
     from ortlab.verdict import reference as ref
-    from ortlab.verdict.gradients import Step, judged_steps
-    from ortlab.verdict.tasks import float64_burst_fits
-    from ortlab.workload import to_device
 
-    workload, world = engine.workload, cfg.world_size
-    optimizer = "adamw" if str(cfg.optimizer) == "zero1" else str(cfg.optimizer)  # zero1: AdamW, sharded
+    key = replay_key(cfg, float64)
+    kept = engine.__dict__.get(CACHE)
+    if kept is not None and kept["key"] == key:
+        if kept["for"] or not run:
+            return kept, True
+        kept["for"] = run  # made ahead, while this run's ranks trained: for it
+        return kept, False
+    engine.__dict__.pop(CACHE, None)  # the one before: its memory back before the new replays
     engine.model.to("cpu")  # where the recorded gradients are
-    feed = GlobalFeed(workload, cfg.sampler, world, cfg.seed)
-    out: dict[str, Any] = {"other_data": _other_data(workload, cfg, ranks),
-                           "reduction": _reduction(engine, feed),
+    feed = GlobalFeed(engine.workload, cfg.sampler, cfg.world_size, cfg.seed)
+    one: dict[str, Any] = {"key": key, "for": run, "reduction": _reduction(engine, feed), "first64": True,
                            "batch_norms": [n for n, m in engine.model.named_modules()
                                            if isinstance(m, _BatchNorm) and not isinstance(m, torch.nn.SyncBatchNorm)]}
     with precision.autocast(cfg.precision, torch.device("cpu")):  # the ranks' precision (none at all in fp32)
-        fp32, first = ref.replay(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed,
-                                 float64=False)
-    out["fp32"] = fp32
-    first64: Any = True
+        one["fp32"], one["first"] = ref.replay(engine.workload, feed, engine.initial, _optimizer(cfg), cfg.lr,
+                                               cfg.steps, cfg.seed, float64=False)
+    engine.__dict__[CACHE] = one
+    return one, False
+
+
+def ahead(engine: Any, cfg: Any, float64: str = "auto", arbiter64: bool = False) -> dict[str, Any]:
+    """The task that makes the replays (`replays`; with `arbiter64`, the float64 one too: `arbiter`) while a burst's
+    ranks run, for whichever run is judged first against them: their key. One thread, as each rank has
+    (ortlab.engine.launch.RANK_ENV): the ranks keep the other cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = replays(engine, cfg, float64)[0]
+        if arbiter64 and "float64" not in one:
+            arbiter(engine, cfg, one, float64)
+    finally:
+        torch.set_num_threads(threads)
+    return {"key": one["key"]}
+
+
+def arbiter(engine: Any, cfg: Any, one: dict[str, Any], float64: str = "auto", run: str = "") -> None:
+    """The float64 replay of the same global batches added to `one` (`replays`; made for `run`, its
+    "float64_for"), where `float64` and its estimated memory allow (ortlab.verdict.cost), else the reason."""
+    from ortlab.verdict import reference as ref
+    from ortlab.verdict.tasks import float64_burst_fits
+
+    one["float64_for"] = run
     fits, error = float64_burst_fits(engine, cfg, float64, None)
     if fits:
+        feed = GlobalFeed(engine.workload, cfg.sampler, cfg.world_size, cfg.seed)
         try:
-            out["float64"], first64 = ref.burst(workload, feed, engine.initial, optimizer, cfg.lr, cfg.steps, cfg.seed)
+            one["float64"], one["first64"] = ref.burst(engine.workload, feed, engine.initial, _optimizer(cfg),
+                                                       cfg.lr, cfg.steps, cfg.seed)
         except ref.NoFloat64 as e:
-            out["float64"] = {"error": str(e)}
+            one["float64"] = {"error": str(e)}
     elif error:
-        out["float64"] = {"error": error}
-    recorded = record.first_step(SimpleNamespace(path=Path(ranks[0])))
+        one["float64"] = {"error": error}
+    else:
+        one["float64"] = None  # not asked for (--float64 first-step): fp32's own replay is the yardstick
+
+
+def _allclose(losses: list[float], fp32: dict[str, Any], end: dict[str, Any]) -> bool:
+    """The fast path, as for one process (ortlab.verdict.procedure): the ranks' global losses and rank 0's end
+    state equal to one fp32 process's up to rounding of the last bits (no float64 replay is needed to judge them)."""
+    from ortlab.verdict import state
+    from ortlab.verdict.exact import close_numbers
+
+    reference = fp32["losses"]
+    if not reference or len(losses) < len(reference) or not close_numbers(losses[:len(reference)], reference):
+        return False
+    for name, entry in fp32["state"].items():
+        if name not in end:
+            continue
+        if state.whole(entry):
+            if state.distance(entry, end[name]) > 0:
+                return False
+        elif not close_numbers(state.vector(end[name]), state.vector(entry)):
+            return False
+    return True
+
+
+def members(engine: Any, cfg: Any, hints: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The task for fp32's spread: the verdict's ensemble (ortlab.verdict.ensemble.burst_members: fp32 runs of the
+    one process whose rounding differs at every step, `hints` where they start and stop) on `cfg`'s global batch,
+    in the ranks' precision on the CPU, as the replays ran."""
+    import torch
+
+    from ortlab.engine import precision
+    from ortlab.verdict.ensemble import burst_members
+
+    engine.model.to("cpu")
+    feed = GlobalFeed(engine.workload, cfg.sampler, cfg.world_size, cfg.seed)
+    with precision.autocast(cfg.precision, torch.device("cpu")):
+        out = burst_members(engine.workload, feed, engine.initial, _optimizer(cfg), cfg.lr, cfg.steps, cfg.seed, (),
+                            hints)
+    engine.initial.restore(engine.model)
+    return out
+
+
+def judged(engine: Any, cfg: Any, one: dict[str, Any], rank0: str, loss0: float | None) -> dict[str, Any]:
+    """Rank 0's recorded first step (its folder `rank0`; its loss the global `loss0`) judged against the
+    replays' first steps (`one`: `replays`), fp32's and float64's: the gradient check's plain data."""
+    import torch
+
+    from ortlab.engine import precision
+    from ortlab.verdict import record
+    from ortlab.verdict.gradients import Step, judged_steps
+    from ortlab.workload import to_device
+
+    recorded = record.first_step(SimpleNamespace(path=Path(rank0)))
     if recorded is None:
-        out["gradients"] = {"agree": None, "error": "rank 0 recorded no first step", "worst": [], "skipped": True}
-        return out
+        return {"agree": None, "error": "rank 0 recorded no first step", "worst": [], "skipped": True}
+    workload = engine.workload
+    engine.model.to("cpu")
     engine.initial.restore(engine.model)
     engine.model.train()
+    feed = GlobalFeed(workload, cfg.sampler, cfg.world_size, cfg.seed)
     batches = [to_device(b, torch.device("cpu")) for b in workload.micro_batches(feed.batch, 0)]
     rank = Step(loss0 if loss0 is not None else recorded.loss, recorded.grads)
-    check = judged_steps(workload, batches, cfg.seed, (), first, rank, exact=first64)
-    out["gradients"] = {**check.to_dict(), "exported": 0}
+    check = judged_steps(workload, batches, cfg.seed, (), one["first"], rank, exact=one["first64"])
+    out = {**check.to_dict(), "exported": 0}
     if precision.note(cfg.precision):
-        out["gradients"]["notes"] = [*out["gradients"].get("notes", []), precision.note(cfg.precision)]
+        out["notes"] = [*out.get("notes", []), precision.note(cfg.precision)]
     return out
 
 
@@ -176,6 +304,7 @@ def judge(driver: Driver, run: Run, verify: bool = True) -> Verdict:
     """The Verdict on distributed `run` against one process of the same global batch (module docstring); with
     `verify`, a cause's fix is verified by bursting again with it (through `driver`) and judging that run."""
     from ortlab.engine.config import BurstConfig
+    from ortlab.verdict import ensemble
     from ortlab.verdict.judge import NOT_JUDGED, Verdict
     from ortlab.verdict.judge import judge as decide
 
@@ -185,10 +314,8 @@ def judge(driver: Driver, run: Run, verify: bool = True) -> Verdict:
     if why:
         return Verdict(NOT_JUDGED, f"not judged {AGAINST}: {why}")
     losses = [[float(x) for x in r.losses] for r in ranks]
-    first = _combined(losses, "mean")
-    kept = driver.evidence(TASK, cfg, f"judging the {cfg.strategy} run {AGAINST}",
-                           ranks=[str(r.path) for r in ranks], loss0=first[0] if first else None,
-                           float64=str(driver.float64))
+    kept = driver.evidence(TASK, cfg, f"judging the {cfg.strategy} run {AGAINST}", ranks=[str(r.path) for r in ranks],
+                           losses=losses, float64=str(driver.float64), run=str(run.path))
     reduction = kept["reduction"]
     combined = _combined(losses, "sum" if reduction == "sum" else "mean")
     gradients = kept["gradients"]
@@ -197,22 +324,42 @@ def judge(driver: Driver, run: Run, verify: bool = True) -> Verdict:
     folder = run.path / REFERENCE_FOLDER
     folder.mkdir(exist_ok=True)
     write_json(folder / "final_state.json", kept["fp32"]["state"])
+    made = kept.get("replays") or {}
+    write_json(folder / REPLAYS_FILE, {"key": made.get("key"), "made": made.get("made") or [],
+                                       **{k: Path(made[k]).name for k in ("for", "float64_for") if made.get(k)}})
     parity = {"config": {"parity": True}}
     one = Side(RunStatus.OK, "pytorch", list(kept["fp32"]["losses"]), folder, parity)
     who = f"{label(run.backend)} {cfg.strategy} ({cfg.world_size} ranks)"
     ranked = Side(RunStatus.OK, who, combined, ranks[0].path, {**ranks[0].meta, **parity})
-    verdict = decide(one, ranked, gradients, None, [], kept.get("float64"))
+    float64 = kept.get("float64")
+    verdict = decide(one, ranked, gradients, None, [], float64)
+    if float64 and not float64.get("error") and ensemble.wanted(verdict):  # one fp32 process does not settle it
+        spread = _members(driver, cfg, ensemble.hints(gradients, verdict, one, ranked, float64))
+        verdict = decide(one, ranked, gradients, None, [], float64, spread)
     causes = _causes(run, cfg, ranks, kept, verdict)
     if causes and verify:
         causes = [_verified(driver, run, cfg, c) for c in causes]
     if causes:
         verdict.causes = causes + verdict.causes
     verdict.headline += f" ({AGAINST}, {cfg.world_size} ranks, {cfg.strategy})"
-    verdict.notes.append(f"reference: one PyTorch process (fp32, and float64 as the arbiter) training each step's "
+    verdict.notes.append(f"reference: one PyTorch process (fp32, and float64 as the arbiter where the ranks are not "
+                         "allclose to it) training each step's "
                          f"{cfg.world_size} rank batches concatenated in rank order; the ranks' losses combined as "
                          f"the {reduction if reduction != 'unknown' else 'mean (the reduction not measured)'} "
-                         "of their shares")
+                         "of their shares" + ("" if "fp32" in (made.get("made") or []) else  # another run's
+                                              f" (the replays made for {Path(made.get('for') or run.path).name})"))
     return verdict
+
+
+def _members(driver: Driver, cfg: Any, hints: dict[str, Any]) -> dict[str, Any]:
+    """fp32's spread on the global batch (`members`, where the model is); a failure is the ensemble not run, with
+    its reason (the verdict says so and keeps one fp32 process as the yardstick)."""
+    try:
+        return driver.evidence(MEMBERS, cfg, f"running fp32's spread {AGAINST}", hints=hints)
+    except Exception as e:
+        from ortlab.compat.errors import root_message
+
+        return {"error": root_message(e)}
 
 
 def _unjudgeable(run: Run, cfg: Any, ranks: list[Run]) -> str | None:
