@@ -355,7 +355,8 @@ def tune(model: Any = None, goal: Any = "time", budget: float = 10.0, **kwargs: 
     `budget` minutes; every candidate guarded by the verdict. `goal`: "time", "memory", "both" and Olive-style
     conditions ("time: percent-min-improvement 5"). Keywords: steps, warmup, repeats, guard_steps, only (the
     options to search, or "plans"), options (kept for every burst), top_plans, model_kwargs, out, in_process,
-    on_progress, and burst keywords (fixes, lr, ...). Returns a Tuning (table, pareto(), best, export lines)."""
+    on_progress, and burst keywords (fixes, lr, threads: on the CPU 1 unless given, each step timed by its CPU time,
+    ...). Returns a Tuning (table, pareto(), best, export lines)."""
     return Tuner(model, goal, budget, **kwargs).run()
 
 
