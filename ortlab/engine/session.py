@@ -34,7 +34,7 @@ __all__ = ["Session", "WorkerError"]
 
 
 CHECKED = ("precision", "device", "optimizer", "nproc", "nnodes", "node_rank", "rdzv_endpoint", "save_checkpoint",
-           "reshard_after_forward", "sync_batchnorm", "threads")  # Session.burst's keywords a BurstConfig checks up front
+           "reshard_after_forward", "sync_batchnorm", "threads")  # Session.burst's keywords BurstConfig checks first
 
 
 def checked(kwargs: dict[str, Any]) -> dict[str, Any]:
