@@ -118,7 +118,7 @@ def test_old_runs_without_cpu_time_are_judged_by_wall_time_and_say_so(tmp_path):
     assert {sp.clock for sp in spreads.values()} == {clock.WALL}
     r = recommend({"pytorch": new.summary(), "ortmodule": old.summary()}, {"ortmodule": "agree"}, spreads)
     assert "timed by wall time (other processes' turns count: a step's CPU time is recorded when it runs on one " \
-        "thread: --threads 1 or threads=1)" in r.line
+        "thread: --threads 1, threads=1, or threads 1 in the Lab's Burst panel)" in r.line
 
 
 def test_the_recommendation_and_tunes_noise_say_the_cpu_time(tmp_path):

@@ -41,4 +41,4 @@ def said(chosen: str, device: str | None = None) -> str:
     if device == "cuda":
         return "wall time (the GPU's work waited for)"
     return ("wall time (other processes' turns count: a step's CPU time is recorded when it runs on one thread: "
-            "--threads 1 or threads=1)")
+            "--threads 1, threads=1, or threads 1 in the Lab's Burst panel)")
