@@ -105,3 +105,21 @@ def test_threads_1_runs_torch_and_orts_session_on_one_thread_and_times_the_steps
     agent = demo_session._local_engine().backends["ortmodule"].wrapper.ort_module._torch_module._execution_manager(
         True)._execution_agent  # ORT's private state, read here only to check the session ORT built
     assert agent._inference_session.get_session_options().intra_op_num_threads == 1
+
+
+@pytest.mark.slow  # a Lab and a real PyTorch burst of the demo in this process
+def test_the_burst_panels_threads_control_reaches_the_burst(tmp_path):
+    from ortlab.widgets.lab import Lab
+
+    lab = Lab(out=tmp_path, in_process=True, cuda_available=False)
+    try:
+        panel = lab.burst_panel
+        assert panel.threads.value == 0  # torch's threads, as a burst without the setting
+        panel.backend.value, panel.steps.value, panel.threads.value = "pytorch", 2, 1
+        panel.run_button.click()
+        panel.wait(300)
+        run = lab.runs[-1]
+    finally:
+        lab.close()
+    assert run.meta["machine"]["threads_from"] == "threads setting" and run.meta["config"]["threads"] == 1
+    assert clock.CPU in run.metrics
