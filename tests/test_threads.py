@@ -91,6 +91,7 @@ def test_threads_1_runs_torch_and_orts_session_on_one_thread_and_times_the_steps
     if before == 1:
         torch.set_num_threads(2)  # the setting, not the process's own one thread, must make it one
     try:
+        several = demo_session.burst("ortmodule", 2, progress=False).meta["machine"]["threads"] > 1
         run = demo_session.burst("ortmodule", 4, threads=1, progress=False)
         assert torch.get_num_threads() == (before if before > 1 else 2)  # the setting held for the burst only
     finally:
@@ -105,6 +106,9 @@ def test_threads_1_runs_torch_and_orts_session_on_one_thread_and_times_the_steps
     agent = demo_session._local_engine().backends["ortmodule"].wrapper.ort_module._torch_module._execution_manager(
         True)._execution_agent  # ORT's private state, read here only to check the session ORT built
     assert agent._inference_session.get_session_options().intra_op_num_threads == 1
+    if several:  # the burst before ran on several threads: its session could not serve this one, built anew
+        row = run.read_json("transitions.json")[0]
+        assert row["action"] == "re-wrap" and row["changes"]["ort_threads"]["new"] == 1, row
 
 
 @pytest.mark.slow  # a Lab and a real PyTorch burst of the demo in this process
