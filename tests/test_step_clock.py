@@ -118,7 +118,7 @@ def test_old_runs_without_cpu_time_are_judged_by_wall_time_and_say_so(tmp_path):
     assert {sp.clock for sp in spreads.values()} == {clock.WALL}
     r = recommend({"pytorch": new.summary(), "ortmodule": old.summary()}, {"ortmodule": "agree"}, spreads)
     assert "timed by wall time (other processes' turns count: a step's CPU time is recorded when it runs on one " \
-        "thread, OMP_NUM_THREADS=1)" in r.line
+        "thread: --threads 1, threads=1, or threads 1 in the Lab's Burst panel)" in r.line
 
 
 def test_the_recommendation_and_tunes_noise_say_the_cpu_time(tmp_path):
@@ -136,7 +136,7 @@ def test_the_recommendation_and_tunes_noise_say_the_cpu_time(tmp_path):
               for i, row in enumerate(rows)]
     assert measure.baseline(walled)[1]["time"] > 1.0  # the same bursts by wall time: the neighbours' noise
     words = measure.noise_check(parse_goals("time"), walled, measure.baseline(walled)[1])
-    assert words and "(timed by wall time)" in words[0] and "OMP_NUM_THREADS=1 before Python starts" in words[0]
+    assert words and "(timed by wall time)" in words[0] and "threads=1 (--threads 1) times each step" in words[0]
 
 
 @pytest.mark.slow  # a real burst (its worker-free engine, the demo model): seconds on a loaded machine
@@ -167,4 +167,4 @@ def test_a_noisy_baseline_by_cpu_time_says_its_clock():
              "device": "cpu"}]
     words = measure.noise_check(parse_goals("time"), rows, measure.baseline(rows)[1])
     assert words and "(timed by CPU time, other processes excluded)" in words[0]
-    assert "OMP_NUM_THREADS" not in words[0]  # already timed by CPU time
+    assert "threads=1" not in words[0]  # already timed by CPU time

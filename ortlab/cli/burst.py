@@ -11,6 +11,7 @@ from ortlab.cli.common import (
     add_json_arg,
     add_model_args,
     add_out_arg,
+    add_threads_arg,
     model_kwargs,
     non_negative_int,
     positive_float,
@@ -111,7 +112,7 @@ def burst_kwargs(args) -> tuple[dict, object]:
                 save_checkpoint=args.save_checkpoint, sampler=args.sampler, fixes=args.fix,
                 strategy=args.strategy, reshard_after_forward=args.reshard_after_forward,
                 sync_batchnorm=args.sync_batchnorm,
-                compile=compile_settings, evidence=args.evidence), options
+                compile=compile_settings, evidence=args.evidence, threads=args.threads), options
 
 
 def outcome(runs, comparison, allow_fallback: bool) -> int:
@@ -221,6 +222,7 @@ def add_burst_args(b, per_backend: bool = False) -> None:
                         "no GradScaler (the CPU and CUDA; ORTModule: CUDA only)")
     b.add_argument("--device", default="auto", choices=[str(d) for d in Device],
                    help="auto: CUDA when there is a GPU, else the CPU")
+    add_threads_arg(b, "default: torch's threads, fitted to the cores")
     b.add_argument("--save-graphs", action="store_true",
                    help="save ORTModule's exported graphs into the run (the option save_onnx=true)")
     b.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,

@@ -107,3 +107,11 @@ def add_float64_arg(p) -> None:
                    "GB and fits the free memory (else the losses and end state are judged against fp32's spread, "
                    "said in the verdict), burst always, first-step never (the first step's gradients are judged "
                    "against float64 block by block either way)")
+
+
+def add_threads_arg(p, default: str) -> None:
+    """--threads: the CPU threads each step runs on (BurstConfig.threads)."""
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="the CPU threads each step runs on (torch's intra-op threads; with 1, ORTModule's session "
+                   "runs on one thread too): 1 times each step by its thread's CPU time, which other processes on a "
+                   f"shared machine do not count ({default}; ignored on CUDA)")

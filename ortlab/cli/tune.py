@@ -9,6 +9,7 @@ from ortlab.cli.common import (
     add_json_arg,
     add_model_args,
     add_out_arg,
+    add_threads_arg,
     model_kwargs,
     positive_float,
     positive_int,
@@ -29,7 +30,8 @@ def cmd_tune(args) -> int:
     result = tune(args.model, args.goal or ["time"], args.budget, steps=args.steps, warmup=args.warmup,
                   repeats=args.repeats, guard_steps=args.guard_steps, only=args.only or None,
                   options=Options.parse(args.option), top_plans=args.plans, model_kwargs=model_kwargs(args),
-                  out=args.out, in_process=args.in_process, on_progress=progress, fixes=args.fix)
+                  out=args.out, in_process=args.in_process, on_progress=progress, fixes=args.fix,
+                  **({"threads": args.threads} if args.threads is not None else {}))
     if args.json:
         print_json({**result.to_dict(), "path": str(result.path), "wrap_call": result.wrap_call()})
     else:
@@ -62,6 +64,7 @@ def register(sub) -> None:
                    help="an option every burst keeps (repeatable)")
     p.add_argument("--fix", default="none", metavar="auto|none|NAME[,NAME]",
                    help="ortlab's compatibility fixes for every ORTModule burst (see ortlab check)")
+    add_threads_arg(p, "default on the CPU: 1, so that Tune's noise is the model's, not other processes'")
     add_out_arg(p)
     add_in_process_arg(p)
     add_json_arg(p)

@@ -81,6 +81,10 @@ class BurstConfig:
     # "summary" (a fixed-size summary per parameter: ortlab.runs.sketch) or "full" (every gradient too: 4 bytes a
     # parameter on disk)
     evidence: Evidence = Evidence.SUMMARY
+    # the CPU threads a step runs on (torch's intra-op threads, and ORT's session's with one): None leaves torch's,
+    # fitted to the cores this process gets (ortlab.engine.machine.fit_threads); 1 times each step by its thread's
+    # CPU time, which other processes do not count (ortlab.runs.clock). Ignored on CUDA (said in the run's meta)
+    threads: int | None = None
 
     def __post_init__(self):
         registered(self.backend)
@@ -96,6 +100,9 @@ class BurstConfig:
                                  f"({ortmodule_unavailable()}); use 'distributed', or the ort stack")
         if not _whole(self.steps) or self.steps < 1:
             raise BurstError(f"steps {self.steps!r} is not allowed; allowed: a whole number >= 1")
+        if self.threads is not None and (not _whole(self.threads) or self.threads < 1):
+            raise BurstError(f"threads {self.threads!r} is not allowed; allowed: a whole number >= 1 (1: each step "
+                             "timed by its CPU time), or None (torch's threads, fitted to the cores)")
         if not (isinstance(self.lr, int | float) and not isinstance(self.lr, bool) and math.isfinite(self.lr)
                 and self.lr > 0):
             raise BurstError(f"lr {self.lr!r} is not allowed; allowed: a finite number > 0")
@@ -154,6 +161,9 @@ class BurstConfig:
         elif self.nnodes > 1:
             raise BurstError("nnodes > 1 needs rdzv_endpoint HOST:PORT (the machine with node_rank 0, a free port) "
                              "so that the launches on every machine find each other")
+        if self.threads not in (None, 1) and self.distributed:
+            raise BurstError(f"threads {self.threads} with {self.world_size} ranks is not allowed: each rank runs on "
+                             "one thread (OMP_NUM_THREADS=1, as torchrun); allowed: threads 1 or None")
         if not isinstance(self.save_checkpoint, bool):
             raise BurstError(f"save_checkpoint {self.save_checkpoint!r} is not allowed; allowed: True or False")
         if self.optimizer is Optimizer.ZERO1 and not self.distributed:

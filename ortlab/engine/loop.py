@@ -136,7 +136,16 @@ class Engine:
         """Run one burst and return its folder. KeyboardInterrupt (or `should_stop()` turning true, checked after
         each step, for bursts on a background thread) ends it cleanly ("interrupted"); a failure gives a "failed"
         run with its log and a one-sentence reason; neither raises. Bad arguments raise BurstError before any
-        folder is made."""
+        folder is made. A `threads` setting holds for the burst: torch's threads are set back after it."""
+        threads = torch.get_num_threads()
+        try:
+            return self._run(cfg, on_step, on_start, should_stop)
+        finally:
+            if cfg.threads is not None and torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+
+    def _run(self, cfg: BurstConfig, on_step: StepCallback | None, on_start: Callable[[Path], None] | None,
+             should_stop: Callable[[], bool] | None) -> Path:
         b = self._prepare(cfg)
         contention = Contention()
         try:
@@ -206,7 +215,8 @@ class Engine:
             "model": {"factory": self.ref.describe(), **self.workload.describe(),
                       "rebuild": {"ref": self.ref.to_dict(), "seed": self.seed, "snapshot": self.snapshot}},
             "device": str(device), "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-            "versions": versions(), "stack": stacks.recorded(), "pid": os.getpid(), "machine": fit_threads(),
+            "versions": versions(), "stack": stacks.recorded(), "pid": os.getpid(),
+            "machine": fit_threads(cfg.threads, device.type),  # torch's threads for the burst: its setting
             "optimizer": type(optimizer).__name__,  # what "auto" became (the workload's own, else AdamW)
             "scheduler": type(scheduler).__name__ if scheduler is not None else None,
         })

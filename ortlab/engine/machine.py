@@ -46,21 +46,30 @@ def _cgroup_quota() -> float | None:
         return None
 
 
-def fit_threads() -> dict[str, Any]:
-    """Cap torch's intra-op threads at the cores this process gets (unless the user set OMP_NUM_THREADS), and
-    describe the machine for the run's meta: cores, threads, who chose them, the load average before the burst
-    (`Contention` adds how long the burst waited for a core)."""
+def fit_threads(threads: int | None = None, device: str = "cpu") -> dict[str, Any]:
+    """Set torch's intra-op threads for a burst and describe the machine for the run's meta: cores, threads, who
+    chose them, the load average before the burst (`Contention` adds how long the burst waited for a core).
+    `threads` (the burst's setting, on the CPU): that many; else torch's capped at the cores this process gets
+    (unless the user set OMP_NUM_THREADS). The caller restores torch's threads after a burst with a setting."""
     import torch
 
     cores = available_cores()
-    if os.environ.get("OMP_NUM_THREADS"):
+    note = None
+    if threads is not None and device != "cpu":
+        note = f"threads {threads} ignored: the step runs on {device}, timed by the wall time it waits for"
+    if threads is not None and device == "cpu":
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        chosen = "threads setting"
+    elif os.environ.get("OMP_NUM_THREADS"):
         chosen = "OMP_NUM_THREADS"
     elif torch.get_num_threads() > cores:
         torch.set_num_threads(cores)
         chosen = "ortlab (the cores this process gets)"
     else:
         chosen = "torch's default"
-    return {"cores": cores, "threads": torch.get_num_threads(), "threads_from": chosen, "load": load_average()}
+    machine = {"cores": cores, "threads": torch.get_num_threads(), "threads_from": chosen, "load": load_average()}
+    return {**machine, "threads_note": note} if note else machine
 
 
 def load_average() -> float | None:

@@ -34,7 +34,7 @@ __all__ = ["Session", "WorkerError"]
 
 
 CHECKED = ("precision", "device", "optimizer", "nproc", "nnodes", "node_rank", "rdzv_endpoint", "save_checkpoint",
-           "reshard_after_forward", "sync_batchnorm")  # Session.burst's keywords a BurstConfig checks up front
+           "reshard_after_forward", "sync_batchnorm", "threads")  # Session.burst's keywords BurstConfig checks first
 
 
 def checked(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +104,7 @@ class Session:
               save_checkpoint: bool = False, sampler: Sampler | str | None = None, fixes: Any = (),
               perturb: float = 0.0, compile: dict[str, Any] | None = None, evidence: Evidence | str = "summary",
               strategy: Strategy | str | None = None, reshard_after_forward: bool = True,
-              sync_batchnorm: bool = False) -> Run:
+              sync_batchnorm: bool = False, threads: int | None = None) -> Run:
         """Run one burst and return its Run. Ctrl-C (KeyboardInterrupt) ends it cleanly with the steps done kept.
 
         nproc > 1 (or nnodes > 1) runs it as ranks started by torch's elastic launcher (ortlab.engine.launch):
@@ -122,7 +122,9 @@ class Session:
         ortlab.engine.backends.compiled).
         `perturb`: the initial parameters times (1 + perturb), for a noise reference. `evidence`: what a parity
         burst records of its first step's gradients for a verdict elsewhere ("summary": a fixed size a parameter;
-        "full": every gradient too)."""
+        "full": every gradient too). `threads`: the CPU threads each step runs on, for this burst (None: torch's,
+        fitted to the cores; 1: each step timed by its thread's CPU time, which other processes do not count, with
+        ORTModule's session on one thread too; ignored on CUDA)."""
         from ortlab.engine.config import BurstConfig
 
         asked = getattr(self._asking, "now", None)
@@ -134,7 +136,8 @@ class Session:
                           save_checkpoint=save_checkpoint, sampler=None if sampler is None else Sampler(sampler),
                           fixes=fixes, perturb=perturb, compile=compile or {}, evidence=Evidence(evidence),
                           strategy=None if strategy is None else Strategy(strategy),
-                          reshard_after_forward=reshard_after_forward, sync_batchnorm=sync_batchnorm)
+                          reshard_after_forward=reshard_after_forward, sync_batchnorm=sync_batchnorm,
+                          threads=threads)
         run = self._burst(cfg, on_step, progress)
         if asked:  # ortlab's own: kept under what asked for it, not among the user's runs
             groups.mark_asked(run, *asked)

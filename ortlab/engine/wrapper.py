@@ -67,10 +67,12 @@ class Wrapper:
         self._graphs: dict[tuple, tuple[Any, InputWatch]] = {}  # fix graph-per-value: a graph per baked value
 
     def prepare(self, options: Options, parity: bool, inputs: Any, run: str, onnx_dir: Path,
-                extra_key: tuple = (), fixes: tuple[str, ...] = ()) -> tuple[Any, Transition]:
+                extra_key: tuple = (), fixes: tuple[str, ...] = (),
+                threads: int | None = None) -> tuple[Any, Transition]:
         """The ORTModule to train with for these options, and the transition row that says why. `fixes` (ortlab's
-        compatibility fixes, applied by the caller) change the exported graph: another set means another wrap."""
-        key = (*wrap_key(options, parity, extra_key), tuple(fixes))
+        compatibility fixes, applied by the caller) change the exported graph: another set means another wrap;
+        another count of `threads` (its session's intra-op threads, fixed when ORT builds the session) too."""
+        key = (*wrap_key(options, parity, extra_key), tuple(fixes), threads)
         schema = input_schema(inputs)
         grad_set = requires_grad_set(self.module, inputs)
         if self.ort_module is None or key != self._key:
@@ -85,6 +87,8 @@ class Wrapper:
                     changes["instrumentation"] = {"old": list(self._key[2]), "new": list(key[2])}
                 if key[3] != self._key[3]:
                     changes["fixes"] = {"old": list(self._key[3]), "new": list(key[3])}
+                if key[4] != self._key[4]:
+                    changes["ort_threads"] = {"old": self._key[4], "new": key[4]}
             self.ort_module = self._wrap(options, onnx_dir)
             self._key, self._options = key, options
             self.watch, self.export_pending, self._graphs = None, True, {}
@@ -112,7 +116,7 @@ class Wrapper:
         otherwise."""
         if self.ort_module is None or self._key is None or self.watch is None:
             return None
-        wrapped_options, parity, instrumentation, wrapped_fixes = self._key
+        wrapped_options, parity, instrumentation, wrapped_fixes, _ = self._key
         if (not parity or instrumentation or tuple(wrapped_fixes) != tuple(fixes)
                 or wrapped_options != wrap_key(options, True)[0]):
             return None

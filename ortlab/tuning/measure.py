@@ -151,7 +151,7 @@ def noise_check(goals: Any, rows: Sequence[dict[str, Any]], noise: dict[str, flo
             "tune on a quieter machine")
     timed = clock_of(rows)
     if timed == clock.WALL and any(r.get("device") == "cpu" for r in rows):  # benchmarks/step_clock.py
-        more += ("; on a shared CPU, OMP_NUM_THREADS=1 before Python starts times each step by its CPU time, "
+        more += ("; on a shared CPU, threads=1 (--threads 1) times each step by its CPU time, "
                  "which other processes do not count")
     return [f"the baseline's step time noise is {shown} (timed by {SAID[timed]}): a time change smaller than "
             f"that counts as none ({more})"]

@@ -30,6 +30,8 @@ from ortlab.verdict.judge import VerdictStatus
 
 STOPPED = (RunStatus.STOPPED, RunStatus.INTERRUPTED)  # a user's Stop (ortlab.runs.run.ENDED_EARLY)
 _clock = time.monotonic  # the budget's clock (a test replaces it)
+ONE_THREAD = ("timed on one thread by its CPU time: other processes on the machine do not count (threads=1, Tune's "
+              "default on the CPU; set threads to choose)")
 
 
 class Tuner:
@@ -53,7 +55,10 @@ class Tuner:
         space.singles(False, None, only)  # a bad option name fails here, before anything runs
         self.base = Options(options or {})
         self.on_progress = on_progress
-        self.burst_kwargs = burst_kwargs
+        # on the CPU, one thread unless the user chose: each step timed by its thread's CPU time, so that the noise
+        # candidates are ranked against is the model's, not other processes' (ortlab.runs.clock)
+        self.one_thread = "threads" not in burst_kwargs and _on_cpu(burst_kwargs.get("device", "auto"))
+        self.burst_kwargs = {**burst_kwargs, "threads": 1} if self.one_thread else burst_kwargs
         self._own = not isinstance(session_or_model, Session)
         self.session = (Session(session_or_model, dict(model_kwargs or {}), out=out, in_process=in_process)
                         if self._own else session_or_model)
@@ -79,6 +84,9 @@ class Tuner:
         self.result = result = Tuning(goals=self.goals, path=folder, budget_min=self.budget_s / 60,
                                       base_options=self.base)
         self._started = _clock()
+        if self.one_thread:
+            result.notes.append(ONE_THREAD)
+            self._say("clock", ONE_THREAD)
         for text in self.warnings:
             self._warn(result, text)
         try:
@@ -347,8 +355,19 @@ def tune(model: Any = None, goal: Any = "time", budget: float = 10.0, **kwargs: 
     `budget` minutes; every candidate guarded by the verdict. `goal`: "time", "memory", "both" and Olive-style
     conditions ("time: percent-min-improvement 5"). Keywords: steps, warmup, repeats, guard_steps, only (the
     options to search, or "plans"), options (kept for every burst), top_plans, model_kwargs, out, in_process,
-    on_progress, and burst keywords (fixes, lr, ...). Returns a Tuning (table, pareto(), best, export lines)."""
+    on_progress, and burst keywords (fixes, lr, threads: on the CPU 1 unless given, each step timed by its CPU time,
+    ...). Returns a Tuning (table, pareto(), best, export lines)."""
     return Tuner(model, goal, budget, **kwargs).run()
+
+
+def _on_cpu(device: Any) -> bool:
+    """Whether bursts on `device` ("auto", "cpu", "cuda") run on the CPU here."""
+    from ortlab.engine.config import resolve_device
+
+    try:
+        return resolve_device(str(device)).type == "cpu"
+    except Exception:  # a device that is not here: the first burst says why
+        return False
 
 
 def _plans(run):

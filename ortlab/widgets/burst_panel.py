@@ -110,6 +110,9 @@ class BurstPanel(Background, W.VBox):
         small = {"layout": W.Layout(width="170px")}
         self.steps = W.BoundedIntText(value=20, min=1, max=100_000, description="steps", **small)
         self.seed = W.IntText(value=0, description="seed", **small)
+        self.threads = W.Dropdown(options=[("torch's", 0), ("1: CPU time", 1)], value=0, description="threads",
+                                  tooltip="the CPU threads a step runs on: 1 times each step by its thread's CPU "
+                                  "time, which other processes do not count (ignored on CUDA)", **small)
         self.parity = checkbox("parity mode", True, "same seeds, dropout 0, compute optimizer off, deterministic")
         self.optimizer = flexible(W.Dropdown(options=[str(o) for o in Optimizer if o is not Optimizer.ZERO1],
                                              value=Optimizer.AUTO.value, description="optimizer"), "220px", "300px")
@@ -172,7 +175,7 @@ class BurstPanel(Background, W.VBox):
         self.last_check = None  # the CheckReport of the last Check
         self.last_verdicts: dict = {}  # backend -> the Verdict on its last burst against the PyTorch one
         super().__init__([
-            self.backend, row(*self.stacks.values()), row(self.steps, self.seed, self.parity),
+            self.backend, row(*self.stacks.values()), row(self.steps, self.seed, self.threads, self.parity),
             row(self.optimizer, self.precision, self.nproc, self.strategy),
             row(self.record_stats, self.save_graphs, self.account_memory, self.profile_time),
             row(self.fixes, self.check_button),
@@ -248,7 +251,8 @@ class BurstPanel(Background, W.VBox):
                     backend, self.steps.value, options, seed=self.seed.value, parity=self.parity.value,
                     optimizer=self.optimizer.value, precision=self.precision.value, progress=False, collect=collect,
                     nproc=self.nproc.value, strategy=self.strategy.value if self.nproc.value > 1 else None,
-                    fixes=self.fixes.value, on_step=lambda row, b=backend: self._step(b, row))
+                    fixes=self.fixes.value, threads=self.threads.value or None,
+                    on_step=lambda row, b=backend: self._step(b, row))
                 runs.append(run)
                 if run.ranks:  # the final curves: every rank's whole run
                     self._set_rank_curves(backend, {int(r.path.name): r.losses for r in run.ranks})
@@ -306,7 +310,8 @@ class BurstPanel(Background, W.VBox):
         comparison = compare(self.session.ref, {}, placed, self.steps.value, options, out=self.session.out,
                              model_seed=self.session.seed, snapshot=self.session.snapshot, seed=self.seed.value,
                              optimizer=self.optimizer.value, precision=self.precision.value, progress=False,
-                             collect=collect, fixes=self.fixes.value, parity=self.parity.value, on_step=self._step)
+                             collect=collect, fixes=self.fixes.value, parity=self.parity.value, on_step=self._step,
+                             threads=self.threads.value or None)
         runs = comparison.runs
         self.session.runs.extend(runs)
         self.last_verdicts = {b: v for b in comparison.others if (v := comparison.verdict_of(b)) is not None}

@@ -43,6 +43,7 @@ class OrtState:
     failed_inside: bool = False  # the failure came from inside ORTModule (export, graph building, session)
     error: BaseException | None = None  # that failure (its traceback names the node ORT was processing)
     info: dict[str, Any] = field(default_factory=dict)  # ort.json
+    threads: int | None = None  # the intra-op threads of the sessions ORTModule builds for this burst (None: ORT's)
 
 
 class OrtBackend(Backend):
@@ -68,8 +69,10 @@ class OrtBackend(Backend):
         from ortlab.engine.machine import available_cores
 
         cores = available_cores()  # ORT's own default counts the host's cores, not the ones this process gets
-        # OMP_NUM_THREADS is left to torch: ORT's pool ignores it in a user's own script too
         threads = cores if cores < (os.cpu_count() or cores) else None
+        if b.writer.meta.get("device") == "cpu" and torch.get_num_threads() == 1:  # the step on one thread (its
+            threads = 1  # threads setting, OMP_NUM_THREADS=1): ORT's ops too, so its thread's CPU time counts them
+        b.state.threads = threads
         with contextlib.suppress(_ort.OrtInternalsError):
             _ort.session_threads(threads)
             b.writer.meta.setdefault("machine", {})["ort_threads"] = threads  # None: ORT's default (its cores)
@@ -79,7 +82,7 @@ class OrtBackend(Backend):
         saying why."""
         fixes = self._apply_fixes(engine, b, inputs)
         runner, row = self.wrapper.prepare(b.options, b.cfg.parity, inputs, b.path.name, b.path / "onnx",
-                                           extra_key=graph_key(b.collectors), fixes=fixes)
+                                           extra_key=graph_key(b.collectors), fixes=fixes, threads=b.state.threads)
         if engine.pending_transition is not None:
             pending, engine.pending_transition = engine.pending_transition, None
             row = Transition(b.path.name, 0, pending.action, f"{pending.reason}; then {row.action}: {row.reason}",
