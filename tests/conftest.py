@@ -1,5 +1,7 @@
 import faulthandler
 import os
+import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,16 @@ def _stress(request):
         yield
     finally:
         load.pause()
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_python_sets_it(request):
+    """Every test starts with SIGINT raising KeyboardInterrupt, as in a fresh Python (and its subprocesses inherit
+    that), whatever a test before it in the same worker left; a test that leaves it otherwise is named on stderr, so
+    that a Ctrl-C test never fails for another test's handler (the warnings summary names a test that left it)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    left = signal.getsignal(signal.SIGINT)
+    if left is not signal.default_int_handler:
+        warnings.warn(f"{request.node.nodeid} left SIGINT's handler as {left!r}", stacklevel=1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
