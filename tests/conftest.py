@@ -185,7 +185,7 @@ def _stress(request):
 @pytest.fixture(autouse=True)
 def _sigint_as_python_sets_it(request):
     """Every test starts with SIGINT raising KeyboardInterrupt, as in a fresh Python (and its subprocesses inherit
-    that), whatever a test before it in the same worker left; a test that leaves it otherwise is named on stderr, so
+    that), whatever a test before it in the same worker left, so
     that a Ctrl-C test never fails for another test's handler (the warnings summary names a test that left it)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
