@@ -44,8 +44,9 @@ def _check_run(run, modules=DEMO_MODULES):
         for p in ("forward", "backward", "optimizer"):
             assert 0 <= row[f"{p}_kernels_s"] <= row[f"{p}_s"]
         # the same interval the engine timed, less one loop over the collectors (two clocks read a few calls
-        # apart: on a busy machine a torch.compile step came out 5% apart once, so 10%)
-        assert row["step_s"] == pytest.approx(metrics[row["step"]], rel=0.1, abs=2e-4)
+        # apart: on a busy machine a torch.compile step came out 5% apart once, so 10%; and a loaded machine's
+        # scheduler may take the core between them for a time slice, 13 ms once on a 108 ms step, so 30 ms)
+        assert row["step_s"] == pytest.approx(metrics[row["step"]], rel=0.1, abs=0.03)
     assert sum(p["s"] for p in data["parts"]) == pytest.approx(data["step_s"])
     assert data["cost"]["unprofiled_steps"] == 2 and data["cost"]["ratio"] > 0
     seen = {m["module"] for m in data["modules"] if m["s"] > 0}
