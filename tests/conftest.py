@@ -184,9 +184,11 @@ def _stress(request):
 
 @pytest.fixture(autouse=True)
 def _sigint_as_python_sets_it(request):
-    """Every test starts with SIGINT raising KeyboardInterrupt, as in a fresh Python (and its subprocesses inherit
-    that), whatever a test before it in the same worker left, so
-    that a Ctrl-C test never fails for another test's handler (the warnings summary names a test that left it)."""
+    """Every test starts with SIGINT raising KeyboardInterrupt, as in a Python started from a terminal (and its
+    subprocesses inherit that), whatever a test before it in the same worker left, or the shell that started the
+    suite: a shell without job control starts a background job with SIGINT ignored, which Python and every process it
+    starts keep, so that the Ctrl-C tests would find nothing to interrupt. The warnings summary names a test that
+    left another handler."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     left = signal.getsignal(signal.SIGINT)
