@@ -2,6 +2,7 @@
 run it, press Run in the Burst panel, watch the loss curve and results appear, change an option and see the
 re-wrap notice. Screenshots go to a temporary folder; to docs/img/ with ORTLAB_UPDATE_SCREENSHOTS=1."""
 
+import contextlib
 import os
 import shutil
 import socket
@@ -27,6 +28,45 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def served(command: list[str], root: Path, env: dict[str, str], ready: str, what: str):
+    """A notebook server (`command`, run in `root`, its output in root/server.log) while the block runs, entered
+    once `ready` (a URL) answers; a server that ends or does not answer in 2 minutes fails the test with
+    its log."""
+    proc = subprocess.Popen(command, cwd=root, env=env,
+                            stdout=open(root / "server.log", "wb"),  # noqa: SIM115 (open as long as the server runs)
+                            stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(ready, timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"{what} did not start:\n" + (root / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+    try:
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def chromium_page(p):
+    """Debian's Chromium (no network of its own, no GPU) and a page 1400x1000 that waits up to 2 minutes."""
+    browser = p.chromium.launch(
+        executable_path=shutil.which("chromium"),
+        args=["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync"])
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)
+    return browser, page
+
+
 @pytest.fixture(scope="module")
 def jupyterlab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
@@ -48,29 +88,13 @@ def jupyterlab(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JUPYTER_PLATFORM_DIRS="1",
                JUPYTERLAB_SETTINGS_DIR=str(settings),  # and a layout of its own: not one an earlier run left
                JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"))
-    proc = subprocess.Popen(
+    base = f"http://127.0.0.1:{port}"
+    with served(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}",
          "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        cwd=root, env=env, stdout=open(root / "server.log", "wb"),  # noqa: SIM115 (open as long as the server runs)
-        stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("JupyterLab did not start:\n" + (root / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        root, env, f"{base}/api/status?token={TOKEN}", "JupyterLab"):
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +102,7 @@ def page(jupyterlab):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=shutil.which("chromium"),
-            args=["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(120_000)
+        browser, page = chromium_page(p)
         yield page
         browser.close()
 

@@ -6,15 +6,12 @@ temporary folder; to docs/img/ with ORTLAB_UPDATE_SCREENSHOTS=1."""
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.test_browser import _free_port, small_png
+from tests.test_browser import _free_port, chromium_page, served, small_png
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,28 +29,12 @@ def marimo_edit(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                XDG_CONFIG_HOME=str(root / ".config"), XDG_STATE_HOME=str(root / ".state"),  # marimo's defaults
                XDG_CACHE_HOME=str(root / ".cache"))
-    proc = subprocess.Popen(
+    base = f"http://127.0.0.1:{port}"
+    with served(
         [sys.executable, "-m", "marimo", "edit", "--headless", "--no-token", "--skip-update-check", "--no-sandbox",
          "--host", "127.0.0.1", "--port", str(port), "lab_marimo.py"],
-        cwd=root, env=env, stdout=open(root / "server.log", "wb"),  # noqa: SIM115 (open as long as the server runs)
-        stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/health", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("marimo did not start:\n" + (root / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
-    yield base, root
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        root, env, f"{base}/health", "marimo"):
+        yield base, root
 
 
 @pytest.mark.timeout(900)
@@ -64,12 +45,7 @@ def test_the_lab_in_marimo_runs_a_burst_stops_one_and_writes_a_report(marimo_edi
     base, root = marimo_edit
     shots_dir.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=shutil.which("chromium"),
-            args=["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(120_000)
+        browser, page = chromium_page(p)
         try:
             _drive(page, base, root, shots_dir)
         except Exception:
