@@ -235,34 +235,45 @@ def judge_elsewhere(stack: Stack, pytorch: Any, others: Sequence[Any], progress:
     workers use: ortlab.engine.stack_env), which writes each verdict.json with the causes it finds there. A
     failure (no JSON back): a "not judged" verdict written into each run's folder with its one-line error, the
     stderr's tail kept beside it (JUDGE_LOG), that line on stderr, and {backend: line} returned; the runs stay."""
+    names = " and ".join(label(r.backend) for r in others)
+    first = [str(others[0].path), str(others[1].path), "--reference", str(pytorch.path)] if len(others) == 2 \
+        else [str(pytorch.path), str(others[0].path)]
+    announce = (f"ortlab: judging {names} against PyTorch from their run folders in the {stack} stack's Python "
+                f"(float64 there, torch {STACKS[stack].torch}), where {names} runs") if progress else None
+    return judge_there(stack, first, others, lambda done: _judged(done.stdout, others), announce)
+
+
+def judge_there(stack: Stack | None, args: Sequence[str], runs: Sequence[Any], judged: Callable[[Any], bool],
+                announce: str | None = None) -> dict[str, str]:
+    """`ortlab judge ARGS --json` run by `stack`'s Python and environment (those its workers use:
+    ortlab.engine.stack_env; `announce` said first); `judged(done)` tells whether it gave `runs` their verdicts.
+    Otherwise a "not judged" verdict is written into each run's folder with the one-line error, the stderr's tail
+    kept beside it (JUDGE_LOG), that line on stderr, and {backend: line} returned; the runs stay."""
     import subprocess
 
     from ortlab.engine.stack_env import worker_interpreter
 
-    names = " and ".join(label(r.backend) for r in others)
-    first = [str(others[0].path), str(others[1].path), "--reference", str(pytorch.path)] if len(others) == 2 \
-        else [str(pytorch.path), str(others[0].path)]
     why = None
     try:
         python, env = worker_interpreter(stack)
-        if progress:
-            print(f"ortlab: judging {names} against PyTorch from their run folders in the {stack} stack's Python "
-                  f"(float64 there, torch {STACKS[stack].torch}), where {names} runs", file=sys.stderr, flush=True)
-        done = subprocess.run([python, "-m", "ortlab.cli", "judge", *first, "--json"], env=env, capture_output=True,
+        if announce:
+            print(announce, file=sys.stderr, flush=True)
+        done = subprocess.run([python, "-m", "ortlab.cli", "judge", *args, "--json"], env=env, capture_output=True,
                               text=True, stdin=subprocess.DEVNULL)
     except (OSError, StackError) as e:
         done, why = None, str(e)
-    if done is not None and _judged(done.stdout, others):
+    if done is not None and judged(done):
         return {}
     said = [] if done is None else [line for line in done.stderr.splitlines() if line.strip()]
     if why is None:
         why = next((s for s in reversed(said) if s.startswith("ortlab judge: ")), None) or \
-            (said[-1] if said else f"it exited {done.returncode} with no verdict")
-    line = f"not judged: judging in the {stack} stack's Python failed: {why.removeprefix('ortlab judge: ')}"
+            (said[-1] if said else f"it exited {done.returncode if done else '?'} with no verdict")
+    line = f"not judged: judging in the {stack or 'this'} stack's Python failed: {why.removeprefix('ortlab judge: ')}"
+    names = " and ".join(label(r.backend) for r in runs)
     print(f"ortlab: {names}: {line}", file=sys.stderr, flush=True)
-    for run in others:
+    for run in runs:
         _not_judged(run, line, said[-TAIL:])
-    return {r.backend: line for r in others}
+    return {r.backend: line for r in runs}
 
 
 JUDGE_LOG = "judge-stderr.log"  # in the run's folder: the failed judging process's stderr, its last TAIL lines
@@ -315,4 +326,4 @@ def _torch_here() -> str:
 
 
 __all__ = ["CrossStackError", "Placed", "check_crossable", "compare", "crosses", "judge", "judge_elsewhere",
-           "judged_on", "judging_plan", "parse_placed", "placements"]
+           "judge_there", "judged_on", "judging_plan", "parse_placed", "placements"]

@@ -133,26 +133,12 @@ def alike(runs: Sequence[Any]) -> str:
 def judge_again(stack: Stack | None, run: Any, progress: bool = False) -> dict[str, str]:
     """`ortlab judge RUN` of a distributed run's folder in `stack`'s Python (where its backend runs); a failure
     becomes a "not judged" verdict in its folder (cross_stack's, with the stderr's tail) and {backend: line}."""
-    from ortlab.comparison.cross_stack import TAIL, _not_judged
-    from ortlab.engine.stack_env import StackError, worker_interpreter
+    from ortlab.comparison.cross_stack import judge_there
 
-    why = None
-    try:
-        python, env = worker_interpreter(stack)
-        if progress:
-            print(f"ortlab: judging {label(run.backend)} ({run.path.name}) against one process of the same global "
-                  f"batch in the {stack or 'this'} stack's Python", file=sys.stderr, flush=True)
-        done = subprocess.run([python, "-m", "ortlab.cli", "judge", str(run.path), "--json"], env=env,
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    except (OSError, StackError) as e:
-        done, why = None, str(e)
-    if done is not None and done.returncode in (0, 1) and (run.read_json("verdict.json") or {}).get("status"):
-        return {}
-    said = [] if done is None else [s for s in done.stderr.splitlines() if s.strip()]
-    why = why or (said[-1] if said else f"it exited {done.returncode if done else '?'} with no verdict")
-    line = f"not judged: judging in the {stack} stack's Python failed: {why.removeprefix('ortlab judge: ')}"
-    _not_judged(run, line, said[-TAIL:])
-    return {run.backend: line}
+    announce = (f"ortlab: judging {label(run.backend)} ({run.path.name}) against one process of the same global "
+                f"batch in the {stack or 'this'} stack's Python") if progress else None
+    return judge_there(stack, [str(run.path)], [run], judged=lambda done: done.returncode in (0, 1) and bool(
+        (run.read_json("verdict.json") or {}).get("status")), announce=announce)
 
 
 def _note(run: Any, line: str) -> None:
