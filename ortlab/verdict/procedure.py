@@ -387,13 +387,4 @@ def _allclose(pytorch: Any, other: Any) -> bool:
     pt, ot = pytorch.losses, other.losses
     if not pt or len(pt) != len(ot) or not close_numbers(ot, pt):
         return False
-    a, b = state.read(pytorch.path) or {}, state.read(other.path) or {}
-    for name, entry in a.items():
-        if name not in b:
-            continue
-        if state.whole(entry):
-            if state.distance(entry, b[name]) > 0:
-                return False
-        elif not close_numbers(state.vector(b[name]), state.vector(entry)):
-            return False
-    return True
+    return state.close(state.read(pytorch.path) or {}, state.read(other.path) or {})

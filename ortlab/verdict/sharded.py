@@ -191,15 +191,7 @@ def _allclose(losses: list[float], fp32: dict[str, Any], end: dict[str, Any]) ->
     reference = fp32["losses"]
     if not reference or len(losses) < len(reference) or not close_numbers(losses[:len(reference)], reference):
         return False
-    for name, entry in fp32["state"].items():
-        if name not in end:
-            continue
-        if state.whole(entry):
-            if state.distance(entry, end[name]) > 0:
-                return False
-        elif not close_numbers(state.vector(end[name]), state.vector(entry)):
-            return False
-    return True
+    return state.close(fp32["state"], end)
 
 
 def members(engine: Any, cfg: Any, hints: dict[str, Any] | None = None) -> dict[str, Any]:
