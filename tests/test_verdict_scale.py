@@ -479,6 +479,30 @@ class _Rotary(nn.Module):
         return self.lin(x + freqs.t().cos().to(x.dtype).sum(-1, keepdim=True, dtype=torch.float32))
 
 
+def test_the_float64_burst_leaves_the_optimizers_own_tensors_as_torch_makes_them():
+    """The float64 keeper holds the model's forward and backward, not the optimizer's step: AdamW's step counters
+    stay float32 as torch makes them (inside the keeper they became float64, and CUDA's fused AdamW then gave NaN:
+    every float64 burst on an H200 did, 2026-11-28); the burst's losses and end state are finite."""
+    from ortlab.engine.sampling import Feed
+    from ortlab.runs.snapshot import Snapshot
+
+    torch.manual_seed(0)
+    work = ModelRef.of("ortlab.demo:gpt").build()
+    seen: list[set] = []
+    step = work.optimizer_step
+
+    def spying(model, optimizer, scheduler, scaler=None):
+        step(model, optimizer, scheduler, scaler)
+        seen.append({s["step"].dtype for s in optimizer.state.values() if "step" in s}
+                    | {torch.zeros((), dtype=torch.float32).dtype})
+
+    work.optimizer_step = spying
+    run, _ = reference.burst(work, Feed(work), Snapshot.take(work.model), "adamw", 1e-3, 2)
+    assert seen and all(dtypes == {torch.float32} for dtypes in seen), seen
+    assert all(math.isfinite(x) for x in run["losses"])
+    assert all(math.isfinite(e["sum"]) for e in run["state"].values())
+
+
 def test_inside_the_float64_step_every_request_for_float32_is_float64():
     """.float(), .to(device=..., dtype=torch.float), a dtype= keyword: all float64 inside the step, so a model's own
     upcasts neither downcast the yardstick nor mix float32 into a float64 matmul (what failed on an H200 with

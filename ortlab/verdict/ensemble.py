@@ -122,7 +122,12 @@ def _noise(workload: Any, feed: Any, seed: int, rounding: dict[str, float] | Non
     if rounding:
         return {n: d / math.sqrt(sizes[n]) for n, d in rounding.items()
                 if n in sizes and sizes[n] and d is not None and math.isfinite(d)}
-    batches = workload.micro_batches(feed.batch, 0)
+    import torch
+
+    from ortlab.workload import to_device
+
+    device = next((p.device for p in workload.model.parameters()), torch.device("cpu"))
+    batches = [to_device(b, device) for b in workload.micro_batches(feed.batch, 0)]
     fp32 = _step(workload, batches, seed, None, ())
     measured = gradients.float64_distances(workload, batches, seed, {gradients.PYTORCH: fp32,
                                                                      gradients.CANDIDATE: fp32})

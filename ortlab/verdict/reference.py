@@ -144,10 +144,14 @@ def replay(workload: Any, feed: Any, initial: Any, optimizer: str, lr: float, st
     cast = double if float64 else (lambda v: v)
     noise = torch.Generator().manual_seed(nudge or 0)
     losses, first = [], None
-    with parity(model, True, seed), formulas(model, fixes), (keep_float64() if float64 else contextlib.nullcontext()):
+    # The keeper holds the forward and backward only: inside the optimizer's step it made AdamW's step counters
+    # float64, and CUDA's fused AdamW then gave NaN (every float64 burst on an H200 did, 2026-11-28).
+    keeper = keep_float64 if float64 else contextlib.nullcontext
+    with parity(model, True, seed), formulas(model, fixes):
         for t in range(steps):
             batches = [to_device(b, device) for b in workload.micro_batches(feed.batch, t)]
-            loss = workload.backward(model, batches, cast)
+            with keeper():
+                loss = workload.backward(model, batches, cast)
             if t == 0:
                 first = Step(loss, {n: None if p.grad is None else p.grad.detach().clone()
                                     for n, p in model.named_parameters() if p.requires_grad})
