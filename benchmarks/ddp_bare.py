@@ -54,6 +54,10 @@ def main() -> None:
         from onnxruntime.training.ortmodule import ORTModule
 
         onnxruntime.set_seed(0)
+        if torch.get_num_threads() == 1:  # as ortlab's ranks run it: ORT's session on the rank's one thread, not its
+            from ortlab import _ort  # default of every core (2 ranks x 2 threads on 2 cores spin against each other)
+
+            _ort.session_threads(1)
         runner = DistributedDataParallel(ORTModule(model))
     else:
         runner = DistributedDataParallel(model)
