@@ -139,10 +139,13 @@ def _recommend(summaries: dict[str, dict[str, Any]], verdicts: dict[str, str | N
 
 def spreads_of(runs: Sequence[Any], earlier: Sequence[Any] = ()) -> dict[str, Spread | None]:
     """Each backend's Spread from a comparison's runs, pooled with `earlier` identical runs of the same backend
-    (`repeats`: the Lab passes its session's runs), all by one clock: each step's CPU time where every run has it,
+    (`repeats`: the Lab passes its session's runs) and with the bursts ortlab ran to time it again
+    (ortlab.comparison.drift), all by one clock: each step's CPU time where every run has it,
     else wall time (ortlab.runs.clock)."""
+    from ortlab.comparison.drift import repeats_of
+
     pooled = {run.backend: [*(r for r in earlier if r is not run and r.backend == run.backend and same_burst(r, run)),
-                            run] for run in runs}
+                            *repeats_of(run), run] for run in runs}
     chosen = clock.common(clock_of(same) for same in pooled.values())
     return {backend: of_runs(same, clock=chosen) for backend, same in pooled.items()}
 

@@ -7,7 +7,9 @@ uncertainty, on the log scale (a relative error, one standard error), adds three
 - **within**: the spread of its own steps: 1.4826 x the median absolute deviation of the log step times (a robust
   standard deviation), x 1.2533 (a median's standard error against a mean's) / sqrt(steps timed);
 - **between**: the spread of repeated bursts' medians (their standard deviation on the log scale) / sqrt(bursts),
-  when the same burst ran more than once (Tune repeats its baseline; the Lab keeps a session's earlier bursts);
+  when the same burst ran more than once (Tune repeats its baseline; the Lab keeps a session's earlier bursts; a
+  comparison on the CPU times its reference again after the others: ortlab.comparison.drift); a backend timed in
+  one burst takes the other side's, since the drift from one burst to the next is the machine's;
 - **load**: for bursts timed by wall time (CUDA, ranks, and CPU runs recorded before a step's CPU time was), the
   share of the burst's time it waited for a core (other work on the machine; `engine.machine`), or, where that was
   not measured, the share a load average above the cores implies: other work could have taken a different share of
@@ -27,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ortlab.runs.clock import CPU, WALL, column, common
@@ -159,7 +161,10 @@ class Ratio:
 
 
 def ratio(candidate: Spread, reference: Spread) -> Ratio:
-    """The candidate's step time over the reference's, with its interval and the steps that would tell."""
+    """The candidate's step time over the reference's, with its interval and the steps that would tell. A side
+    timed in one burst takes the other's `between` where that one was timed in several (the machine's drift from
+    burst to burst is the machine's, not a backend's: ortlab.comparison.drift)."""
+    candidate, reference = drifted(candidate, reference), drifted(reference, candidate)
     log_ratio = math.log(candidate.median_s / reference.median_s)
     error = math.sqrt(candidate.error ** 2 + reference.error ** 2)
     steps = min(candidate.steps, reference.steps)
@@ -172,9 +177,16 @@ def ratio(candidate: Spread, reference: Spread) -> Ratio:
     loads = candidate.load ** 2 + reference.load ** 2
     betweens = candidate.between ** 2 + reference.between ** 2
     fixed_by = ("other work takes the cores (the machine is busy)" if loads >= betweens else
-                "repeated bursts differ this much")
+                "the machine's speed drifts from burst to burst (repeated bursts differ this much)")
     return Ratio(math.exp(log_ratio), low, high, told, None if told else more_steps(candidate, reference, log_ratio),
                  steps, fixed_by)
+
+
+def drifted(one: Spread, other: Spread) -> Spread:
+    """`one`, timed in a single burst, with `other`'s between-burst error where `other` has one; else `one`."""
+    if one.bursts > 1 or other.bursts < 2 or one.between >= other.between:
+        return one
+    return replace(one, between=other.between)
 
 
 def more_steps(candidate: Spread, reference: Spread, log_ratio: float) -> int | None:
