@@ -47,6 +47,18 @@ def test_stop_ends_a_running_burst_cleanly(tmp_path):
         assert again.ok and s.worker_starts == 1
 
 
+@pytest.mark.interrupt
+def test_a_stop_as_a_burst_ends_still_ends_the_comparison(tmp_path):
+    """A Stop (what a Ctrl-C is while a burst runs in the worker) asked at a burst's last step may find no step left
+    to stop: that run is "ok" or "interrupted", and either way no burst after it starts (before, an "ok" one let
+    the comparison go on, and a Ctrl-C during Tune's last guard step was lost: it ran to its end, exit 0)."""
+    with Session("ortlab.demo:gpt", out=tmp_path) as s:
+        last = lambda row: row["step"] == 2 and s.stop()  # noqa: E731
+        c = s.compare(steps=3, backends="pytorch,compile", progress=False, on_step=last)
+        assert s.stop_asked and c.pytorch is not None and len(c.pytorch.metrics) >= 1
+        assert c.run("compile") is None and [r.backend for r in s.runs] == ["pytorch"]
+
+
 @pytest.mark.slow
 @pytest.mark.interrupt
 def test_stop_kills_a_worker_that_does_not_listen(tmp_path):

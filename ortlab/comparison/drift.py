@@ -16,6 +16,7 @@ from typing import Any
 
 PURPOSE = "speed"  # the repeat's purpose in its meta.json (ortlab.runs.groups.mark_asked)
 NAME = "speed-again"
+SAYS = "timing PyTorch again after the others (a shared machine's speed drifts between bursts)"
 
 
 def wanted(reference: Any, runs: Mapping[str, Any], kwargs: Mapping[str, Any]) -> bool:

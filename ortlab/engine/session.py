@@ -215,10 +215,10 @@ class Session:
         runs: dict[str, Run] = {}
         for backend in chosen:
             runs[backend] = self.burst(backend, steps, options, **kwargs, strategy=strategies[backend])
-            if runs[backend].status in ENDED_EARLY:
+            if runs[backend].status in ENDED_EARLY or self.stop_asked:  # a Stop as it ended found no step left
                 break
         reference = runs[chosen[0]]  # PyTorch: parse_backends puts the registry's reference first
-        if drift.wanted(reference, runs, kwargs):  # on the CPU: timed again after the others (the machine drifts)
+        if not self.stop_asked and drift.wanted(reference, runs, kwargs):  # on the CPU: timed again (it drifts)
             drift.again(self, reference, steps, options, {**kwargs, "strategy": strategies[reference.backend]})
         for run in runs.values():
             if run is not reference and run.status not in ENDED_EARLY:
@@ -332,6 +332,12 @@ class Session:
         self._stop_requested.set()  # in-process bursts and ranks check it after every step
         if not self.in_process:
             self._client.interrupt()
+
+    @property
+    def stop_asked(self) -> bool:
+        """A Stop or Ctrl-C came during the last burst: one that came as it ended found no step left to stop (the
+        run is "ok"), and what runs bursts in a row must end all the same."""
+        return self._stop_requested.is_set()
 
     def _ctrl_c(self) -> None:
         self._interrupted = True

@@ -331,8 +331,11 @@ class Tuner:
         return True
 
     def _burst(self, backend: str, steps: int, options: Options, name: str, collect: dict, parity: bool = False):
-        return self.session.burst(backend, steps, options, name=name, collect=collect, parity=parity,
-                                  progress=False, **self.burst_kwargs)
+        run = self.session.burst(backend, steps, options, name=name, collect=collect, parity=parity,
+                                 progress=False, **self.burst_kwargs)
+        if self.session.stop_asked:  # a Ctrl-C as the burst ended: no step left to stop, the tuning stops all the same
+            self._stopped.set()
+        return run
 
     def _elapsed(self) -> float:
         return _clock() - self._started

@@ -10,18 +10,20 @@ from pathlib import Path
 
 import ipywidgets as W
 
-from ortlab.engine.backends import BACKENDS, REFERENCE, aliased, default_backends, has, unavailable
+from ortlab.comparison import drift
+from ortlab.engine.backends import BACKENDS, aliased, default_backends, has, unavailable
 from ortlab.engine.progress import Pace
 from ortlab.engine.types import Optimizer, Precision, Strategy
 from ortlab.options import Options
 from ortlab.runs import facts, files
 from ortlab.runs.groups import users
 from ortlab.runs.run import RunStatus
-from ortlab.stacks.table import STACKS, Stack, this_stack
+from ortlab.stacks.table import this_stack
 from ortlab.widgets.background import Background, error_html
 from ortlab.widgets.export import SaveButton
 from ortlab.widgets.images import figure_area
 from ortlab.widgets.layout import STOPPED, checkbox, flexible, row, status_color, stop_button, table
+from ortlab.widgets.stack_choices import elsewhere_choices, stack_choices
 
 PLOT_INTERVAL_S = 0.5
 # the step shown and its pace, at most this often: each widget update costs tens of ms on a loaded machine, and a
@@ -30,33 +32,6 @@ PLOT_INTERVAL_S = 0.5
 SHOW_INTERVAL_S = 0.2
 GREYED = "<div style='opacity:0.45'><i>the previous burst's, until this one ends</i>{}</div>"
 SAVE_GRAPHS = "save exported graphs"  # the checkbox's label: other tabs name it where they need graphs
-
-
-def stack_choices(backends: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """For each backend that another stack can run too (the stacks' table says where each runs), the stacks it can
-    run on (its environment exists or can be built here: ortlab.engine.stack_env.ready), each named with its torch;
-    none when no other stack is ready."""
-    from ortlab.engine.stack_env import ready
-    from ortlab.stacks.table import running
-
-    here = this_stack()
-    others = [s for s in Stack if s != here and ready(s) is None]
-    shown = lambda s: (f"{s} (torch {STACKS[s].torch}){', here' if s == here else ''}", str(s))  # noqa: E731
-    return {b: [shown(here), *(shown(s) for s in others if s in running(b))] for b in backends
-            if here in running(b) and any(s in running(b) for s in others)}
-
-
-def elsewhere_choices() -> dict[str, list[str]]:
-    """The comparisons with a backend that cannot run in this process but runs, as the stacks' table says, on
-    another stack that is ready here (ORTModule, from the current stack): "ortmodule@ort" -> PyTorch here and
-    ORTModule in the ort stack's worker."""
-    from ortlab.engine.stack_env import ready
-    from ortlab.stacks.table import running
-
-    here = this_stack()
-    where = {b: next((s for s in running(b) if s != here and ready(s) is None), None) for b in BACKENDS
-             if unavailable(b) is not None}
-    return {f"{b}@{stack}": [REFERENCE, b] for b, stack in where.items() if stack is not None}
 
 
 def first_step(backend: str, seconds: float) -> str:
@@ -243,22 +218,26 @@ class BurstPanel(Background, W.VBox):
             if placed is not None:  # a backend on another stack: the comparison across stacks
                 runs = self._across(placed, options, collect)
                 return
+            settings = dict(seed=self.seed.value, parity=self.parity.value, optimizer=self.optimizer.value,
+                            precision=self.precision.value, progress=False, collect=collect, nproc=self.nproc.value,
+                            strategy=self.strategy.value if self.nproc.value > 1 else None, fixes=self.fixes.value,
+                            threads=self.threads.value or None)
             for i, backend in enumerate(backends):
                 then = f" (then {', '.join(backends[i + 1:])})" if i + 1 < len(backends) else ""
                 self._pace = Pace(self.steps.value, backend)
                 self._until_first_step(backend, then)
-                run = self.session.burst(
-                    backend, self.steps.value, options, seed=self.seed.value, parity=self.parity.value,
-                    optimizer=self.optimizer.value, precision=self.precision.value, progress=False, collect=collect,
-                    nproc=self.nproc.value, strategy=self.strategy.value if self.nproc.value > 1 else None,
-                    fixes=self.fixes.value, threads=self.threads.value or None,
-                    on_step=lambda row, b=backend: self._step(b, row))
+                run = self.session.burst(backend, self.steps.value, options, **settings,
+                                         on_step=lambda row, b=backend: self._step(b, row))
                 runs.append(run)
                 if run.ranks:  # the final curves: every rank's whole run
                     self._set_rank_curves(backend, {int(r.path.name): r.losses for r in run.ranks})
-                if run.status not in (RunStatus.OK, RunStatus.FALLBACK):
+                if run.status not in (RunStatus.OK, RunStatus.FALLBACK) or self.session.stop_asked:
                     break
             self.last_verdicts = {}
+            if len(runs) > 1 and has(runs[0].backend, "reference") and drift.wanted(
+                    runs[0], {r.backend: r for r in runs}, settings):  # on the CPU: timed again (the machine drifts)
+                self.status.value = self._summary(runs) + f"<br><i>{drift.SAYS}...</i>"
+                drift.again(self.session, runs[0], self.steps.value, options, settings)
             if len(runs) > 1 and has(runs[0].backend, "reference"):  # each other backend judged against PyTorch
                 self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, float64...</i>"
                 self.last_verdicts = {r.backend: self.session.judge(runs[0], r) for r in runs[1:]
