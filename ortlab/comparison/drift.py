@@ -31,10 +31,10 @@ def wanted(reference: Any, runs: Mapping[str, Any], kwargs: Mapping[str, Any]) -
 
 def again(session: Any, reference: Any, steps: int, options: Any, kwargs: Mapping[str, Any]) -> Any | None:
     """The reference's burst once more, as ortlab's own run under its folder (None where it failed: the comparison
-    keeps its runs and times them without it)."""
+    keeps its runs and times them without it). A step callback of the user's does not see its steps."""
     try:
         with session.asking(reference.path, PURPOSE):
-            return session.burst(reference.backend, steps, options, **{**kwargs, "name": NAME})
+            return session.burst(reference.backend, steps, options, **{**kwargs, "name": NAME, "on_step": None})
     except KeyboardInterrupt:
         raise
     except Exception:  # a failed extra burst never costs the comparison it was adding to
