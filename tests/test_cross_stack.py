@@ -175,6 +175,10 @@ def test_a_comparison_across_stacks_runs_each_worker_on_its_stack_and_judges_eve
                        stacks=d["stacks"])
     header = str(shown).splitlines()[0]
     assert f"torch.compile @{OTHER} (torch " in header and "ORTModule @ort (torch 2.6" in header
+    from ortlab.comparison.drift import repeats_of
+
+    again = repeats_of(shown.pytorch)  # PyTorch timed again after the others, in its own stack's worker
+    assert len(again) == 1 and again[0].meta["stack"]["name"] == here
 
 
 def test_each_pair_is_judged_where_its_backend_runs():

@@ -129,6 +129,7 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
     model is built under (a Session's `seed`); `snapshot`: the file every worker starts from (None: the model's
     own start, saved once); `on_step(backend, row)` after each step; `kwargs`: Session.burst's. Parity mode is
     required (the verdict reads the first steps the parity bursts record)."""
+    from ortlab.comparison import drift
     from ortlab.comparison.summary import Comparison
     from ortlab.engine.config import made_elsewhere
     from ortlab.engine.session import Session
@@ -162,8 +163,14 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
             with elsewhere:  # the worker checks what runs there; this process may not run it (ORTModule)
                 runs[p.backend] = sessions[p.stack].burst(p.backend, steps, options, on_step=step, **kwargs,
                                                           strategy=strategies[p.backend])
-            if runs[p.backend].status in ENDED_EARLY:
+            if runs[p.backend].status in ENDED_EARLY or sessions[p.stack].stop_asked:
                 break
+        first = placed[0]  # PyTorch, timed again after the others on the CPU (ortlab.comparison.drift)
+        if (first.backend == REFERENCE and not sessions[first.stack].stop_asked
+                and drift.wanted(runs[REFERENCE], runs, kwargs)):
+            with made_elsewhere() if first.stack != here else contextlib.nullcontext():
+                drift.again(sessions[first.stack], runs[REFERENCE], steps, options,
+                            {**kwargs, "strategy": strategies[REFERENCE]})
     finally:
         for session in sessions.values():
             session.close()
