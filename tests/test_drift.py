@@ -64,3 +64,5 @@ def test_a_comparison_on_the_cpu_times_its_reference_again_as_ortlabs_own_run(tm
     both = {"pytorch": c.pytorch, "ortmodule": c.ortmodule}
     assert drift.wanted(c.pytorch, both, {}) and not drift.wanted(c.pytorch, both, {"nproc": 2})
     assert not drift.wanted(c.pytorch, {"pytorch": c.pytorch}, {})  # nothing to time it against
+    assert drift.after(None, both, 6, None, {}, stopped=True) is None  # a Stop came as the last burst ended
+    assert drift.after(None, {"ortmodule": c.ortmodule}, 6, None, {}, stopped=False) is None  # no PyTorch run

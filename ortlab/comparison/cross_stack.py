@@ -154,6 +154,7 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
     snapshot = snapshot or save_snapshot(ref, model_seed, out)
     sessions: dict[Stack, Session] = {}
     runs: dict[str, Any] = {}
+    stopped = False  # a Stop came as a burst ended (Session.stop_asked)
     try:
         for p in placed:
             if p.stack not in sessions:
@@ -163,14 +164,14 @@ def compare(model: Any, model_kwargs: dict[str, Any], placed: Sequence[Placed], 
             with elsewhere:  # the worker checks what runs there; this process may not run it (ORTModule)
                 runs[p.backend] = sessions[p.stack].burst(p.backend, steps, options, on_step=step, **kwargs,
                                                           strategy=strategies[p.backend])
-            if runs[p.backend].status in ENDED_EARLY or sessions[p.stack].stop_asked:
+            stopped = sessions[p.stack].stop_asked
+            if runs[p.backend].status in ENDED_EARLY or stopped:
                 break
-        first = placed[0]  # PyTorch, timed again after the others on the CPU (ortlab.comparison.drift)
-        if (first.backend == REFERENCE and not sessions[first.stack].stop_asked
-                and drift.wanted(runs[REFERENCE], runs, kwargs)):
-            with made_elsewhere() if first.stack != here else contextlib.nullcontext():
-                drift.again(sessions[first.stack], runs[REFERENCE], steps, options,
-                            {**kwargs, "strategy": strategies[REFERENCE]})
+        reference = next((p for p in placed if p.backend == REFERENCE), None)
+        if reference is not None:  # PyTorch timed again after the others on the CPU, in its own stack's worker
+            with made_elsewhere() if reference.stack != here else contextlib.nullcontext():
+                drift.after(sessions[reference.stack], runs, steps, options,
+                            {**kwargs, "strategy": strategies[REFERENCE]}, stopped=stopped)
     finally:
         for session in sessions.values():
             session.close()

@@ -218,8 +218,8 @@ class Session:
             if runs[backend].status in ENDED_EARLY or self.stop_asked:  # a Stop as it ended found no step left
                 break
         reference = runs[chosen[0]]  # PyTorch: parse_backends puts the registry's reference first
-        if not self.stop_asked and drift.wanted(reference, runs, kwargs):  # on the CPU: timed again (it drifts)
-            drift.again(self, reference, steps, options, {**kwargs, "strategy": strategies[reference.backend]})
+        drift.after(self, runs, steps, options, {**kwargs, "strategy": strategies[reference.backend]},
+                    stopped=self.stop_asked)  # on the CPU: PyTorch timed again (the machine drifts)
         for run in runs.values():
             if run is not reference and run.status not in ENDED_EARLY:
                 self.judge(reference, run)

@@ -234,10 +234,10 @@ class BurstPanel(Background, W.VBox):
                 if run.status not in (RunStatus.OK, RunStatus.FALLBACK) or self.session.stop_asked:
                     break
             self.last_verdicts = {}
-            if len(runs) > 1 and has(runs[0].backend, "reference") and drift.wanted(
-                    runs[0], {r.backend: r for r in runs}, settings):  # on the CPU: timed again (the machine drifts)
-                self.status.value = self._summary(runs) + f"<br><i>{drift.SAYS}...</i>"
-                drift.again(self.session, runs[0], self.steps.value, options, settings)
+            timing = f"{self._summary(runs)}<br><i>{drift.SAYS}...</i>"
+            drift.after(self.session, {r.backend: r for r in runs}, self.steps.value, options, settings,
+                        stopped=self.session.stop_asked,  # on the CPU: PyTorch timed again (the machine drifts)
+                        announce=lambda: setattr(self.status, "value", timing))
             if len(runs) > 1 and has(runs[0].backend, "reference"):  # each other backend judged against PyTorch
                 self.status.value = self._summary(runs) + "<br><i>judging: first-step gradients, float64...</i>"
                 self.last_verdicts = {r.backend: self.session.judge(runs[0], r) for r in runs[1:]
