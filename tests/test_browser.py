@@ -67,27 +67,51 @@ def chromium_page(p):
     return browser, page
 
 
-@pytest.fixture(scope="module")
-def jupyterlab(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lab")
+def in_chromium(drive, tmp_path, server_log: Path) -> None:
+    """`drive(page)` in a fresh Chromium page; on a failure the page's screenshot and the server's log's tail are
+    printed before the error is raised again."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser, page = chromium_page(p)
+        try:
+            drive(page)
+        except Exception:
+            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            print(f"browser state at the failure: {tmp_path / 'failure.png'}\nserver log:\n"
+                  + server_log.read_text()[-3000:])
+            raise
+        finally:
+            browser.close()
+
+
+def jupyter_root(root: Path, tracker: str) -> dict[str, str]:
+    """`root` ready for a Jupyter server (JupyterLab, Notebook 7): the quickstart with its outputs cleared, as a new
+    user would start after "Clear All Outputs", and settings of its own (the notebook tracker's `tracker`, no news
+    pop-up); returns the server's environment, whose settings and layout are not ones an earlier run left."""
     import nbformat
 
     nb = nbformat.read(ROOT / "notebooks" / "01_quickstart.ipynb", as_version=4)
-    for cell in nb.cells:  # start from a clean notebook, as a new user would after "Clear All Outputs"
+    for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nbformat.write(nb, root / "01_quickstart.ipynb")
-    settings = root / ".settings"  # render every cell (no windowing), the notebook's kernel started, no news pop-up
+    settings = root / ".settings"
     (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
-    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
-    tracker.write_text('{"windowingMode": "none", "autoStartDefaultKernel": true}')  # no "Select Kernel" dialog
+    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(tracker)
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         '{"fetchNews": "false", "checkForUpdates": false}')
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JUPYTER_PLATFORM_DIRS="1",
+                JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"))
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    # every cell rendered (no windowing), the notebook's kernel started: no "Select Kernel" dialog
+    env = jupyter_root(root, '{"windowingMode": "none", "autoStartDefaultKernel": true}')
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JUPYTER_PLATFORM_DIRS="1",
-               JUPYTERLAB_SETTINGS_DIR=str(settings),  # and a layout of its own: not one an earlier run left
-               JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"))
     base = f"http://127.0.0.1:{port}"
     with served(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",

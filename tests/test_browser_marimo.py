@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import _free_port, chromium_page, served, small_png
+from tests.test_browser import _free_port, in_chromium, served, small_png
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,21 +40,9 @@ def marimo_edit(tmp_path_factory):
 @pytest.mark.timeout(900)
 @pytest.mark.ort
 def test_the_lab_in_marimo_runs_a_burst_stops_one_and_writes_a_report(marimo_edit, tmp_path, shots_dir):
-    from playwright.sync_api import sync_playwright
-
     base, root = marimo_edit
     shots_dir.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser, page = chromium_page(p)
-        try:
-            _drive(page, base, root, shots_dir)
-        except Exception:
-            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
-            print(f"browser state at the failure: {tmp_path / 'failure.png'}\nserver log:\n"
-                  + (root / "server.log").read_text()[-3000:])
-            raise
-        finally:
-            browser.close()
+    in_chromium(lambda page: _drive(page, base, root, shots_dir), tmp_path, root / "server.log")
 
 
 def _button(lab, name: str):

@@ -4,13 +4,12 @@ shown step, and the Report tab's page. Notebook 7 renders ipywidgets as JupyterL
 manager; this is the proof, not the assumption. Screenshots go to a temporary folder; to docs/img/ with
 ORTLAB_UPDATE_SCREENSHOTS=1."""
 
-import os
 import shutil
 import sys
 
 import pytest
 
-from tests.test_browser import ROOT, TOKEN, _free_port, chromium_page, served, small_png, start_burst
+from tests.test_browser import TOKEN, _free_port, in_chromium, jupyter_root, served, small_png, start_burst
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("chromium") is None,
                                 reason="Debian's chromium is not installed "
@@ -20,24 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("chromium") is N
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory):
     pytest.importorskip("notebook", reason="Jupyter Notebook 7 is not installed (the lab extra installs it)")
-    import nbformat
-
     root = tmp_path_factory.mktemp("notebook7")
-    nb = nbformat.read(ROOT / "notebooks" / "01_quickstart.ipynb", as_version=4)
-    for cell in nb.cells:  # a clean notebook, as after "Clear All Outputs"
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    nbformat.write(nb, root / "01_quickstart.ipynb")
-    settings = root / ".settings"  # every cell rendered (no windowing), no news pop-up
-    (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
-    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
-        '{"windowingMode": "none"}')
-    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
-    (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
-        '{"fetchNews": "false", "checkForUpdates": false}')
+    env = jupyter_root(root, '{"windowingMode": "none"}')  # every cell rendered (no windowing)
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JUPYTER_PLATFORM_DIRS="1",
-               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"))
     base = f"http://127.0.0.1:{port}"
     with served(
         [sys.executable, "-m", "jupyter", "notebook", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
@@ -49,21 +33,9 @@ def notebook7(tmp_path_factory):
 @pytest.mark.timeout(900)
 @pytest.mark.ort
 def test_the_lab_in_notebook7_runs_a_burst_stops_one_and_writes_a_report(notebook7, tmp_path, shots_dir):
-    from playwright.sync_api import sync_playwright
-
     base, root = notebook7
     shots_dir.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser, page = chromium_page(p)
-        try:
-            _drive(page, base, shots_dir)
-        except Exception:
-            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
-            print(f"browser state at the failure: {tmp_path / 'failure.png'}\nserver log:\n"
-                  + (root / "server.log").read_text()[-3000:])
-            raise
-        finally:
-            browser.close()
+    in_chromium(lambda page: _drive(page, base, shots_dir), tmp_path, root / "server.log")
 
 
 def _run_all(page, base) -> None:
